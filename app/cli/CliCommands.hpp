@@ -1,0 +1,15 @@
+// Each kvscope-cli subcommand lives in commands/<Name>Command.cpp and registers itself
+// here. Callbacks throw kvscope::InputError / UsageError for bad input (exit 2) and set
+// `CliContext::exitCode` for verdicts (e.g. 1 = divergent audit).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvscope::cli {
+
+struct CliContext {
+  int exitCode = 0;
+};
+
+
+}  // namespace kvscope::cli

@@ -1,0 +1,46 @@
+// kvscope-cli: the headless face of KV Scope (CI, scripts). Exit codes: 0 success/clean,
+// 1 divergent audit, 2 usage or input error.
+#include <iostream>
+
+#include "CliCommands.hpp"
+#include "kvscope/BuildInfo.hpp"
+#include "kvscope/Error.hpp"
+
+int main(int argc, char** argv) {
+  using namespace kvscope;
+  CLI::App app{"KV Scope: find where cached LLM generation leaves the uncached reference"};
+  app.require_subcommand(0, 1);
+  bool showVersion = false;
+  app.add_flag("--version", showVersion, "Print versions and the BLAS library in use");
+
+  cli::CliContext ctx;
+
+  try {
+    app.parse(argc, argv);
+    if (showVersion) {
+      std::cout << BuildInfo::detect().describe();
+      return 0;
+    }
+    if (app.get_subcommands().empty()) {
+      std::cerr << app.help();
+      return 2;
+    }
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  return ctx.exitCode;
+}

@@ -1,0 +1,33 @@
+// The sampling policy: temperature, then top-k, then top-p, then softmax — the order and
+// semantics of transformers' logits warpers. Temperature 0 means greedy (argmax, ties to
+// the lowest index, as torch.argmax). Parameters are validated (UsageError).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace kvscope {
+
+struct SamplingPolicy {
+  double temperature = 0.0;             // 0 = greedy; must be finite and >= 0
+  std::optional<int64_t> topK;          // 1..V (values above V behave as V)
+  std::optional<double> topP;           // (0, 1]
+  uint64_t seed = 0;                    // per-request generator seed
+  enum class TieRule { Lowest, Highest } tieRule = TieRule::Lowest;  // greedy ties
+
+  bool greedy() const { return temperature == 0.0; }
+  /// Throws UsageError with a clear message for temperature < 0 or NaN/inf, top-k < 1,
+  /// top-p outside (0, 1].
+  void validate() const;
+  std::string describe() const;  // "greedy" or "T=0.7 top-k=50 top-p=0.9 seed=1"
+  bool operator==(const SamplingPolicy& o) const;
+};
+
+void to_json(nlohmann::json& j, const SamplingPolicy& p);
+void from_json(const nlohmann::json& j, SamplingPolicy& p);
+
+}  // namespace kvscope
