@@ -1,0 +1,49 @@
+// A HuggingFace checkpoint directory: config.json (+ generation_config.json) and weights in
+// model.safetensors or shards listed by model.safetensors.index.json. Files are
+// memory-mapped, never copied. PyTorch pickle checkpoints are refused (loading them runs
+// arbitrary code).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvscope/ModelConfig.hpp"
+#include "kvscope/SafetensorsFile.hpp"
+
+namespace kvscope {
+
+class Checkpoint {
+ public:
+  /// Opens `dir`. Throws InputError naming the file and field for a missing config,
+  /// a pickle-only checkpoint, a malformed index, or a shard that is missing.
+  static std::shared_ptr<const Checkpoint> open(const std::string& dir);
+
+  const std::string& directory() const { return directory_; }
+  const ModelConfig& config() const { return config_; }
+  /// SHA-256 (hex) over config.json and every weight file's bytes, in name order.
+  /// Computed on first use.
+  const std::string& fingerprint() const;
+  /// The float dtype the weights are stored in: "F32", "F16", "BF16" or "mixed".
+  const std::string& storedDtype() const { return storedDtype_; }
+  std::vector<std::string> weightFiles() const;  // absolute paths
+
+  bool contains(const std::string& name) const { return tensorFile_.count(name) > 0; }
+  std::vector<std::string> tensorNames() const;
+  /// Throws InputError(weight file or index, name, "missing tensor").
+  const SafetensorsFile& fileFor(const std::string& name) const;
+  const SafetensorsEntry& entry(const std::string& name) const;
+
+ private:
+  std::string directory_;
+  std::string configPath_;
+  ModelConfig config_;
+  std::string storedDtype_;
+  std::string indexPath_;  // empty for a single-file checkpoint
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+  std::map<std::string, size_t> tensorFile_;  // tensor name -> index into files_
+  mutable std::string fingerprint_;
+};
+
+}  // namespace kvscope

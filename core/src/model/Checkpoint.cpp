@@ -1,0 +1,168 @@
+#include "kvscope/Checkpoint.hpp"
+
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string sha256Files(const std::vector<std::string>& paths) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  for (const auto& p : paths) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw InputError(p, "", "cannot read for fingerprinting");
+    const std::string name = fs::path(p).filename().string();
+    EVP_DigestUpdate(ctx.get(), name.data(), name.size());
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+    }
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(hex[md[i] >> 4]);
+    out.push_back(hex[md[i] & 15]);
+  }
+  return out;
+}
+
+std::string pickleAdvice(const fs::path& dir, const std::string& found) {
+  return "only PyTorch pickle weights (" + found +
+         ") were found; KV Scope does not load pickle files because unpickling executes "
+         "arbitrary code. Convert once with Python: "
+         "AutoModelForCausalLM.from_pretrained('" + dir.string() +
+         "').save_pretrained(OUT, safe_serialization=True)";
+}
+
+}  // namespace
+
+std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
+  auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
+  fs::path dir(dirArg);
+  if (!fs::is_directory(dir)) {
+    if (fs::is_regular_file(dir)) {
+      auto ext = dir.extension().string();
+      if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt")
+        throw InputError(dirArg, "", pickleAdvice(dir.parent_path(), dir.filename().string()));
+    }
+    throw InputError(dirArg, "", "not a model directory (expected config.json and *.safetensors)");
+  }
+  ck->directory_ = fs::absolute(dir).lexically_normal().string();
+  ck->configPath_ = (dir / "config.json").string();
+  if (!fs::exists(ck->configPath_)) throw InputError(ck->configPath_, "", "missing config.json");
+  ck->config_ = ModelConfig::load(ck->configPath_);
+  ck->config_.mergeGenerationConfig((dir / "generation_config.json").string());
+
+  std::vector<fs::path> weightPaths;
+  const fs::path index = dir / "model.safetensors.index.json";
+  const fs::path single = dir / "model.safetensors";
+  if (fs::exists(index)) {
+    ck->indexPath_ = index.string();
+    nlohmann::json doc;
+    try {
+      std::ifstream in(index);
+      doc = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(index.string(), "", std::string("invalid JSON: ") + e.what());
+    }
+    if (!doc.contains("weight_map") || !doc["weight_map"].is_object())
+      throw InputError(index.string(), "weight_map", "missing or not an object");
+    std::map<std::string, size_t> fileIndex;
+    for (auto it = doc["weight_map"].begin(); it != doc["weight_map"].end(); ++it) {
+      if (!it->is_string())
+        throw InputError(index.string(), "weight_map." + it.key(), "expected a file name");
+      const auto shard = it->get<std::string>();
+      if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
+        throw InputError(index.string(), "weight_map." + it.key(), "shard must be a plain file name");
+      if (!fileIndex.count(shard)) {
+        const fs::path sp = dir / shard;
+        if (!fs::exists(sp))
+          throw InputError(index.string(), "weight_map." + it.key(),
+                           "names shard '" + shard + "' which does not exist");
+        fileIndex[shard] = ck->files_.size();
+        ck->files_.push_back(SafetensorsFile::open(sp.string()));
+      }
+      const auto& file = *ck->files_[fileIndex[shard]];
+      if (!file.contains(it.key()))
+        throw InputError(file.path(), it.key(), "listed in the index but missing from the shard");
+      ck->tensorFile_[it.key()] = fileIndex[shard];
+    }
+  } else if (fs::exists(single)) {
+    ck->files_.push_back(SafetensorsFile::open(single.string()));
+    for (const auto& n : ck->files_[0]->names()) ck->tensorFile_[n] = 0;
+  } else {
+    std::vector<std::string> pickles;
+    std::vector<std::string> others;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      auto ext = e.path().extension().string();
+      if (ext == ".bin" || ext == ".pt" || ext == ".pth") pickles.push_back(e.path().filename().string());
+      if (ext == ".safetensors") others.push_back(e.path().filename().string());
+    }
+    if (!pickles.empty()) throw InputError(dirArg, "", pickleAdvice(dir, pickles.front()));
+    if (others.size() == 1) {
+      ck->files_.push_back(SafetensorsFile::open((dir / others[0]).string()));
+      for (const auto& n : ck->files_[0]->names()) ck->tensorFile_[n] = 0;
+    } else {
+      throw InputError(dirArg, "", "no model.safetensors or model.safetensors.index.json found");
+    }
+  }
+  std::set<std::string> dtypes;
+  for (const auto& [name, idx] : ck->tensorFile_) {
+    auto dt = ck->files_[idx]->entry(name).dtype;
+    if (dt == SafetensorsDtype::F32 || dt == SafetensorsDtype::F16 || dt == SafetensorsDtype::BF16)
+      dtypes.insert(safetensorsDtypeName(dt));
+  }
+  ck->storedDtype_ = dtypes.size() == 1 ? *dtypes.begin() : dtypes.empty() ? "none" : "mixed";
+  return ck;
+}
+
+const std::string& Checkpoint::fingerprint() const {
+  if (fingerprint_.empty()) {
+    std::vector<std::string> paths{configPath_};
+    for (const auto& f : weightFiles()) paths.push_back(f);
+    fingerprint_ = sha256Files(paths);
+  }
+  return fingerprint_;
+}
+
+std::vector<std::string> Checkpoint::weightFiles() const {
+  std::vector<std::string> out;
+  for (const auto& f : files_) out.push_back(f->path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> Checkpoint::tensorNames() const {
+  std::vector<std::string> out;
+  for (const auto& [n, i] : tensorFile_) out.push_back(n);
+  return out;
+}
+
+const SafetensorsFile& Checkpoint::fileFor(const std::string& name) const {
+  auto it = tensorFile_.find(name);
+  if (it == tensorFile_.end())
+    throw InputError(indexPath_.empty() && !files_.empty() ? files_[0]->path() : indexPath_, name,
+                     "missing tensor (needed by " + architectureName(config_.architecture) + ")");
+  return *files_[it->second];
+}
+
+const SafetensorsEntry& Checkpoint::entry(const std::string& name) const {
+  return fileFor(name).entry(name);
+}
+
+}  // namespace kvscope
