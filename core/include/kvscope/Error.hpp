@@ -2,6 +2,7 @@
 // The library never exits or aborts; the CLI maps InputError/UsageError to exit code 2.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -29,6 +30,27 @@ class InputError : public std::runtime_error {
 class UsageError : public std::runtime_error {
  public:
   explicit UsageError(const std::string& message) : std::runtime_error(message) {}
+};
+
+}  // namespace kvscope
+
+namespace kvscope {
+
+/// A token would need a position beyond the model's context (GPT-2 `n_positions`,
+/// `max_position_embeddings`). Raised before any position row is read.
+class ContextLimitError : public UsageError {
+ public:
+  ContextLimitError(int64_t position, int64_t limit)
+      : UsageError("context limit reached: position " + std::to_string(position) +
+                   " needs a row beyond the model's " + std::to_string(limit) + " positions"),
+        position_(position),
+        limit_(limit) {}
+  int64_t position() const { return position_; }
+  int64_t limit() const { return limit_; }
+
+ private:
+  int64_t position_;
+  int64_t limit_;
 };
 
 }  // namespace kvscope

@@ -1,0 +1,65 @@
+// A loaded causal LM (GPT-2 or the Llama family) computing exactly what HuggingFace
+// transformers computes in float32 eager mode. The public API carries plain values only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvscope/Checkpoint.hpp"
+#include "kvscope/FloatTensor.hpp"
+#include "kvscope/ModelConfig.hpp"
+#include "kvscope/TensorSink.hpp"
+
+namespace kvscope {
+
+/// The uncached reference over one token stream (audit stage 1).
+struct ReferenceRun {
+  std::vector<int64_t> ids;
+  FloatTensor logits;                     // [T, V] every position
+  std::vector<FloatTensor> hiddenStates;  // numLayers + 1 entries of [T, H] (HF hidden_states)
+  std::vector<FloatTensor> keys;          // per layer [h_kv, T, d] as a cache would hold them
+  std::vector<FloatTensor> values;        // per layer [h_kv, T, d]
+  uint64_t weightsVersion = 0;
+};
+
+struct ModelImpl;  // torch internals, core/src/model/ModelImpl.hpp
+
+class Model {
+ public:
+  /// Loads a checkpoint directory (see Checkpoint). Weights are memory-mapped where they
+  /// are stored as float32, converted to float32 otherwise. Throws InputError naming the
+  /// file and tensor for a missing tensor or a wrong shape.
+  static std::shared_ptr<Model> load(const std::string& dir);
+  ~Model();
+
+  const ModelConfig& config() const;
+  const Checkpoint& checkpoint() const;
+  const std::string& fingerprint() const;
+  /// "F32", "F16", "BF16" or "mixed": what the checkpoint stores (compute is float32).
+  const std::string& storedDtype() const;
+  int64_t embeddingRows() const;  // rows of the input embedding (>= config vocab_size)
+
+  /// Version of the in-memory weights: 0 as loaded, +1 per applyWeightUpdate.
+  uint64_t weightsVersion() const;
+  /// Adds `scale` * (deterministic noise with the tensor's own std, from `seed`) to one
+  /// weight tensor (an RL-style refit). Copies that tensor first; the file is untouched.
+  void applyWeightUpdate(const std::string& tensorName, float scale, uint64_t seed = 0);
+  /// Names of weight tensors (as in the checkpoint), for choosing an update target.
+  std::vector<std::string> weightNames() const;
+
+  /// One uncached pass over `ids` (inference mode). Throws UsageError for ids outside the
+  /// embedding and ContextLimitError for a prompt longer than the context.
+  ReferenceRun reference(const std::vector<int64_t>& ids) const;
+  /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
+  FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
+
+  ModelImpl& impl() const { return *impl_; }
+
+ private:
+  Model() = default;
+  std::unique_ptr<ModelImpl> impl_;
+};
+
+}  // namespace kvscope

@@ -1,0 +1,22 @@
+#include "model/AttentionContext.hpp"
+
+namespace kvscope::detail {
+
+torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tensor& keyIdx,
+                               const torch::Tensor& keyValid, int64_t window) {
+  auto q = queryIdx.view({-1, 1});  // [s, 1]
+  auto k = keyIdx.view({1, -1});    // [1, t]
+  auto allowed = k.le(q);
+  if (window > 0) allowed = allowed.logical_and(k.gt(q - window));
+  // [B, 1, s, t]
+  return allowed.unsqueeze(0).unsqueeze(0).logical_and(keyValid.unsqueeze(1).unsqueeze(1));
+}
+
+KvView UncachedAttention::attend(int64_t layer, const torch::Tensor& kNew,
+                                 const torch::Tensor& vNew) {
+  const int64_t s = kNew.size(2);
+  auto idx = torch::arange(s, torch::kLong);
+  return {kNew, vNew, buildAllowedMask(idx, idx, keyValid_, windows_.at(static_cast<size_t>(layer)))};
+}
+
+}  // namespace kvscope::detail

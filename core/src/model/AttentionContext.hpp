@@ -1,0 +1,46 @@
+// How one forward pass obtains the keys and values each layer attends over. The uncached
+// reference attends over the new records only; the cached engine appends them to its
+// cache and attends over the whole cache.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace kvscope::detail {
+
+struct KvView {
+  torch::Tensor keys;     // [B, h_kv, t, d]
+  torch::Tensor values;   // [B, h_kv, t, d]
+  torch::Tensor allowed;  // [B, 1, s, t] bool: query i may attend key j
+};
+
+class AttentionContext {
+ public:
+  virtual ~AttentionContext() = default;
+  /// kNew, vNew: [B, h_kv, s, d], this layer's records for the s fed tokens (keys after RoPE).
+  virtual KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) = 0;
+};
+
+/// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&
+///                       (window == 0 || keyIdx[j] > queryIdx[i] - window)
+/// queryIdx: [s] slot indices of the queries, keyIdx: [t], keyValid: [B, t] bool.
+/// This is transformers' mask: causal and sliding-window terms on cache indices, padding
+/// on the attention mask (positions only enter through RoPE / learned embeddings).
+torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tensor& keyIdx,
+                               const torch::Tensor& keyValid, int64_t window);
+
+/// Attends over the fed tokens only: a full-prefix, uncached pass. `keyValid` [B, s] marks
+/// real tokens (all true without padding).
+class UncachedAttention : public AttentionContext {
+ public:
+  UncachedAttention(torch::Tensor keyValid, std::vector<int64_t> layerWindows)
+      : keyValid_(std::move(keyValid)), windows_(std::move(layerWindows)) {}
+  KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
+
+ private:
+  torch::Tensor keyValid_;  // [B, s] bool
+  std::vector<int64_t> windows_;
+};
+
+}  // namespace kvscope::detail

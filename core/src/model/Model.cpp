@@ -1,0 +1,132 @@
+#include "kvscope/Model.hpp"
+
+#include <cstdlib>
+#include <thread>
+
+#include "kvscope/Error.hpp"
+#include "model/ModelImpl.hpp"
+
+namespace kvscope {
+
+namespace detail {
+FloatTensor toFloatTensor(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kFloat).contiguous();
+  FloatTensor out;
+  out.shape = c.sizes().vec();
+  out.data.assign(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+  return out;
+}
+
+torch::Tensor fromFloatTensor(const FloatTensor& t) {
+  return torch::from_blob(const_cast<float*>(t.data.data()), t.shape, torch::kFloat).clone();
+}
+}  // namespace detail
+
+namespace {
+void configureThreads() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    unsigned n = std::thread::hardware_concurrency();
+    if (n > 0) torch::set_num_threads(static_cast<int>(n));
+  }
+}
+
+// Collects per-layer K/V and hidden states of batch row 0.
+class ReferenceCollector : public detail::TorchTapSink {
+ public:
+  explicit ReferenceCollector(ReferenceRun& run) : run_(run) {}
+  bool wants(const std::string& name) const override {
+    return name == "k_proj" || name == "v_proj" || name == "hidden" || name == "embed" ||
+           name == "final";
+  }
+  void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
+    auto row = detail::toFloatTensor(t.select(0, 0));
+    if (name == "k_proj") run_.keys.push_back(std::move(row));
+    else if (name == "v_proj") run_.values.push_back(std::move(row));
+    else if (name == "final") final_ = std::move(row);
+    else layerOutputs_.push_back(std::move(row));  // embed, then each layer's output
+  }
+  // transformers' hidden_states: the embeddings, each layer's output except the last,
+  // then the final-normed output of the last layer.
+  void finish() {
+    if (!layerOutputs_.empty()) layerOutputs_.pop_back();
+    run_.hiddenStates = std::move(layerOutputs_);
+    run_.hiddenStates.push_back(std::move(final_));
+  }
+
+ private:
+  ReferenceRun& run_;
+  std::vector<FloatTensor> layerOutputs_;
+  FloatTensor final_;
+};
+}  // namespace
+
+std::shared_ptr<Model> Model::load(const std::string& dir) {
+  configureThreads();
+  std::shared_ptr<Model> m(new Model());
+  m->impl_ = std::make_unique<ModelImpl>();
+  m->impl_->checkpoint = Checkpoint::open(dir);
+  m->impl_->config = m->impl_->checkpoint->config();
+  m->impl_->loadWeights();
+  return m;
+}
+
+Model::~Model() = default;
+
+const ModelConfig& Model::config() const { return impl_->config; }
+const Checkpoint& Model::checkpoint() const { return *impl_->checkpoint; }
+const std::string& Model::fingerprint() const { return impl_->checkpoint->fingerprint(); }
+const std::string& Model::storedDtype() const { return impl_->checkpoint->storedDtype(); }
+int64_t Model::embeddingRows() const { return impl_->embed.size(0); }
+uint64_t Model::weightsVersion() const { return impl_->weightsVersion; }
+
+std::vector<std::string> Model::weightNames() const {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : impl_->byName) out.push_back(n);
+  return out;
+}
+
+void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64_t seed) {
+  auto it = impl_->byName.find(tensorName);
+  if (it == impl_->byName.end()) throw UsageError("no weight tensor named '" + tensorName + "'");
+  torch::NoGradGuard ng;
+  torch::Tensor& t = *it->second;
+  const bool tiedHead = impl_->lmHead.defined() && impl_->lmHead.is_same(t);
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto noise = at::normal(0.0, 1.0, t.sizes(), gen);
+  auto stdv = t.std().item<float>();
+  t = t.clone() + scale * (stdv > 0 ? stdv : 1.0f) * noise;  // copy: the mapping stays read-only
+  if (tiedHead) impl_->lmHead = t;
+  if (tensorName == "model.embed_tokens.weight" || tensorName == "transformer.wte.weight")
+    if (impl_->config.tieWordEmbeddings && !impl_->checkpoint->contains("lm_head.weight"))
+      impl_->lmHead = t;
+  ++impl_->weightsVersion;
+}
+
+ReferenceRun Model::reference(const std::vector<int64_t>& ids) const {
+  ReferenceRun run;
+  run.ids = ids;
+  run.weightsVersion = impl_->weightsVersion;
+  ReferenceCollector collector(run);
+  auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
+  const int64_t T = idT.size(1);
+  auto pos = torch::arange(T, torch::kLong).view({1, -1});
+  detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows);
+  auto logits = impl_->forward(idT, pos, attention, &collector);
+  collector.finish();
+  run.logits = detail::toFloatTensor(logits.select(0, 0));
+  return run;
+}
+
+FloatTensor Model::referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const {
+  detail::FloatTensorSinkAdapter adapter(sink);
+  auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
+  const int64_t T = idT.size(1);
+  auto pos = torch::arange(T, torch::kLong).view({1, -1});
+  detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows);
+  return detail::toFloatTensor(impl_->forward(idT, pos, attention, &adapter).select(0, 0));
+}
+
+}  // namespace kvscope

@@ -1,0 +1,140 @@
+// ModelImpl::forward: GPT-2 and Llama-family decoder blocks, eager attention, float32.
+#include <cmath>
+
+#include "kvscope/Error.hpp"
+#include "model/ModelImpl.hpp"
+
+namespace kvscope {
+
+namespace F = torch::nn::functional;
+
+namespace {
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::matmul(x, w.t());
+}
+
+torch::Tensor activation(const std::string& name, const torch::Tensor& x) {
+  if (name == "silu") return torch::silu(x);
+  if (name == "relu") return torch::relu(x);
+  if (name == "gelu") return torch::gelu(x);
+  // gelu_new / gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  return 0.5 * x * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * torch::pow(x, 3.0))));
+}
+
+void tap(detail::TorchTapSink* taps, int64_t layer, const char* name, const torch::Tensor& t) {
+  if (taps && taps->wants(name)) taps->onTensor(layer, name, t);
+}
+}  // namespace
+
+torch::Tensor ModelImpl::norm(const torch::Tensor& x, const torch::Tensor& w,
+                              const torch::Tensor& b) const {
+  if (config.architecture == Architecture::Gpt2)
+    return torch::layer_norm(x, {config.hiddenSize}, w, b, config.normEps);
+  auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (x * torch::rsqrt(variance + config.normEps));
+}
+
+void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const {
+  if (ids.numel() == 0) throw UsageError("no input tokens");
+  const int64_t rows = embed.size(0);
+  const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+  if (lo < 0 || hi >= rows)
+    throw UsageError("token id " + std::to_string(lo < 0 ? lo : hi) +
+                     " is outside the embedding's " + std::to_string(rows) + " rows (" +
+                     checkpoint->directory() + ")");
+  const int64_t maxPos = positions.max().item<int64_t>();
+  if (maxPos >= config.maxPositions) throw ContextLimitError(maxPos, config.maxPositions);
+  if (positions.min().item<int64_t>() < 0) throw UsageError("negative position id");
+}
+
+torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
+                                        const torch::Tensor& cos, const torch::Tensor& sin,
+                                        detail::AttentionContext& attention,
+                                        detail::TorchTapSink* taps) const {
+  const auto& w = layers[static_cast<size_t>(layer)];
+  const int64_t B = x.size(0), s = x.size(1), d = config.headDim;
+  const int64_t nh = config.numHeads, nkv = config.numKvHeads;
+  torch::Tensor q, k, v;  // [B, h, s, d]
+  if (config.architecture == Architecture::Gpt2) {
+    auto qkv = torch::addmm(w.cAttnB, x.reshape({-1, config.hiddenSize}), w.cAttnW)
+                   .view({B, s, 3 * config.hiddenSize});
+    auto parts = qkv.split(config.hiddenSize, -1);
+    q = parts[0].view({B, s, nh, d}).transpose(1, 2);
+    k = parts[1].view({B, s, nh, d}).transpose(1, 2);
+    v = parts[2].view({B, s, nh, d}).transpose(1, 2);
+  } else {
+    q = linear(x, w.qW, w.qB).view({B, s, nh, d}).transpose(1, 2);
+    k = linear(x, w.kW, w.kB).view({B, s, nkv, d}).transpose(1, 2);
+    v = linear(x, w.vW, w.vB).view({B, s, nkv, d}).transpose(1, 2);
+    q = detail::RotaryEmbedding::apply(q, cos, sin);
+    k = detail::RotaryEmbedding::apply(k, cos, sin);
+  }
+  k = k.contiguous();
+  v = v.contiguous();
+  tap(taps, layer, "k_proj", k);
+  tap(taps, layer, "v_proj", v);
+  detail::KvView kv = attention.attend(layer, k, v);
+  auto keys = kv.keys, values = kv.values;
+  if (nkv != nh) {  // repeat_kv for grouped-query attention
+    keys = keys.repeat_interleave(nh / nkv, 1);
+    values = values.repeat_interleave(nh / nkv, 1);
+  }
+  torch::Tensor scores = torch::matmul(q, keys.transpose(-1, -2));
+  if (config.architecture == Architecture::Gpt2) {
+    scores = scores / std::sqrt(static_cast<float>(d));
+    if (config.scaleAttnByInverseLayerIdx) scores = scores / static_cast<float>(layer + 1);
+  } else {
+    scores = scores * (1.0f / std::sqrt(static_cast<float>(d)));
+  }
+  // Finite minimum like transformers, so fully masked (padding) rows stay finite.
+  scores = scores.masked_fill(kv.allowed.logical_not(), std::numeric_limits<float>::lowest());
+  auto probs = torch::softmax(scores, -1);
+  auto out = torch::matmul(probs, values).transpose(1, 2).reshape({B, s, nh * d});
+  if (config.architecture == Architecture::Gpt2)
+    out = torch::addmm(w.cProjB, out.reshape({-1, config.hiddenSize}), w.cProjW)
+              .view({B, s, config.hiddenSize});
+  else
+    out = linear(out, w.oW, w.oB);
+  tap(taps, layer, "attn_out", out);
+  return out;
+}
+
+torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
+  const auto& w = layers[static_cast<size_t>(layer)];
+  if (config.architecture == Architecture::Gpt2) {
+    auto shape = x.sizes().vec();
+    auto h = torch::addmm(w.fcB, x.reshape({-1, config.hiddenSize}), w.fcW);
+    h = activation(config.activation, h);
+    return torch::addmm(w.projB, h, w.projW).view(shape);
+  }
+  return linear(activation(config.activation, linear(x, w.gateW, w.gateB)) * linear(x, w.upW, w.upB),
+                w.downW, w.downB);
+}
+
+torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
+                                 detail::AttentionContext& attention,
+                                 detail::TorchTapSink* taps) const {
+  torch::InferenceMode guard;
+  checkInputs(ids, positions);  // before any embedding or position row is read
+  torch::Tensor h = embed.index_select(0, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
+  torch::Tensor cos, sin;
+  if (config.architecture == Architecture::Gpt2) {
+    h = h + posEmbed.index_select(0, positions.reshape({-1})).view_as(h);
+  } else {
+    std::tie(cos, sin) = rope->cosSin(positions);
+  }
+  tap(taps, -1, "embed", h);
+  for (int64_t i = 0; i < config.numLayers; ++i) {
+    const auto& w = layers[static_cast<size_t>(i)];
+    h = h + attentionBlock(i, norm(h, w.ln1W, w.ln1B), cos, sin, attention, taps);
+    h = h + mlpBlock(i, norm(h, w.ln2W, w.ln2B));
+    tap(taps, i, "hidden", h);
+  }
+  h = norm(h, finalW, finalB);
+  tap(taps, config.numLayers, "final", h);
+  auto logits = torch::matmul(h, lmHead.narrow(0, 0, config.vocabSize).t());
+  tap(taps, config.numLayers, "logits", logits);
+  return logits;
+}
+
+}  // namespace kvscope

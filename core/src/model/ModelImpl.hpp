@@ -1,0 +1,59 @@
+// The torch side of Model: weights as tensors and the forward pass shared by the
+// uncached reference and the cached engine.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvscope/Checkpoint.hpp"
+#include "model/AttentionContext.hpp"
+#include "model/RotaryEmbedding.hpp"
+#include "model/TorchTapSink.hpp"
+
+namespace kvscope {
+
+struct LayerWeights {
+  // Norms: ln1 before attention, ln2 before the MLP. GPT-2: LayerNorm (weight, bias);
+  // Llama family: RMSNorm (weight only).
+  torch::Tensor ln1W, ln1B, ln2W, ln2B;  // [H]
+  // GPT-2 Conv1D, stored [in, out]: cAttn [H, 3H], cProj [H, H], fc [H, I], proj [I, H].
+  torch::Tensor cAttnW, cAttnB, cProjW, cProjB, fcW, fcB, projW, projB;
+  // Llama family nn.Linear, stored [out, in].
+  torch::Tensor qW, qB, kW, kB, vW, vB, oW, oB;   // q [nh*d, H], k/v [nkv*d, H], o [H, nh*d]
+  torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I]
+};
+
+struct ModelImpl {
+  std::shared_ptr<const Checkpoint> checkpoint;
+  ModelConfig config;
+  torch::Tensor embed;     // [V_rows, H]
+  torch::Tensor posEmbed;  // GPT-2 wpe [P, H]
+  std::vector<LayerWeights> layers;
+  torch::Tensor finalW, finalB;  // [H]
+  torch::Tensor lmHead;          // [V, H] (the embedding when tied)
+  std::unique_ptr<detail::RotaryEmbedding> rope;
+  std::vector<int64_t> layerWindows;  // per layer: sliding window, 0 = full attention
+  uint64_t weightsVersion = 0;
+  std::map<std::string, torch::Tensor*> byName;  // checkpoint name -> member (for updates)
+
+  void loadWeights();
+  /// The forward pass. ids, positions: [B, s] int64. Returns logits [B, s, V].
+  /// Throws ContextLimitError before reading a position row that does not exist, and
+  /// UsageError for ids outside the embedding.
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& positions,
+                        detail::AttentionContext& attention, detail::TorchTapSink* taps) const;
+  /// Validates ids and positions without running anything.
+  void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
+
+ private:
+  torch::Tensor attentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, detail::AttentionContext& attention,
+                               detail::TorchTapSink* taps) const;
+  torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
+  torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
+};
+
+}  // namespace kvscope

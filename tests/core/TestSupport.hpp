@@ -1,0 +1,41 @@
+// Shared helpers for the core tests: fixture paths and golden comparisons with a
+// readable max-difference report.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "kvscope/FloatTensor.hpp"
+#include "kvscope/SafetensorsFile.hpp"
+
+namespace kvscope::test {
+
+inline std::string fixture(const std::string& rel) { return std::string(KVSCOPE_FIXTURES_DIR) + "/" + rel; }
+inline std::string hfModel(const std::string& name) { return fixture("hf/models/" + name); }
+
+/// Compares a computed tensor to a golden one with a tolerance, reporting the worst element.
+inline ::testing::AssertionResult closeTo(const FloatTensor& got, const FloatTensor& want, float tol) {
+  if (got.shape != want.shape)
+    return ::testing::AssertionFailure() << "shape " << got.shapeString() << " vs golden " << want.shapeString();
+  float worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) {
+    float d = std::fabs(got.data[i] - want.data[i]);
+    if (!(d <= worst)) { worst = d; at = i; }
+  }
+  if (worst <= tol) return ::testing::AssertionSuccess() << "max abs diff " << worst;
+  return ::testing::AssertionFailure() << "max abs diff " << worst << " > " << tol << " at flat index " << at
+                                       << " (got " << got.data[at] << ", golden " << want.data[at] << ")";
+}
+
+/// Rows [begin, begin+count) of a 2-D tensor.
+inline FloatTensor rows(const FloatTensor& t, int64_t begin, int64_t count) {
+  FloatTensor out;
+  out.shape = {count, t.shape[1]};
+  out.data.assign(t.data.begin() + begin * t.shape[1], t.data.begin() + (begin + count) * t.shape[1]);
+  return out;
+}
+
+}  // namespace kvscope::test
