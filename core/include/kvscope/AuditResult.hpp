@@ -1,0 +1,45 @@
+// Everything an audit produced, for views that need more than the report: the audited
+// trace, the reference computed for each request, and accessors that rebuild the cache
+// at any step as plain values (copies, never pointers into a live cache).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvscope/AuditReport.hpp"
+#include "kvscope/FloatTensor.hpp"
+#include "kvscope/Trace.hpp"
+
+namespace kvscope {
+
+/// The uncached reference for one request's real token stream (prompt + fed generated).
+struct RequestReference {
+  int64_t request = 0;
+  std::vector<int64_t> ids;          // real tokens, no padding
+  FloatTensor logits;                // [T, V]
+  std::vector<FloatTensor> keys;     // per layer [h_kv, T, d]
+  std::vector<FloatTensor> values;   // per layer [h_kv, T, d]
+};
+
+enum class KvKind { Keys, Values };
+
+struct AuditResult {
+  AuditReport report;
+  Trace trace;                              // the audited (cached) trace
+  std::vector<RequestReference> references; // one per request (may be empty: trace+trace)
+  std::shared_ptr<const Trace> referenceTrace;  // trace+trace mode: the uncached trace
+
+  const RequestReference* referenceFor(int64_t request) const;
+  /// The cached path's cache for (request, step, layer) after that step: [h_kv, t, d],
+  /// pads removed. Built from the appended records (or the step's snapshot when recorded).
+  FloatTensor cachedKv(int64_t request, int64_t step, int64_t layer, KvKind kind) const;
+  /// The reference's records for the same real positions: [h_kv, t, d] (t = real tokens
+  /// consumed up to that step). Empty when no reference exists for the request.
+  FloatTensor referenceKv(int64_t request, int64_t step, int64_t layer, KvKind kind) const;
+  /// Max |cached - reference| per layer for (request, step) over the whole cache, as the
+  /// small-multiples overview shows it; NaN where shapes differ.
+  std::vector<double> layerMaxDiff(int64_t request, int64_t step, KvKind kind) const;
+};
+
+}  // namespace kvscope

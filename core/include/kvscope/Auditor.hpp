@@ -1,0 +1,37 @@
+// The audit: walks the six stages of the audit method in dependency order over a recorded
+// run and reports the first divergence and the failure-matrix findings with evidence.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvscope/AuditResult.hpp"
+#include "kvscope/Model.hpp"
+#include "kvscope/Trace.hpp"
+
+namespace kvscope {
+
+struct AuditOptions {
+  double toleranceScale = 1.0;      // multiplies the dtype tolerance
+  bool perStepReference = false;    // cross-check: also recompute every step uncached
+  std::function<void(double, const std::string&)> progress;  // fraction, what
+  std::function<bool()> cancelled;  // polled between requests/steps; throws AuditCancelled
+};
+
+struct AuditCancelled : std::exception {
+  const char* what() const noexcept override { return "audit cancelled"; }
+};
+
+class Auditor {
+ public:
+  /// Modes 1 and 2: a model plus a cached trace (the built-in engine's or another
+  /// engine's). The reference is one teacher-forced uncached pass over each request's own
+  /// token stream (per weights version).
+  static AuditResult audit(const Model& model, const Trace& cached, const AuditOptions& options = {});
+  /// Mode 3: two traces, no model: `reference` (e.g. an uncached run) against `cached`.
+  static AuditResult auditTraces(const Trace& reference, const Trace& cached,
+                                 const AuditOptions& options = {});
+};
+
+}  // namespace kvscope

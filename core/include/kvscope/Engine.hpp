@@ -1,0 +1,59 @@
+// The built-in cached engine: one K and one V tensor per layer with axes (B, h, t, d_h),
+// preallocated, appended along t; requests with their own cache rows, positions, sampling
+// state and weights version; left-padded batches; requests joining mid-decode; weight
+// updates; fault injection; trace recording.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvscope/FaultSpec.hpp"
+#include "kvscope/Model.hpp"
+#include "kvscope/SamplingPolicy.hpp"
+#include "kvscope/Trace.hpp"
+
+namespace kvscope {
+
+struct RequestSpec {
+  std::vector<int64_t> promptIds;
+  std::string promptText;        // informational
+  int64_t maxNewTokens = 16;
+  SamplingPolicy policy;         // greedy by default
+  int64_t arrivalTick = 0;       // engine tick at which the request joins
+  int64_t batchGroup = -1;       // >= 0: prefilled and decoded as one left-padded batch
+  bool stopAtEos = true;
+};
+
+struct WeightUpdateSpec {
+  int64_t tick = 0;              // applied at the start of this tick
+  std::string tensor;            // checkpoint tensor name
+  float scale = 0.05f;
+  uint64_t seed = 0;
+};
+
+struct EngineOptions {
+  std::vector<FaultSpec> faults;
+  std::vector<WeightUpdateSpec> weightUpdates;
+  bool recordSnapshots = false;  // full per-step cache copies (O(T^2)); off by default
+  bool recordChecksums = true;
+  bool uncached = false;         // full-prefix recompute every step (the reference engine)
+  std::function<void(double)> progress;  // fraction done, called between ticks
+  std::function<bool()> cancelled;       // polled between ticks
+};
+
+class Engine {
+ public:
+  explicit Engine(std::shared_ptr<Model> model);
+  /// Runs every request to completion and returns the recorded trace. Throws UsageError
+  /// for invalid requests (bad policy, empty prompt, a prompt beyond the context).
+  Trace run(const std::vector<RequestSpec>& requests, const EngineOptions& options);
+  Model& model() { return *model_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+};
+
+}  // namespace kvscope

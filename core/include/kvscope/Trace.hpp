@@ -1,0 +1,110 @@
+// A recorded generation run: for every request and step, what was fed, at which
+// positions, the logits row, the chosen token and its policy state, and per layer the K/V
+// records appended (plus optional full cache snapshots, which is all some engines can
+// dump). Storage grows O(T) without snapshots. File format: docs/trace-format.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kvscope/FloatTensor.hpp"
+#include "kvscope/SamplingPolicy.hpp"
+
+namespace kvscope {
+
+struct TraceModelInfo {
+  std::string fingerprint;       // Checkpoint::fingerprint(), empty when unknown
+  std::string architecture;      // gpt2 | llama | mistral | qwen2 | other engines' names
+  std::string directory;         // informational
+  int64_t numLayers = 0;
+  int64_t numHeads = 0;
+  int64_t numKvHeads = 0;
+  int64_t headDim = 0;
+  int64_t vocabSize = 0;
+  int64_t maxPositions = 0;
+  std::string storedDtype;       // F32 / F16 / BF16 (as stored)
+  std::string computeDtype = "float32";
+  bool operator==(const TraceModelInfo& o) const;
+};
+
+struct TraceRequest {
+  int64_t id = 0;
+  std::vector<int64_t> promptIds;
+  std::string promptText;
+  SamplingPolicy policy;
+  int64_t maxNewTokens = 0;
+  std::vector<int64_t> eosIds;
+  std::vector<int64_t> generated;
+  std::string stopReason;        // eos | max_new_tokens | context_limit | stale_cache | running
+  int64_t arrivalTick = 0;
+  int64_t batchGroup = -1;       // >= 0: prefilled as one left-padded batch with the group
+  bool operator==(const TraceRequest& o) const;
+};
+
+struct TraceLayerRecord {
+  int64_t cacheLength = 0;       // records in this layer's cache after the step (pads included)
+  FloatTensor keys;              // [h_kv, s, d] records appended by this step
+  FloatTensor values;            // [h_kv, s, d]
+  std::optional<uint64_t> keyChecksum;    // XXH3-64 of the whole cache row [h_kv, t, d] after
+  std::optional<uint64_t> valueChecksum;  // the step (little-endian float32), when recorded
+  FloatTensor snapshotKeys;      // optional full cache [h_kv, t, d] after the step
+  FloatTensor snapshotValues;
+  bool operator==(const TraceLayerRecord& o) const;
+};
+
+struct TraceStep {
+  int64_t request = 0;
+  int64_t step = 0;              // 0 = prefill, k = feeding generated token k-1
+  int64_t tick = 0;              // engine clock (orders steps of different requests)
+  int64_t slot = 0;              // cache row the engine used
+  std::vector<int64_t> fedIds;   // tokens fed (pads included for left-padded batches)
+  std::vector<int64_t> positions;  // position ids used, one per fed token
+  std::vector<uint8_t> fedMask;  // 1 real token, 0 padding; empty = all real
+  FloatTensor logits;            // [V] the row that chose the token (empty if none)
+  int64_t chosenToken = -1;      // -1: no token (e.g. context limit)
+  uint64_t rngDrawsBefore = 0;
+  uint64_t rngDrawsAfter = 0;
+  uint64_t weightsVersion = 0;   // weights the forward used
+  std::vector<TraceLayerRecord> layers;  // one per layer (empty when not recorded)
+  std::vector<std::string> events;       // arrival, weight_update, cache_rebuilt, context_limit, eos
+  bool operator==(const TraceStep& o) const;
+  int64_t realFedCount() const;
+};
+
+struct TraceEvent {
+  int64_t tick = 0;
+  std::string kind;              // weight_update | arrival | context_limit | note
+  std::string detail;
+  uint64_t weightsVersion = 0;   // version after the event
+  std::string tensor;            // weight_update: which tensor
+  double scale = 0.0;            // weight_update: noise scale
+  uint64_t seed = 0;             // weight_update: noise seed
+  bool operator==(const TraceEvent& o) const;
+};
+
+struct Trace {
+  int formatVersion = 1;
+  std::string engine;            // who recorded it, e.g. "kvscope 0.1.0" or "hf_trace.py"
+  std::string mode = "cached";   // cached | uncached
+  TraceModelInfo model;
+  std::vector<TraceRequest> requests;
+  std::vector<TraceStep> steps;  // in recording order
+  std::vector<TraceEvent> events;
+  std::vector<std::string> faults;  // fault specs the built-in engine injected (for the record)
+
+  bool operator==(const Trace& o) const;
+  const TraceRequest* findRequest(int64_t id) const;
+  /// Steps of one request, in step order.
+  std::vector<const TraceStep*> stepsOf(int64_t request) const;
+  bool hasSnapshots() const;
+};
+
+std::ostream& operator<<(std::ostream& os, const TraceStep& s);
+
+/// XXH3-64 over a float buffer's little-endian bytes (the trace checksum).
+uint64_t traceChecksum(const float* data, size_t count);
+
+}  // namespace kvscope
