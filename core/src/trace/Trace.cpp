@@ -1,0 +1,89 @@
+#include "kvscope/Trace.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+namespace kvscope {
+
+bool TraceModelInfo::operator==(const TraceModelInfo& o) const {
+  return fingerprint == o.fingerprint && architecture == o.architecture &&
+         directory == o.directory && numLayers == o.numLayers && numHeads == o.numHeads &&
+         numKvHeads == o.numKvHeads && headDim == o.headDim && vocabSize == o.vocabSize &&
+         maxPositions == o.maxPositions && storedDtype == o.storedDtype &&
+         computeDtype == o.computeDtype;
+}
+
+bool TraceRequest::operator==(const TraceRequest& o) const {
+  return id == o.id && promptIds == o.promptIds && promptText == o.promptText &&
+         policy == o.policy && maxNewTokens == o.maxNewTokens && eosIds == o.eosIds &&
+         generated == o.generated && stopReason == o.stopReason && arrivalTick == o.arrivalTick &&
+         batchGroup == o.batchGroup;
+}
+
+bool TraceLayerRecord::operator==(const TraceLayerRecord& o) const {
+  return cacheLength == o.cacheLength && keys == o.keys && values == o.values &&
+         keyChecksum == o.keyChecksum && valueChecksum == o.valueChecksum &&
+         snapshotKeys == o.snapshotKeys && snapshotValues == o.snapshotValues;
+}
+
+bool TraceStep::operator==(const TraceStep& o) const {
+  return request == o.request && step == o.step && tick == o.tick && slot == o.slot &&
+         fedIds == o.fedIds && positions == o.positions && fedMask == o.fedMask &&
+         logits == o.logits && chosenToken == o.chosenToken &&
+         rngDrawsBefore == o.rngDrawsBefore && rngDrawsAfter == o.rngDrawsAfter &&
+         weightsVersion == o.weightsVersion && layers == o.layers && events == o.events;
+}
+
+int64_t TraceStep::realFedCount() const {
+  if (fedMask.empty()) return static_cast<int64_t>(fedIds.size());
+  return std::count(fedMask.begin(), fedMask.end(), uint8_t{1});
+}
+
+bool TraceEvent::operator==(const TraceEvent& o) const {
+  return tick == o.tick && kind == o.kind && detail == o.detail &&
+         weightsVersion == o.weightsVersion && tensor == o.tensor && scale == o.scale &&
+         seed == o.seed;
+}
+
+bool Trace::operator==(const Trace& o) const {
+  return formatVersion == o.formatVersion && engine == o.engine && mode == o.mode &&
+         model == o.model && requests == o.requests && steps == o.steps && events == o.events &&
+         faults == o.faults;
+}
+
+const TraceRequest* Trace::findRequest(int64_t id) const {
+  for (const auto& r : requests)
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+std::vector<const TraceStep*> Trace::stepsOf(int64_t request) const {
+  std::vector<const TraceStep*> out;
+  for (const auto& s : steps)
+    if (s.request == request) out.push_back(&s);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TraceStep* a, const TraceStep* b) { return a->step < b->step; });
+  return out;
+}
+
+bool Trace::hasSnapshots() const {
+  for (const auto& s : steps)
+    for (const auto& l : s.layers)
+      if (!l.snapshotKeys.empty()) return true;
+  return false;
+}
+
+std::ostream& operator<<(std::ostream& os, const TraceStep& s) {
+  os << "step{request " << s.request << ", step " << s.step << ", tick " << s.tick << ", fed [";
+  for (size_t i = 0; i < s.fedIds.size(); ++i) os << (i ? "," : "") << s.fedIds[i];
+  os << "] at [";
+  for (size_t i = 0; i < s.positions.size(); ++i) os << (i ? "," : "") << s.positions[i];
+  return os << "], chose " << s.chosenToken << ", weights v" << s.weightsVersion << "}";
+}
+
+uint64_t traceChecksum(const float* data, size_t count) {
+  return XXH3_64bits(data, count * sizeof(float));
+}
+
+}  // namespace kvscope
