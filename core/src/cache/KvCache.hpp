@@ -1,0 +1,42 @@
+// The cached engine's KV cache: one K and one V tensor per layer, axes (B, h, t, d_h),
+// preallocated to `capacity` positions so appends along t never reallocate. Rows (B) are
+// slots handed to requests; lengths and padding masks live in the request state.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace kvscope::detail {
+
+class KvCache {
+ public:
+  KvCache(int64_t layers, int64_t slots, int64_t kvHeads, int64_t capacity, int64_t headDim);
+
+  int64_t layers() const { return static_cast<int64_t>(keys_.size()); }
+  int64_t slots() const { return slots_; }
+  int64_t capacity() const { return capacity_; }
+
+  /// Writes records [h, s, d] into (layer, slot) at cache indices [at, at + s).
+  /// Throws UsageError when the capacity would be exceeded.
+  void write(int64_t layer, int64_t slot, int64_t at, const torch::Tensor& k, const torch::Tensor& v);
+  /// Views of (layer, slot) indices [0, length): [1, h, length, d] (no copy).
+  torch::Tensor keysView(int64_t layer, int64_t slot, int64_t length) const;
+  torch::Tensor valuesView(int64_t layer, int64_t slot, int64_t length) const;
+  /// Copies of (layer, slot) indices [begin, end): [h, end - begin, d], contiguous.
+  torch::Tensor copyKeys(int64_t layer, int64_t slot, int64_t begin, int64_t end) const;
+  torch::Tensor copyValues(int64_t layer, int64_t slot, int64_t begin, int64_t end) const;
+  /// XXH3-64 of (layer, slot)'s [h, length, d] region laid out contiguously (no copy).
+  uint64_t checksumKeys(int64_t layer, int64_t slot, int64_t length) const;
+  uint64_t checksumValues(int64_t layer, int64_t slot, int64_t length) const;
+
+ private:
+  static uint64_t checksum(const torch::Tensor& store, int64_t slot, int64_t length);
+  int64_t slots_;
+  int64_t capacity_;
+  std::vector<torch::Tensor> keys_;    // [layers][slots, h_kv, capacity, d]
+  std::vector<torch::Tensor> values_;  // [layers][slots, h_kv, capacity, d]
+};
+
+}  // namespace kvscope::detail

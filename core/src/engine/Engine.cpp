@@ -1,0 +1,369 @@
+#include "kvscope/Engine.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <map>
+#include <set>
+
+#include "cache/KvCache.hpp"
+#include "engine/CachedAttention.hpp"
+#include "engine/FaultPlan.hpp"
+#include "engine/RequestState.hpp"
+#include "engine/StepRecorder.hpp"
+#include "kvscope/Auditor.hpp"
+#include "kvscope/BuildInfo.hpp"
+#include "kvscope/Error.hpp"
+#include "kvscope/Sampler.hpp"
+#include "model/ModelImpl.hpp"
+
+namespace kvscope {
+
+using detail::RequestState;
+
+namespace {
+
+// Collects k_proj / v_proj taps of batch row 0 (the uncached engine's records).
+class KvTapCollector : public detail::TorchTapSink {
+ public:
+  bool wants(const std::string& name) const override { return name == "k_proj" || name == "v_proj"; }
+  void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
+    (name == "k_proj" ? keys : values).push_back(t.select(0, 0));
+  }
+  std::vector<torch::Tensor> keys, values;  // [layer][h, T, d]
+};
+
+class EngineRun {
+ public:
+  EngineRun(Model& model, const std::vector<RequestSpec>& specs, const EngineOptions& options)
+      : model_(model), impl_(model.impl()), cfg_(impl_.config), options_(options),
+        faults_(options.faults, cfg_.numLayers) {
+    int64_t longest = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto& s = specs[i];
+      if (s.promptIds.empty()) throw UsageError("request " + std::to_string(i) + " has an empty prompt");
+      if (static_cast<int64_t>(s.promptIds.size()) > cfg_.maxPositions)
+        throw ContextLimitError(static_cast<int64_t>(s.promptIds.size()) - 1, cfg_.maxPositions);
+      if (s.maxNewTokens < 1) throw UsageError("max new tokens must be at least 1");
+      s.policy.validate();
+      RequestState r;
+      r.id = static_cast<int64_t>(i);
+      r.spec = s;
+      r.rng = RequestRng(s.policy.seed);
+      r.lengths.assign(static_cast<size_t>(cfg_.numLayers), 0);
+      requests_.push_back(std::move(r));
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(s.promptIds.size()) + s.maxNewTokens);
+    }
+    for (auto& r : requests_) {
+      r.slot = r.id;
+      const int64_t victim = faults_.crossRequestVictim(r.id);
+      if (victim >= 0 && victim < static_cast<int64_t>(requests_.size())) r.slot = victim;
+    }
+    // Preallocated once: appends along t never reallocate. Slack covers duplicate appends.
+    const int64_t capacity = std::min(longest, cfg_.maxPositions) * 2 + 8;
+    cache_ = std::make_unique<detail::KvCache>(cfg_.numLayers, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())),
+                                               cfg_.numKvHeads, capacity, cfg_.headDim);
+    updates_ = options.weightUpdates;
+    if (auto stale = faults_.staleCache()) {
+      updates_.push_back({stale->tick, "", stale->scale, 0});
+      keepStale_ = true;
+      staleLayer_ = stale->layer;
+    }
+    padId_ = cfg_.padTokenId.value_or(cfg_.eosTokenIds.empty() ? 0 : cfg_.eosTokenIds.front());
+  }
+
+  Trace run() {
+    Trace trace;
+    trace.engine = "kvscope " + BuildInfo::detect().kvscopeVersion;
+    trace.mode = options_.uncached ? "uncached" : "cached";
+    trace.model = modelInfo();
+    trace.faults = faults_.describe();
+    trace_ = &trace;
+    int64_t tick = 0;
+    const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},
+        [](int64_t m, const RequestState& r) { return std::max(m, r.spec.arrivalTick); });
+    while (std::any_of(requests_.begin(), requests_.end(), [](const RequestState& r) { return !r.done; })) {
+      if (options_.cancelled && options_.cancelled()) throw AuditCancelled();
+      applyWeightUpdates(tick);
+      std::vector<RequestState*> arriving;
+      for (auto& r : requests_)
+        if (!r.arrived && r.spec.arrivalTick == tick) arriving.push_back(&r);
+      std::set<int64_t> prefilled;
+      for (auto& group : groups(arriving)) {
+        for (auto* r : group) {
+          r->arrived = true;
+          prefilled.insert(r->id);
+        }
+        runStep(group, tick, /*prefill=*/true);
+      }
+      std::vector<RequestState*> decoding;
+      for (auto& r : requests_)
+        if (r.arrived && !r.done && !prefilled.count(r.id)) decoding.push_back(&r);
+      for (auto& group : groups(decoding)) runStep(group, tick, /*prefill=*/false);
+      ++tick;
+      if (options_.progress) options_.progress(progressFraction());
+      if (tick > lastArrival + cfg_.maxPositions * 4 + 16) throw UsageError("engine made no progress");
+    }
+    for (const auto& r : requests_) {
+      TraceRequest tr;
+      tr.id = r.id;
+      tr.promptIds = r.spec.promptIds;
+      tr.promptText = r.spec.promptText;
+      tr.policy = r.spec.policy;
+      tr.maxNewTokens = r.spec.maxNewTokens;
+      tr.eosIds = r.spec.stopAtEos ? cfg_.eosTokenIds : std::vector<int64_t>{};
+      tr.generated = r.generated;
+      tr.stopReason = r.stopReason;
+      tr.arrivalTick = r.spec.arrivalTick;
+      tr.batchGroup = r.spec.batchGroup;
+      trace.requests.push_back(std::move(tr));
+    }
+    return trace;
+  }
+
+ private:
+  TraceModelInfo modelInfo() const {
+    TraceModelInfo m;
+    m.fingerprint = model_.fingerprint();
+    m.architecture = architectureName(cfg_.architecture);
+    m.directory = model_.checkpoint().directory();
+    m.numLayers = cfg_.numLayers;
+    m.numHeads = cfg_.numHeads;
+    m.numKvHeads = cfg_.numKvHeads;
+    m.headDim = cfg_.headDim;
+    m.vocabSize = cfg_.vocabSize;
+    m.maxPositions = cfg_.maxPositions;
+    m.storedDtype = model_.storedDtype();
+    return m;
+  }
+
+  double progressFraction() const {
+    double total = 0, done = 0;
+    for (const auto& r : requests_) {
+      total += static_cast<double>(r.spec.maxNewTokens);
+      done += r.done ? static_cast<double>(r.spec.maxNewTokens) : static_cast<double>(r.generated.size());
+    }
+    return total > 0 ? done / total : 1.0;
+  }
+
+  // Requests sharing a batch group run as one left-padded batch; the rest run alone.
+  std::vector<std::vector<RequestState*>> groups(const std::vector<RequestState*>& members) const {
+    std::vector<std::vector<RequestState*>> out;
+    std::map<int64_t, size_t> byGroup;
+    for (auto* r : members) {
+      const bool batched = r->spec.batchGroup >= 0 && !r->needsRebuild && !options_.uncached;
+      if (batched && byGroup.count(r->spec.batchGroup)) {
+        out[byGroup[r->spec.batchGroup]].push_back(r);
+        continue;
+      }
+      if (batched) byGroup[r->spec.batchGroup] = out.size();
+      out.push_back({r});
+    }
+    return out;
+  }
+
+  void applyWeightUpdates(int64_t tick) {
+    for (const auto& u : updates_) {
+      if (u.tick != tick) continue;
+      std::string tensor = u.tensor;
+      if (tensor.empty()) {  // stale_cache: the layer's key projection
+        tensor = cfg_.architecture == Architecture::Gpt2
+                     ? "transformer.h." + std::to_string(staleLayer_) + ".attn.c_attn.weight"
+                     : "model.layers." + std::to_string(staleLayer_) + ".self_attn.k_proj.weight";
+      }
+      model_.applyWeightUpdate(tensor, u.scale, u.seed);
+      TraceEvent e;
+      e.tick = tick;
+      e.kind = "weight_update";
+      e.tensor = tensor;
+      e.scale = u.scale;
+      e.seed = u.seed;
+      e.weightsVersion = model_.weightsVersion();
+      e.detail = keepStale_ ? "cache kept (stale)" : "caches rebuilt on next use";
+      trace_->events.push_back(e);
+      for (auto& r : requests_)
+        if (r.arrived && !r.done && !keepStale_) r.needsRebuild = true;
+    }
+  }
+
+  // One forward for a group (prefill or decode), then choose, record and stop.
+  void runStep(std::vector<RequestState*>& group, int64_t tick, bool prefill) {
+    const size_t B = group.size();
+    std::vector<std::vector<int64_t>> fed(B), pos(B);
+    std::vector<std::vector<uint8_t>> mask(B);
+    std::vector<std::vector<std::string>> events(B);
+    size_t width = 0;
+    for (size_t b = 0; b < B; ++b) {
+      RequestState& r = *group[b];
+      if (prefill) {
+        for (int64_t t : r.spec.promptIds) fed[b].push_back(t);
+        events[b].push_back("arrival");
+      } else if (r.needsRebuild || options_.uncached) {
+        fed[b] = r.consumed;
+        fed[b].push_back(r.generated.back());
+        if (r.needsRebuild) {
+          events[b].push_back("cache_reset");
+          r.needsRebuild = false;
+        }
+        std::fill(r.lengths.begin(), r.lengths.end(), 0);
+        r.valid.clear();
+        r.nextPosition = 0;
+        r.consumed.clear();
+      } else if (r.step == 1 && faults_.duplicatePromptToken(r.id)) {
+        fed[b] = {r.spec.promptIds.back(), r.generated.back()};
+      } else {
+        fed[b] = {r.generated.back()};
+      }
+      width = std::max(width, fed[b].size());
+    }
+    // Left padding to a common width; positions follow cumsum(mask) - 1 (pads get 1).
+    for (size_t b = 0; b < B; ++b) {
+      RequestState& r = *group[b];
+      const size_t pad = width - fed[b].size();
+      std::vector<int64_t> ids(pad, padId_);
+      ids.insert(ids.end(), fed[b].begin(), fed[b].end());
+      fed[b] = ids;
+      mask[b].assign(pad, 0);
+      mask[b].insert(mask[b].end(), width - pad, 1);
+      int64_t next = r.nextPosition, inStep = 0;
+      for (size_t j = 0; j < width; ++j) {
+        if (!mask[b][j]) {
+          pos[b].push_back(1);
+          continue;
+        }
+        pos[b].push_back(faults_.position(r.id, r.step, inStep++, next++));
+      }
+    }
+    // The context limit is checked before any position row is read.
+    for (size_t b = 0; b < B; ++b) {
+      const int64_t maxPos = *std::max_element(pos[b].begin(), pos[b].end());
+      if (maxPos >= cfg_.maxPositions) {
+        for (auto* r : group) stopForContext(*r, tick, maxPos);
+        return;
+      }
+    }
+    std::vector<int64_t> flatIds, flatPos;
+    for (size_t b = 0; b < B; ++b) {
+      flatIds.insert(flatIds.end(), fed[b].begin(), fed[b].end());
+      flatPos.insert(flatPos.end(), pos[b].begin(), pos[b].end());
+    }
+    const auto W = static_cast<int64_t>(width);
+    auto idsT = torch::tensor(flatIds, torch::kLong).view({static_cast<int64_t>(B), W});
+    auto posT = torch::tensor(flatPos, torch::kLong).view({static_cast<int64_t>(B), W});
+    std::vector<std::vector<TraceLayerRecord>> records(B);
+    torch::Tensor logits;
+    if (options_.uncached) {
+      KvTapCollector taps;
+      detail::UncachedAttention attention(torch::tensor(std::vector<int64_t>(mask[0].begin(), mask[0].end())).to(torch::kBool).view({1, W}),
+                                          impl_.layerWindows);
+      logits = impl_.forward(idsT, posT, attention, &taps);
+      for (int64_t l = 0; l < cfg_.numLayers; ++l) {
+        TraceLayerRecord rec;
+        rec.cacheLength = W;
+        const int64_t s = W - (group[0]->step == 0 ? 0 : W - 1);
+        rec.keys = detail::toFloatTensor(taps.keys[static_cast<size_t>(l)].narrow(1, W - s, s));
+        rec.values = detail::toFloatTensor(taps.values[static_cast<size_t>(l)].narrow(1, W - s, s));
+        records[0].push_back(std::move(rec));
+      }
+    } else {
+      detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows);
+      logits = impl_.forward(idsT, posT, attention, nullptr);
+      detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
+      for (size_t b = 0; b < B; ++b) records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b]);
+    }
+    for (size_t b = 0; b < B; ++b) {
+      RequestState& r = *group[b];
+      TraceStep st;
+      st.request = r.id;
+      st.step = r.step;
+      st.tick = tick;
+      st.slot = r.slot;
+      st.fedIds = fed[b];
+      st.positions = pos[b];
+      if (std::find(mask[b].begin(), mask[b].end(), 0) != mask[b].end()) st.fedMask = mask[b];
+      st.weightsVersion = model_.weightsVersion();
+      st.events = events[b];
+      st.layers = std::move(records[b]);
+      if (options_.uncached && r.step > 0) {  // the step's own tokens: the last one
+        st.fedIds = {fed[b].back()};
+        st.positions = {pos[b].back()};
+      }
+      auto row = logits.select(0, static_cast<int64_t>(b)).select(0, W - 1).contiguous();
+      std::vector<float> lr(row.data_ptr<float>(), row.data_ptr<float>() + cfg_.vocabSize);
+      st.logits = FloatTensor({cfg_.vocabSize}, lr);
+      choose(r, st, lr);
+      for (size_t j = 0; j < fed[b].size(); ++j)
+        if (mask[b][j]) r.consumed.push_back(fed[b][j]);
+      r.nextPosition += std::count(mask[b].begin(), mask[b].end(), uint8_t{1});
+      if (prefill) r.cacheVersion = model_.weightsVersion();
+      ++r.step;
+      finishIfDone(r, st);
+      trace_->steps.push_back(std::move(st));
+    }
+  }
+
+  void choose(RequestState& r, TraceStep& st, const std::vector<float>& logits) {
+    SamplingPolicy effective = r.spec.policy;
+    if (faults_.tieRuleLast(r.id)) effective.tieRule = SamplingPolicy::TieRule::Highest;
+    if (faults_.rngReseed(r.id, st.step)) r.rng.reseed(r.spec.policy.seed);
+    if (faults_.rngExtraDraw(r.id, st.step) && !effective.greedy()) r.rng.nextUniform();
+    st.rngDrawsBefore = r.rng.draws();
+    SamplingOutcome out = Sampler::choose(logits, effective, r.rng);
+    st.rngDrawsAfter = r.rng.draws();
+    st.chosenToken = out.token;
+    r.generated.push_back(out.token);
+  }
+
+  void finishIfDone(RequestState& r, TraceStep& st) {
+    const auto& eos = cfg_.eosTokenIds;
+    if (r.spec.stopAtEos && std::find(eos.begin(), eos.end(), st.chosenToken) != eos.end()) {
+      r.done = true;
+      r.stopReason = "eos";
+      st.events.push_back("eos");
+    } else if (static_cast<int64_t>(r.generated.size()) >= r.spec.maxNewTokens) {
+      r.done = true;
+      r.stopReason = "max_new_tokens";
+    } else if (r.nextPosition >= cfg_.maxPositions) {
+      // The token just chosen would need a position row that does not exist.
+      r.done = true;
+      r.stopReason = "context_limit";
+      st.events.push_back("context_limit");
+    }
+  }
+
+  void stopForContext(RequestState& r, int64_t tick, int64_t position) {
+    r.done = true;
+    r.stopReason = "context_limit";
+    TraceEvent e;
+    e.tick = tick;
+    e.kind = "context_limit";
+    e.detail = "request " + std::to_string(r.id) + " needs position " + std::to_string(position) +
+               " of " + std::to_string(cfg_.maxPositions) + "; refused before the lookup";
+    e.weightsVersion = model_.weightsVersion();
+    trace_->events.push_back(e);
+  }
+
+  Model& model_;
+  ModelImpl& impl_;
+  const ModelConfig& cfg_;
+  const EngineOptions& options_;
+  detail::FaultPlan faults_;
+  std::vector<RequestState> requests_;
+  std::unique_ptr<detail::KvCache> cache_;
+  std::vector<WeightUpdateSpec> updates_;
+  bool keepStale_ = false;
+  int64_t staleLayer_ = 0;
+  int64_t padId_ = 0;
+  Trace* trace_ = nullptr;
+};
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<Model> model) : model_(std::move(model)) {}
+
+Trace Engine::run(const std::vector<RequestSpec>& requests, const EngineOptions& options) {
+  torch::InferenceMode guard;
+  EngineRun run(*model_, requests, options);
+  return run.run();
+}
+
+}  // namespace kvscope

@@ -1,0 +1,131 @@
+#include "engine/FaultPlan.hpp"
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope::detail {
+
+FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_(std::move(faults)) {
+  auto checkLayer = [&](const FaultSpec& f, const char* key, bool allowAll) {
+    const int64_t l = f.get(key);
+    if ((allowAll && l == -1) || (l >= 0 && l < numLayers)) return;
+    throw UsageError("fault '" + f.toString() + "': " + key + "=" + std::to_string(l) +
+                     " is not a layer of this model (0.." + std::to_string(numLayers - 1) + ")");
+  };
+  for (const auto& f : faults_) {
+    if (f.name == "wrong_layer") {
+      checkLayer(f, "layer", false);
+      checkLayer(f, "source", false);
+      if (f.get("source") >= f.get("layer"))
+        throw UsageError("fault '" + f.toString() +
+                         "': source must be an earlier layer than layer (its records must exist "
+                         "when layer runs)");
+    } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
+               f.name == "window_off_by_one") {
+      checkLayer(f, "layer", true);
+    } else if (f.name == "stale_cache") {
+      checkLayer(f, "layer", false);
+    } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
+      throw UsageError("fault '" + f.toString() + "': request and victim must differ");
+    }
+  }
+}
+
+bool FaultPlan::matches(const FaultSpec& f, int64_t request) {
+  auto it = f.params.find("request");
+  return it == f.params.end() || it->second < 0 || it->second == request;
+}
+
+const FaultSpec* FaultPlan::find(const char* name) const {
+  for (const auto& f : faults_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::vector<const FaultSpec*> FaultPlan::all(const char* name) const {
+  std::vector<const FaultSpec*> out;
+  for (const auto& f : faults_)
+    if (f.name == name) out.push_back(&f);
+  return out;
+}
+
+int64_t FaultPlan::position(int64_t request, int64_t step, int64_t indexInStep, int64_t expected) const {
+  for (const auto* f : all("wrong_position")) {
+    if (!matches(*f, request) || step < f->get("step")) continue;
+    if (f->get("restart")) {
+      // Positions restart at 0 at the first affected step and count up from there.
+      return (step - f->get("step")) + indexInStep;
+    }
+    return expected + f->get("offset");
+  }
+  return expected;
+}
+
+int64_t FaultPlan::wrongLayerSource(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("wrong_layer"))
+    if (matches(*f, request) && step >= f->get("step") && layer == f->get("layer")) return f->get("source");
+  return -1;
+}
+
+bool FaultPlan::duplicateAppend(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("duplicate_append"))
+    if (matches(*f, request) && step == f->get("step") && (f->get("layer") < 0 || f->get("layer") == layer))
+      return true;
+  return false;
+}
+
+bool FaultPlan::duplicatePromptToken(int64_t request) const {
+  for (const auto* f : all("duplicate_prompt_token"))
+    if (matches(*f, request)) return true;
+  return false;
+}
+
+int64_t FaultPlan::crossRequestVictim(int64_t request) const {
+  for (const auto* f : all("cross_request"))
+    if (f->get("request") == request) return f->get("victim");
+  return -1;
+}
+
+int64_t FaultPlan::batchRowSource(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("batch_row_mix"))
+    if (f->get("to") == request && step >= f->get("step") && (f->get("layer") < 0 || f->get("layer") == layer))
+      return f->get("from");
+  return -1;
+}
+
+bool FaultPlan::tieRuleLast(int64_t request) const {
+  for (const auto* f : all("tie_rule_last"))
+    if (matches(*f, request)) return true;
+  return false;
+}
+
+bool FaultPlan::rngExtraDraw(int64_t request, int64_t step) const {
+  for (const auto* f : all("rng_extra_draw"))
+    if (matches(*f, request) && step == f->get("step")) return true;
+  return false;
+}
+
+bool FaultPlan::rngReseed(int64_t request, int64_t step) const {
+  for (const auto* f : all("rng_reseed"))
+    if (matches(*f, request) && step >= f->get("step")) return true;
+  return false;
+}
+
+int64_t FaultPlan::windowExtra(int64_t layer) const {
+  for (const auto* f : all("window_off_by_one"))
+    if (f->get("layer") < 0 || f->get("layer") == layer) return 1;
+  return 0;
+}
+
+std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
+  if (const auto* f = find("stale_cache"))
+    return StaleUpdate{f->get("tick"), f->get("layer"), static_cast<float>(f->get("scale")) / 100.0f};
+  return std::nullopt;
+}
+
+std::vector<std::string> FaultPlan::describe() const {
+  std::vector<std::string> out;
+  for (const auto& f : faults_) out.push_back(f.toString());
+  return out;
+}
+
+}  // namespace kvscope::detail

@@ -1,0 +1,51 @@
+// Answers the engine's questions about injected faults: "at this request, step and
+// layer, what goes wrong?". Built once from the parsed FaultSpecs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "kvscope/FaultSpec.hpp"
+
+namespace kvscope::detail {
+
+class FaultPlan {
+ public:
+  FaultPlan() = default;
+  /// Validates parameter ranges against the model (throws UsageError).
+  FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers);
+
+  /// Position id the engine uses instead of `expected` (the correct one).
+  int64_t position(int64_t request, int64_t step, int64_t indexInStep, int64_t expected) const;
+  /// The layer whose records (request, step, layer) stores instead of its own, or -1.
+  int64_t wrongLayerSource(int64_t request, int64_t step, int64_t layer) const;
+  bool duplicateAppend(int64_t request, int64_t step, int64_t layer) const;
+  bool duplicatePromptToken(int64_t request) const;
+  /// The request whose cache row `request` is given on arrival, or -1.
+  int64_t crossRequestVictim(int64_t request) const;
+  /// The request whose records are written into `request`'s row at (step, layer), or -1.
+  int64_t batchRowSource(int64_t request, int64_t step, int64_t layer) const;
+  bool tieRuleLast(int64_t request) const;
+  bool rngExtraDraw(int64_t request, int64_t step) const;
+  bool rngReseed(int64_t request, int64_t step) const;
+  int64_t windowExtra(int64_t layer) const;  // 1 when the sliding window keeps one key too many
+  /// The stale_cache fault: a weight update at a tick whose cache is kept.
+  struct StaleUpdate {
+    int64_t tick;
+    int64_t layer;
+    float scale;
+  };
+  std::optional<StaleUpdate> staleCache() const;
+  std::vector<std::string> describe() const;
+  bool empty() const { return faults_.empty(); }
+
+ private:
+  const FaultSpec* find(const char* name) const;
+  std::vector<const FaultSpec*> all(const char* name) const;
+  static bool matches(const FaultSpec& f, int64_t request);
+  std::vector<FaultSpec> faults_;
+};
+
+}  // namespace kvscope::detail

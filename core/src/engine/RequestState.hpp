@@ -1,0 +1,32 @@
+// Everything one request owns in the cached engine: its cache row, per-layer lengths,
+// padding mask, consumed stream, sampling state and the weights version its cache holds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvscope/Engine.hpp"
+#include "kvscope/RequestRng.hpp"
+
+namespace kvscope::detail {
+
+struct RequestState {
+  int64_t id = 0;
+  RequestSpec spec;
+  int64_t slot = -1;                 // cache row
+  std::vector<int64_t> lengths;      // per layer: entries written (pads included)
+  std::vector<uint8_t> valid;        // per cache index: 1 real, 0 padding
+  std::vector<int64_t> consumed;     // real tokens fed so far (the stream the cache holds)
+  int64_t nextPosition = 0;          // position id of the next real token
+  std::vector<int64_t> generated;
+  RequestRng rng;
+  int64_t step = 0;                  // next step number (0 = prefill)
+  uint64_t cacheVersion = 0;         // weights version the cache was built with
+  bool arrived = false;
+  bool done = false;
+  bool needsRebuild = false;         // weights changed; cache must be rebuilt before use
+  std::string stopReason = "running";
+};
+
+}  // namespace kvscope::detail
