@@ -448,3 +448,138 @@ TEST(SamplerChoose, SampledFrequenciesFollowTheProbabilities) {
     EXPECT_NEAR(counts[t] / double(n), d[t], 5 * sd) << "id " << t;
   }
 }
+
+// ---------------------------------------------------------------- kvscope-cli policy
+
+namespace {
+
+struct CliResult {
+  int exitCode = -1;
+  std::string out;  // stdout (and stderr when merged)
+};
+
+CliResult runCli(const std::string& args, bool mergeStderr) {
+  const std::string cmd = std::string("\"") + KVSCOPE_CLI_PATH + "\" " + args +
+                          (mergeStderr ? " 2>&1" : " 2>/dev/null");
+  CliResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+TEST(SamplerCli, JsonProbabilitiesMatchTheTransformersFixture) {
+  const json spec = loadWarpersJson();
+  auto file = SafetensorsFile::open(kWarpersDir + "/warpers.safetensors");
+  const std::vector<std::string> keys = {"random.T0.5.k5.p0.9", "ties.T1.0.k5.p0.9",
+                                         "ties.T2.0.kNone.p0.5", "peaked.T2.0.k1000.pNone"};
+  for (const std::string& key : keys) {
+    const auto it = std::find_if(spec.at("cases").begin(), spec.at("cases").end(),
+                                 [&](const json& c) { return c.at("key") == key; });
+    ASSERT_NE(it, spec.at("cases").end()) << key;
+    const json& c = *it;
+    std::string args = "policy --json --seed 4 --logits \"" + kWarpersDir +
+                       "/warpers.safetensors:" + c.at("vector").get<std::string>() +
+                       ".logits\" --temperature " + fmt(c.at("temperature").get<double>());
+    if (!c.at("top_k").is_null()) args += " --top-k " + std::to_string(c.at("top_k").get<int>());
+    if (!c.at("top_p").is_null()) args += " --top-p " + fmt(c.at("top_p").get<double>());
+    const CliResult r = runCli(args, false);
+    ASSERT_EQ(r.exitCode, 0) << args << "\n" << r.out;
+    const json out = json::parse(r.out);
+    const auto expected = file->readFloat(key).data;
+    const auto probs = out.at("probabilities").get<std::vector<double>>();
+    ASSERT_EQ(probs.size(), expected.size()) << key;
+    double diff = 0.0;
+    int64_t kept = 0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+      diff = std::max(diff, std::fabs(probs[i] - expected[i]));
+      kept += probs[i] > 0.0;
+    }
+    EXPECT_LE(diff, 1e-6) << key;
+    EXPECT_EQ(kept, c.at("kept").get<int64_t>()) << key;
+    const auto eligible = out.at("eligible").get<std::vector<int64_t>>();
+    EXPECT_EQ(static_cast<int64_t>(eligible.size()), kept) << key;
+    EXPECT_NEAR(out.at("sum").get<double>(), 1.0, 1e-9) << key;
+    const int64_t token = out.at("token").get<int64_t>();
+    EXPECT_TRUE(std::binary_search(eligible.begin(), eligible.end(), token)) << key;
+    EXPECT_EQ(out.at("policy").get<SamplingPolicy>().seed, 4u);
+    // the same choice as the library with the same seed
+    SamplingPolicy p = policyFromCase(c);
+    p.seed = 4;
+    RequestRng rng(4);
+    EXPECT_EQ(token, Sampler::choose(file->readFloat(c.at("vector").get<std::string>() + ".logits").data,
+                                     p, rng)
+                         .token)
+        << key;
+  }
+}
+
+TEST(SamplerCli, GreedyAndTextOutput) {
+  const std::string ties = "\"" + kWarpersDir + "/warpers.safetensors:ties.logits\"";
+  CliResult r = runCli("policy --json --temperature 0 --logits " + ties, false);
+  ASSERT_EQ(r.exitCode, 0) << r.out;
+  json out = json::parse(r.out);
+  EXPECT_EQ(out.at("token").get<int64_t>(), 1);
+  EXPECT_EQ(out.at("eligible"), json::array({1}));
+  r = runCli("policy --json --temperature 0 --tie-rule highest --logits " + ties, false);
+  ASSERT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_EQ(json::parse(r.out).at("token").get<int64_t>(), 4);
+  r = runCli("policy --temperature 1 --top-k 1 --logits " + ties, true);
+  ASSERT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_NE(r.out.find("eligible: 3 of 10"), std::string::npos) << r.out;
+}
+
+TEST(SamplerCli, TwoDimensionalTensorUsesItsLastRow) {
+  const std::string path = KVSCOPE_FIXTURES_DIR "/hf/golden/gpt2.safetensors";
+  auto file = SafetensorsFile::open(path);
+  const FloatTensor t = file->readFloat("p0.prompt_logits");
+  ASSERT_EQ(t.shape.size(), 2u);
+  const size_t v = static_cast<size_t>(t.shape[1]);
+  const std::vector<float> last(t.data.end() - static_cast<std::ptrdiff_t>(v), t.data.end());
+  CliResult r = runCli("policy --json --top-p 0.8 --logits \"" + path + ":p0.prompt_logits\"", false);
+  ASSERT_EQ(r.exitCode, 0) << r.out;
+  const json out = json::parse(r.out);
+  EXPECT_EQ(out.at("row").get<int64_t>(), t.shape[0] - 1);
+  SamplingPolicy p;
+  p.temperature = 1.0;
+  p.topP = 0.8;
+  const auto expected = Sampler::warpedProbabilitiesDouble(last, p);
+  EXPECT_EQ(out.at("probabilities").get<std::vector<double>>(), expected);
+  r = runCli("policy --logits \"" + path + ":p0.prompt_logits\"", true);
+  EXPECT_NE(r.out.find("last row"), std::string::npos) << r.out;
+}
+
+TEST(SamplerCli, BadParametersExitTwoWithAMessage) {
+  const std::string ties = "\"" + kWarpersDir + "/warpers.safetensors:ties.logits\"";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--temperature -1", "temperature"},
+      {"--temperature abc", "temperature"},
+      {"--top-k 0", "top-k"},
+      {"--top-p 0", "top-p"},
+      {"--tie-rule middle", "tie-rule"},
+  };
+  for (const auto& [args, word] : bad) {
+    const CliResult r = runCli("policy --logits " + ties + " " + args, true);
+    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(word), std::string::npos) << args << "\n" << r.out;
+  }
+  // No key and several tensors: exit 2, listing the keys.
+  CliResult r = runCli("policy --logits \"" + kWarpersDir + "/warpers.safetensors\"", true);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.out.find("ties.logits"), std::string::npos) << r.out;
+  r = runCli("policy --logits \"" + kWarpersDir + "/warpers.safetensors:absent\"", true);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.out.find("absent"), std::string::npos) << r.out;
+}
