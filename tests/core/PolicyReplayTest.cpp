@@ -14,6 +14,7 @@
 #include "kvscope/SamplingPolicy.hpp"
 
 using namespace kvscope;
+using RecordedStep = PolicyReplay::RecordedStep;
 
 namespace {
 

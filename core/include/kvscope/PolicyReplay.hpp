@@ -27,15 +27,6 @@
 
 namespace kvscope {
 
-/// One recorded generation step: the logits row that chose `token` under `policy`, and the
-/// generator's draw count before the choice as the recorder saw it.
-struct RecordedStep {
-  std::vector<float> logits;
-  int64_t token = -1;
-  SamplingPolicy policy;
-  uint64_t drawsBefore = 0;
-};
-
 /// Which greedy tie rule explains a greedy step's token.
 enum class TieAttribution {
   NotGreedy,   // a sampled step
@@ -133,6 +124,15 @@ std::ostream& operator<<(std::ostream& os, const PolicyReplayReport& r);
 
 class PolicyReplay {
  public:
+  /// One recorded generation step: the logits row that chose `token` under `policy`, and
+  /// the generator's draw count before the choice as the recorder saw it. Steps normally
+  /// share one seed; each step draws from its own policy's seed at the sequence's count.
+  struct RecordedStep {
+    std::vector<float> logits;
+    int64_t token = -1;
+    SamplingPolicy policy;
+    uint64_t drawsBefore = 0;
+  };
   struct Options {
     int64_t maxOffset = 3;  // RNG shifts tried: -maxOffset..+maxOffset draws
   };
