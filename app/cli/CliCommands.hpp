@@ -11,5 +11,6 @@ struct CliContext {
   int exitCode = 0;
 };
 
+void registerPolicyCommand(CLI::App& app, CliContext& ctx);  // commands/PolicyCommand.cpp
 
 }  // namespace kvscope::cli

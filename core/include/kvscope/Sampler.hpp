@@ -34,6 +34,19 @@ class Sampler {
   /// probabilities in ascending id order with one rng draw. Validates the policy.
   static SamplingOutcome choose(const std::vector<float>& logits, const SamplingPolicy& policy,
                                 RequestRng& rng);
+
+  /// The same warped distribution in double precision (what choose() samples from): removed
+  /// tokens are exactly 0. Throws UsageError for a greedy or invalid policy, an empty row,
+  /// a NaN or +inf logit, or a row with no finite logit.
+  static std::vector<double> warpedProbabilitiesDouble(const std::vector<float>& logits,
+                                                       const SamplingPolicy& policy);
+  /// Inverse CDF in ascending id order: the first id i with p[i] > 0 and
+  /// u * S < p[0] + ... + p[i], where S is the sum of all p (1 up to rounding); the last id
+  /// with p > 0 when rounding leaves u * S at or above the final sum. -1 when every p is 0.
+  static int64_t inverseCdf(const std::vector<double>& probabilities, double u);
+  /// Ids whose logit equals the maximum, ascending (empty for an empty row). NaN logits are
+  /// refused (UsageError).
+  static std::vector<int64_t> tiedAtTop(const std::vector<float>& logits);
 };
 
 }  // namespace kvscope
