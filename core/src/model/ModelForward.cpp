@@ -111,6 +111,22 @@ torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
                 w.downW, w.downB);
 }
 
+torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
+  torch::InferenceMode guard;
+  const auto& w = layers.at(0);
+  auto positions = torch::arange(count, torch::kLong);
+  auto h = embed.select(0, token).unsqueeze(0).expand({count, config.hiddenSize});
+  const int64_t d = config.headDim;
+  if (config.architecture == Architecture::Gpt2) {
+    h = h + posEmbed.index_select(0, positions);
+    auto qkv = torch::addmm(w.cAttnB, norm(h, w.ln1W, w.ln1B), w.cAttnW);
+    return qkv.narrow(1, config.hiddenSize, config.hiddenSize).reshape({count, config.numHeads, d});
+  }
+  auto k = linear(norm(h, w.ln1W, w.ln1B), w.kW, w.kB).view({count, 1, config.numKvHeads, d}).transpose(1, 2);
+  auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
+  return detail::RotaryEmbedding::apply(k, cos, sin).select(2, 0);  // [count, h_kv, d]
+}
+
 torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
                                  detail::AttentionContext& attention,
                                  detail::TorchTapSink* taps) const {

@@ -45,6 +45,10 @@ struct ModelImpl {
   /// UsageError for ids outside the embedding.
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& positions,
                         detail::AttentionContext& attention, detail::TorchTapSink* taps) const;
+  /// Layer 0's key records of `token` placed at positions 0..count-1: [count, h_kv, d].
+  /// Layer 0's keys depend only on the token and its position, so this tells which
+  /// position a recorded key was really computed at.
+  torch::Tensor probeLayer0Keys(int64_t token, int64_t count) const;
   /// Validates ids and positions without running anything.
   void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
 

@@ -1,0 +1,36 @@
+#include "kvscope/FailureMatrix.hpp"
+
+#include <stdexcept>
+
+namespace kvscope {
+
+const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
+  static const std::vector<FailureMatrixRow> table = {
+      {"reference", "the uncached reference itself is wrong or does not fit the run",
+       "checkpoint, vocabulary and tokenizer"},
+      {"position", "mismatch begins at a token together with a position offset",
+       "position index or token ownership"},
+      {"wrong_layer", "layer 1 matches, layer 2 differs", "layer 2's cache source and append"},
+      {"duplicate_append", "cache length grows by two in one step",
+       "duplicate append or a duplicated prompt token"},
+      {"cross_request", "a batch row changes when another request arrives",
+       "cache mixing across the batch or request axes"},
+      {"tie_rule", "greedy token differs but logits match", "policy or tie rule"},
+      {"rng_order", "sampled runs differ but probabilities match", "seed and RNG call order"},
+      {"stale_cache", "cache works until the weights update", "stale projected K/V"},
+      {"context_limit", "a generated token cannot be fed back", "context limit reached"},
+      {"sliding_window", "divergence starts once the sequence outgrows the sliding window",
+       "window trimming and its off-by-one"},
+      {"drift", "cached and uncached logits differ within the dtype's precision noise",
+       "nothing: precision drift, not a cache bug"},
+  };
+  return table;
+}
+
+const FailureMatrixRow& FailureMatrix::row(const std::string& id) {
+  for (const auto& r : rows())
+    if (r.id == id) return r;
+  throw std::out_of_range("unknown finding id '" + id + "'");
+}
+
+}  // namespace kvscope
