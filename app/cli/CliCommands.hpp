@@ -11,5 +11,7 @@ struct CliContext {
   int exitCode = 0;
 };
 
+/// `make-demo DIR`: writes a random-weight HuggingFace checkpoint (commands/MakeDemoCommand.cpp).
+void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli
