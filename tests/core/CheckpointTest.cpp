@@ -18,9 +18,20 @@ namespace {
 
 const std::string kModels = std::string(KVSCOPE_FIXTURES_DIR) + "/hf/models/";
 
+// Every test directory lives under one per-process root, removed at exit.
+const fs::path& tempRoot() {
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("kvscope-ckpt-" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
 fs::path freshDir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("kvscope-ckpt-" + std::to_string(::getpid())) / name;
+  const fs::path d = tempRoot() / name;
   fs::remove_all(d);
   fs::create_directories(d.parent_path());
   return d;
@@ -52,8 +63,7 @@ CheckpointSpec shardedSpec() {
 }
 
 bool isHex64(const std::string& s) {
-  return s.size() == 64 &&
-         s.find_first_not_of("0123456789abcdef") == std::string::npos;
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 }  // namespace
@@ -65,8 +75,8 @@ TEST(Checkpoint, OpensBothFixtures) {
   EXPECT_EQ(llama->storedDtype(), "F32");
   EXPECT_EQ(gpt2->config().architecture, Architecture::Gpt2);
   EXPECT_EQ(llama->config().architecture, Architecture::Llama);
-  EXPECT_EQ(gpt2->tensorNames().size(), 40u);  // 3 layers x 12 + wte, wpe, ln_f x 2
-  EXPECT_EQ(llama->tensorNames().size(), 30u);  // 3 layers x 9 + embed, norm, lm_head
+  EXPECT_EQ(gpt2->tensorNames().size(), 40u);      // 3 layers x 12 + wte, wpe, ln_f x 2
+  EXPECT_EQ(llama->tensorNames().size(), 30u);     // 3 layers x 9 + embed, norm, lm_head
   EXPECT_FALSE(gpt2->contains("lm_head.weight"));  // tied
   EXPECT_TRUE(llama->contains("lm_head.weight"));
   EXPECT_EQ(llama->entry("model.layers.0.self_attn.k_proj.weight").shape,
@@ -139,7 +149,8 @@ TEST(Checkpoint, IndexListingTensorAbsentFromShardIsAnInputError) {
     std::ifstream in(indexPath);
     index = nlohmann::json::parse(in);
   }
-  index["weight_map"]["model.layers.7.self_attn.q_proj.weight"] = "model-00001-of-00003.safetensors";
+  index["weight_map"]["model.layers.7.self_attn.q_proj.weight"] =
+      "model-00001-of-00003.safetensors";
   {
     std::ofstream out(indexPath);
     out << index.dump(2);
@@ -161,7 +172,7 @@ TEST(Checkpoint, PickleOnlyDirectoryIsRefusedWithAdvice) {
   const std::string msg = e.what();
   EXPECT_NE(msg.find("pytorch_model.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("pickle"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("arbitrary code"), std::string::npos) << msg;  // why
+  EXPECT_NE(msg.find("arbitrary code"), std::string::npos) << msg;           // why
   EXPECT_NE(msg.find("safe_serialization=True"), std::string::npos) << msg;  // how to convert
   EXPECT_EQ(snapshot(dir), before);
 

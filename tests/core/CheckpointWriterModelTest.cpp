@@ -14,9 +14,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Every test directory lives under one per-process root, removed at exit.
+const fs::path& tempRoot() {
+  static const struct Root {
+    fs::path path =
+        fs::temp_directory_path() / ("kvscope-writer-model-" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
 fs::path freshDir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("kvscope-writer-model-" + std::to_string(::getpid())) / name;
+  const fs::path d = tempRoot() / name;
   fs::remove_all(d);
   fs::create_directories(d.parent_path());
   return d;

@@ -22,9 +22,20 @@ using nlohmann::json;
 
 namespace {
 
+// Every test directory lives under one per-process root, removed at exit.
+const fs::path& tempRoot() {
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("kvscope-writer-" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  return root.path;
+}
+
 fs::path freshDir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("kvscope-writer-" + std::to_string(::getpid())) / name;
+  const fs::path d = tempRoot() / name;
   fs::remove_all(d);
   fs::create_directories(d.parent_path());
   return d;
@@ -61,10 +72,10 @@ std::set<std::string> expectedNames(const CheckpointSpec& s) {
     n = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
          "transformer.ln_f.bias"};
     for (int i = 0; i < s.numLayers; ++i)
-      for (const char* t : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                            "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                            "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                            "mlp.c_proj.bias"})
+      for (const char* t :
+           {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+            "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+            "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
         n.insert("transformer.h." + std::to_string(i) + "." + t);
     return n;
   }
@@ -73,13 +84,14 @@ std::set<std::string> expectedNames(const CheckpointSpec& s) {
   const bool qkvBias = s.architecture == Architecture::Qwen2 || s.attentionBias;
   for (int i = 0; i < s.numLayers; ++i) {
     const std::string l = "model.layers." + std::to_string(i) + ".";
-    for (const char* t : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                          "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                          "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+    for (const char* t :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+          "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
       n.insert(l + t);
     if (qkvBias)
-      for (const char* t : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+      for (const char* t :
+           {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
         n.insert(l + t);
     if (s.attentionBias) n.insert(l + "self_attn.o_proj.bias");
   }
@@ -189,13 +201,14 @@ TEST(CheckpointWriter, EveryArchitectureRoundTripsThroughModelConfig) {
   }
   int index = 0;
   for (const auto& s : specs) {
-    const std::string label = architectureName(s.architecture) +
-                              (s.configStyle == ConfigStyle::V4 ? "-v4" : "-v5");
+    const std::string label =
+        architectureName(s.architecture) + (s.configStyle == ConfigStyle::V4 ? "-v4" : "-v5");
     SCOPED_TRACE(label);
     const fs::path dir = freshDir("arch-" + std::to_string(index++));
     CheckpointWriter(s).write(dir.string());
     const json raw = readJson(dir / "config.json");
-    EXPECT_EQ(raw.contains("rope_parameters"), s.configStyle == ConfigStyle::V5 && s.architecture != Architecture::Gpt2);
+    EXPECT_EQ(raw.contains("rope_parameters"),
+              s.configStyle == ConfigStyle::V5 && s.architecture != Architecture::Gpt2);
     EXPECT_EQ(raw.contains("torch_dtype"), s.configStyle == ConfigStyle::V4);
     EXPECT_EQ(raw.contains("dtype"), s.configStyle == ConfigStyle::V5);
 
@@ -213,7 +226,8 @@ TEST(CheckpointWriter, EveryArchitectureRoundTripsThroughModelConfig) {
     EXPECT_EQ(c.tieWordEmbeddings, s.tieWordEmbeddings);
     EXPECT_EQ(c.qkvBias, s.architecture == Architecture::Gpt2 ||
                              s.architecture == Architecture::Qwen2 || s.attentionBias);
-    EXPECT_EQ(c.eosTokenIds, std::vector<int64_t>{s.eosTokenId < 0 ? s.vocabSize - 1 : s.eosTokenId});
+    EXPECT_EQ(c.eosTokenIds,
+              std::vector<int64_t>{s.eosTokenId < 0 ? s.vocabSize - 1 : s.eosTokenId});
     ASSERT_TRUE(c.bosTokenId.has_value());
     EXPECT_EQ(*c.bosTokenId, s.vocabSize - 1);
     EXPECT_EQ(c.dtype, s.storedDtype == SafetensorsDtype::BF16 ? "bfloat16" : "float32");
@@ -228,7 +242,8 @@ TEST(CheckpointWriter, EveryArchitectureRoundTripsThroughModelConfig) {
     if (s.architecture == Architecture::Mistral && s.slidingWindow > 0)
       sliding.assign(sliding.size(), true);
     if (s.architecture == Architecture::Qwen2 && s.useSlidingWindow)
-      for (int64_t i = s.maxWindowLayers; i < s.numLayers; ++i) sliding[static_cast<size_t>(i)] = true;
+      for (int64_t i = s.maxWindowLayers; i < s.numLayers; ++i)
+        sliding[static_cast<size_t>(i)] = true;
     for (int64_t i = 0; i < s.numLayers; ++i)
       EXPECT_EQ(c.isSlidingLayer(i), sliding[static_cast<size_t>(i)]) << "layer " << i;
 
@@ -238,23 +253,31 @@ TEST(CheckpointWriter, EveryArchitectureRoundTripsThroughModelConfig) {
     const int64_t H = s.hiddenSize, V = s.vocabSize;
     if (s.architecture == Architecture::Gpt2) {
       EXPECT_EQ(ck->entry("transformer.wte.weight").shape, (std::vector<int64_t>{V, H}));
-      EXPECT_EQ(ck->entry("transformer.wpe.weight").shape, (std::vector<int64_t>{s.maxPositions, H}));
-      EXPECT_EQ(ck->entry("transformer.h.1.attn.c_attn.weight").shape, (std::vector<int64_t>{H, 3 * H}));
+      EXPECT_EQ(ck->entry("transformer.wpe.weight").shape,
+                (std::vector<int64_t>{s.maxPositions, H}));
+      EXPECT_EQ(ck->entry("transformer.h.1.attn.c_attn.weight").shape,
+                (std::vector<int64_t>{H, 3 * H}));
       EXPECT_EQ(ck->entry("transformer.h.1.attn.c_attn.bias").shape, (std::vector<int64_t>{3 * H}));
       EXPECT_EQ(ck->entry("transformer.h.0.mlp.c_fc.weight").shape, (std::vector<int64_t>{H, 96}));
-      EXPECT_EQ(ck->entry("transformer.h.0.mlp.c_proj.weight").shape, (std::vector<int64_t>{96, H}));
+      EXPECT_EQ(ck->entry("transformer.h.0.mlp.c_proj.weight").shape,
+                (std::vector<int64_t>{96, H}));
     } else {
       const int64_t D = c.headDim, I = s.intermediateSize;
       const std::string l = "model.layers.1.";
       EXPECT_EQ(ck->entry("model.embed_tokens.weight").shape, (std::vector<int64_t>{V, H}));
-      EXPECT_EQ(ck->entry(l + "self_attn.q_proj.weight").shape, (std::vector<int64_t>{s.numHeads * D, H}));
-      EXPECT_EQ(ck->entry(l + "self_attn.k_proj.weight").shape, (std::vector<int64_t>{s.numKvHeads * D, H}));
-      EXPECT_EQ(ck->entry(l + "self_attn.v_proj.weight").shape, (std::vector<int64_t>{s.numKvHeads * D, H}));
-      EXPECT_EQ(ck->entry(l + "self_attn.o_proj.weight").shape, (std::vector<int64_t>{H, s.numHeads * D}));
+      EXPECT_EQ(ck->entry(l + "self_attn.q_proj.weight").shape,
+                (std::vector<int64_t>{s.numHeads * D, H}));
+      EXPECT_EQ(ck->entry(l + "self_attn.k_proj.weight").shape,
+                (std::vector<int64_t>{s.numKvHeads * D, H}));
+      EXPECT_EQ(ck->entry(l + "self_attn.v_proj.weight").shape,
+                (std::vector<int64_t>{s.numKvHeads * D, H}));
+      EXPECT_EQ(ck->entry(l + "self_attn.o_proj.weight").shape,
+                (std::vector<int64_t>{H, s.numHeads * D}));
       EXPECT_EQ(ck->entry(l + "mlp.gate_proj.weight").shape, (std::vector<int64_t>{I, H}));
       EXPECT_EQ(ck->entry(l + "mlp.down_proj.weight").shape, (std::vector<int64_t>{H, I}));
       if (c.qkvBias) {
-        EXPECT_EQ(ck->entry(l + "self_attn.k_proj.bias").shape, (std::vector<int64_t>{s.numKvHeads * D}));
+        EXPECT_EQ(ck->entry(l + "self_attn.k_proj.bias").shape,
+                  (std::vector<int64_t>{s.numKvHeads * D}));
       }
     }
   }
@@ -300,7 +323,8 @@ TEST(CheckpointWriter, TokenizerJsonIsByteLevelBpe) {
     EXPECT_EQ(tok["decoder"]["type"], "ByteLevel");
     const json& vocabJson = model["vocab"];
     const json& merges = model["merges"];
-    EXPECT_EQ(static_cast<int64_t>(vocabJson.size()), 256 + static_cast<int64_t>(merges.size()) + 1);
+    EXPECT_EQ(static_cast<int64_t>(vocabJson.size()),
+              256 + static_cast<int64_t>(merges.size()) + 1);
     EXPECT_EQ(static_cast<int64_t>(vocabJson.size()), vocab);
     std::set<int64_t> ids;
     std::map<int64_t, std::string> byId;
@@ -415,9 +439,10 @@ TEST(CheckpointWriter, PresetsHaveTheDocumentedShapes) {
 namespace {
 
 int runCli(const std::string& args, std::string* out = nullptr) {
-  const fs::path log = fs::temp_directory_path() /
-                       ("kvscope-writer-cli-" + std::to_string(::getpid()) + ".log");
-  const std::string cmd = std::string(KVSCOPE_CLI_PATH) + " " + args + " > " + log.string() + " 2>&1";
+  const fs::path log =
+      fs::temp_directory_path() / ("kvscope-writer-cli-" + std::to_string(::getpid()) + ".log");
+  const std::string cmd =
+      std::string(KVSCOPE_CLI_PATH) + " " + args + " > " + log.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   if (out) *out = slurp(log);
   fs::remove(log);

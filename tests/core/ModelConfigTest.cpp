@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -122,12 +124,17 @@ TEST(ModelConfig, V4RopeScalingParsesLikeV5RopeParameters) {
   dynamic.factor = 4.0;
   dynamic.originalMaxPositions = 2048;
   const std::vector<Case> cases = {
-      {{{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-        {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+      {{{"rope_type", "llama3"},
+        {"rope_theta", 500000.0},
+        {"factor", 8.0},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
         {"original_max_position_embeddings", 8192}},
        llama3},
       {{{"rope_type", "linear"}, {"rope_theta", 10000.0}, {"factor", 2.0}}, linear},
-      {{{"rope_type", "dynamic"}, {"rope_theta", 1000000.0}, {"factor", 4.0},
+      {{{"rope_type", "dynamic"},
+        {"rope_theta", 1000000.0},
+        {"factor", 4.0},
         {"original_max_position_embeddings", 2048}},
        dynamic},
   };
@@ -259,7 +266,8 @@ TEST(ModelConfig, LoadReportsUnreadableAndInvalidFiles) {
   } catch (const InputError& e) {
     EXPECT_EQ(e.file(), missing);
   }
-  const std::string bad = testing::TempDir() + "kvscope-bad-config.json";
+  const std::string bad =
+      testing::TempDir() + "kvscope-bad-config-" + std::to_string(::getpid()) + ".json";
   {
     std::ofstream out(bad);
     out << "{\"model_type\": \"llama\",";
@@ -271,11 +279,13 @@ TEST(ModelConfig, LoadReportsUnreadableAndInvalidFiles) {
     EXPECT_EQ(e.file(), bad);
     EXPECT_NE(std::string(e.what()).find("invalid JSON"), std::string::npos);
   }
+  std::remove(bad.c_str());
 }
 
 TEST(ModelConfig, GenerationConfigAddsEosIds) {
   auto c = ModelConfig::load(kModels + "llama/config.json");
-  const std::string gen = testing::TempDir() + "kvscope-generation_config.json";
+  const std::string gen =
+      testing::TempDir() + "kvscope-generation_config-" + std::to_string(::getpid()) + ".json";
   {
     std::ofstream out(gen);
     out << R"({"eos_token_id": [1, 7]})";
@@ -293,4 +303,5 @@ TEST(ModelConfig, GenerationConfigAddsEosIds) {
     EXPECT_EQ(e.file(), gen);
     EXPECT_EQ(e.field(), "eos_token_id");
   }
+  std::remove(gen.c_str());
 }

@@ -49,8 +49,8 @@ void runMakeDemo(const MakeDemoOptions& o) {
   std::cout << "wrote a random-weight " << architectureName(s.architecture) << " checkpoint to "
             << o.dir << "\n"
             << "  " << s.numLayers << " layers, hidden " << s.hiddenSize << ", " << s.numHeads
-            << " heads (" << s.numKvHeads << " KV), vocab " << s.vocabSize << ", "
-            << s.maxPositions << " positions, " << writer.parameterCount() << " parameters, "
+            << " heads (" << s.numKvHeads << " KV), vocab " << s.vocabSize << ", " << s.maxPositions
+            << " positions, " << writer.parameterCount() << " parameters, "
             << safetensorsDtypeName(s.storedDtype) << ", config style "
             << (s.configStyle == ConfigStyle::V4 ? "v4" : "v5") << ", seed " << s.seed << "\n";
   for (const auto& f : files) std::cout << "  " << f.path << "  " << humanBytes(f.bytes) << "\n";

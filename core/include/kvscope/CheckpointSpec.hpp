@@ -17,14 +17,14 @@ enum class ConfigStyle {
 
 struct CheckpointSpec {
   Architecture architecture = Architecture::Llama;
-  int64_t vocabSize = 512;        // tokenizer and embedding rows; the last id is <|endoftext|>
+  int64_t vocabSize = 512;  // tokenizer and embedding rows; the last id is <|endoftext|>
   int64_t hiddenSize = 64;
   int64_t numLayers = 3;
   int64_t numHeads = 4;
-  int64_t numKvHeads = 2;         // must equal numHeads for GPT-2
-  int64_t headDim = 0;            // 0: hiddenSize / numHeads (not allowed for GPT-2)
-  int64_t intermediateSize = 128; // GPT-2: n_inner (written as null when 4 * hidden)
-  int64_t maxPositions = 256;     // n_positions / max_position_embeddings
+  int64_t numKvHeads = 2;          // must equal numHeads for GPT-2
+  int64_t headDim = 0;             // 0: hiddenSize / numHeads (not allowed for GPT-2)
+  int64_t intermediateSize = 128;  // GPT-2: n_inner (written as null when 4 * hidden)
+  int64_t maxPositions = 256;      // n_positions / max_position_embeddings
 
   // Sliding window: Mistral applies it to every layer; Qwen2 only with useSlidingWindow,
   // to layers i >= maxWindowLayers. 0 = no window.
@@ -35,9 +35,9 @@ struct CheckpointSpec {
   // RoPE (ignored for GPT-2, which must keep the defaults).
   std::string ropeType = "default";  // default | linear | dynamic | llama3
   double ropeTheta = 10000.0;
-  double ropeFactor = 1.0;           // linear, dynamic, llama3
-  double ropeLowFreqFactor = 1.0;    // llama3
-  double ropeHighFreqFactor = 4.0;   // llama3
+  double ropeFactor = 1.0;               // linear, dynamic, llama3
+  double ropeLowFreqFactor = 1.0;        // llama3
+  double ropeHighFreqFactor = 4.0;       // llama3
   int64_t ropeOriginalMaxPositions = 0;  // llama3 (required), dynamic (optional)
 
   bool tieWordEmbeddings = false;  // GPT-2 is always tied

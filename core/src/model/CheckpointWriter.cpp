@@ -8,9 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "kvscope/Error.hpp"
 #include "kvscope/SafetensorsWriter.hpp"
@@ -25,8 +24,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr double kNormNoise = 0.05;     // norm weights: 1 + N(0, 0.05)
-constexpr double kBiasFraction = 0.1;   // biases: N(0, 0.1 * init std)
+constexpr double kNormNoise = 0.05;    // norm weights: 1 + N(0, 0.05)
+constexpr double kBiasFraction = 0.1;  // biases: N(0, 0.1 * init std)
 
 std::vector<CheckpointWriter::TensorPlan> planGpt2(const CheckpointSpec& s) {
   using Init = CheckpointWriter::Init;
@@ -41,7 +40,8 @@ std::vector<CheckpointWriter::TensorPlan> planGpt2(const CheckpointSpec& s) {
     const std::string l = "transformer.h." + std::to_string(i) + ".";
     p.push_back({l + "ln_1.weight", {H}, Init::NormWeight, 0.0});
     p.push_back({l + "ln_1.bias", {H}, Init::Bias, bias});
-    p.push_back({l + "attn.c_attn.weight", {H, 3 * H}, Init::Normal, s.initStd});  // Conv1D [in, out]
+    p.push_back(
+        {l + "attn.c_attn.weight", {H, 3 * H}, Init::Normal, s.initStd});  // Conv1D [in, out]
     p.push_back({l + "attn.c_attn.bias", {3 * H}, Init::Bias, bias});
     p.push_back({l + "attn.c_proj.weight", {H, H}, Init::Normal, proj});
     p.push_back({l + "attn.c_proj.bias", {H}, Init::Bias, bias});
@@ -113,7 +113,8 @@ void writeTextAtomically(const fs::path& path, const std::string& text) {
 // Files a loader could pick up as weights: refusing to leave foreign ones beside ours.
 bool looksLikeWeights(const std::string& name) {
   const auto ends = [&](const std::string& suf) {
-    return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    return name.size() >= suf.size() &&
+           name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
   };
   return ends(".safetensors") || ends(".safetensors.index.json") || ends(".bin") ||
          ends(".bin.index.json") || ends(".pt") || ends(".pth") || ends(".ckpt");
@@ -228,8 +229,12 @@ FloatTensor CheckpointWriter::makeTensor(const TensorPlan& t) const {
     const double z = rng.normal();
     switch (t.init) {
       case Init::Normal:
-      case Init::Bias: x = static_cast<float>(t.std * z); break;
-      case Init::NormWeight: x = static_cast<float>(1.0 + kNormNoise * z); break;
+      case Init::Bias:
+        x = static_cast<float>(t.std * z);
+        break;
+      case Init::NormWeight:
+        x = static_cast<float>(1.0 + kNormNoise * z);
+        break;
     }
   }
   return FloatTensor(t.shape, std::move(data));
@@ -301,7 +306,8 @@ std::vector<CheckpointWriter::WrittenFile> CheckpointWriter::write(const std::st
   if (spec_.numShards > 1) {
     json index = json::object();
     index["metadata"] = {{"total_size", weightBytes()}};
-    if (spec_.configStyle == ConfigStyle::V5) index["metadata"]["total_parameters"] = parameterCount();
+    if (spec_.configStyle == ConfigStyle::V5)
+      index["metadata"]["total_parameters"] = parameterCount();
     index["weight_map"] = weightMap;
     const fs::path p = dir / "model.safetensors.index.json";
     writeTextAtomically(p, hf::dumpPretty(index));

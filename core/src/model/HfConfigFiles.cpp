@@ -102,8 +102,8 @@ json decoderConfig(const CheckpointSpec& s) {
       c["use_sliding_window"] = s.useSlidingWindow;
       c["max_window_layers"] = s.maxWindowLayers;
       // transformers 5 stores the window only when it is used, and the per-layer choice.
-      const bool keepWindow = s.slidingWindow > 0 &&
-                              (s.configStyle == ConfigStyle::V4 || s.useSlidingWindow);
+      const bool keepWindow =
+          s.slidingWindow > 0 && (s.configStyle == ConfigStyle::V4 || s.useSlidingWindow);
       c["sliding_window"] = keepWindow ? json(s.slidingWindow) : json(nullptr);
       if (s.configStyle == ConfigStyle::V5) {
         json types = json::array();
@@ -129,9 +129,12 @@ std::string tokenString(const std::vector<std::string>& tokens, int64_t id) {
 
 std::string torchDtypeName(SafetensorsDtype d) {
   switch (d) {
-    case SafetensorsDtype::F16: return "float16";
-    case SafetensorsDtype::BF16: return "bfloat16";
-    default: return "float32";
+    case SafetensorsDtype::F16:
+      return "float16";
+    case SafetensorsDtype::BF16:
+      return "bfloat16";
+    default:
+      return "float32";
   }
 }
 

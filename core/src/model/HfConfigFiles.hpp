@@ -3,10 +3,9 @@
 // tokenizer_config.json. Keys are sorted, as transformers writes them.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kvscope/CheckpointSpec.hpp"
 
