@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
 
   cli::CliContext ctx;
   cli::registerPolicyCommand(app, ctx);
+  cli::registerMakeDemoCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -64,7 +65,24 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
   }
   ck->directory_ = fs::absolute(dir).lexically_normal().string();
   ck->configPath_ = (dir / "config.json").string();
-  if (!fs::exists(ck->configPath_)) throw InputError(ck->configPath_, "", "missing config.json");
+  if (!fs::exists(ck->configPath_)) {
+    // Say what is there instead: pickle weights get the conversion advice.
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      const auto ext = fs::path(n).extension().string();
+      if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt")
+        throw InputError(dirArg, "", pickleAdvice(dir, n) + " (config.json is missing too)");
+    }
+    if (names.empty())
+      throw InputError(dirArg, "",
+                       "empty directory: expected a HuggingFace model directory with config.json "
+                       "and model.safetensors or model.safetensors.index.json");
+    throw InputError(ck->configPath_, "",
+                     "missing config.json (expected a HuggingFace model directory as "
+                     "save_pretrained writes it)");
+  }
   ck->config_ = ModelConfig::load(ck->configPath_);
   ck->config_.mergeGenerationConfig((dir / "generation_config.json").string());
 

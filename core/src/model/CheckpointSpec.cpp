@@ -1,0 +1,161 @@
+#include "kvscope/CheckpointSpec.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope {
+
+namespace {
+
+void require(bool ok, const std::string& field, const std::string& what) {
+  if (!ok) throw UsageError("checkpoint spec: " + field + ": " + what);
+}
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+CheckpointSpec CheckpointSpec::demo() {
+  CheckpointSpec s;
+  s.architecture = Architecture::Llama;
+  s.vocabSize = 512;
+  s.hiddenSize = 64;
+  s.numLayers = 3;
+  s.numHeads = 4;
+  s.numKvHeads = 2;
+  s.intermediateSize = 128;
+  s.maxPositions = 256;
+  s.storedDtype = SafetensorsDtype::F32;
+  s.initStd = 0.25;
+  return s;
+}
+
+CheckpointSpec CheckpointSpec::gpt2Small() {
+  CheckpointSpec s;
+  s.architecture = Architecture::Gpt2;
+  s.vocabSize = 8192;
+  s.hiddenSize = 768;
+  s.numLayers = 12;
+  s.numHeads = 12;
+  s.numKvHeads = 12;
+  s.intermediateSize = 4 * 768;
+  s.maxPositions = 1024;
+  s.tieWordEmbeddings = true;
+  s.initStd = 0.02;
+  return s;
+}
+
+CheckpointSpec CheckpointSpec::preset(const std::string& name) {
+  if (name == "demo") return demo();
+  if (name == "gpt2-small") return gpt2Small();
+  throw UsageError("unknown preset '" + name + "' (supported: demo, gpt2-small)");
+}
+
+void CheckpointSpec::setArchitecture(Architecture a) {
+  architecture = a;
+  if (a == Architecture::Gpt2) {
+    numKvHeads = numHeads;
+    headDim = 0;
+    tieWordEmbeddings = true;
+    attentionBias = false;
+    slidingWindow = 0;
+    useSlidingWindow = false;
+    maxWindowLayers = 0;
+    ropeType = "default";
+    ropeFactor = 1.0;
+    ropeOriginalMaxPositions = 0;
+  } else {
+    if (a != Architecture::Llama) attentionBias = false;
+    if (a == Architecture::Llama) slidingWindow = 0;
+    if (a != Architecture::Qwen2) {
+      useSlidingWindow = false;
+      maxWindowLayers = 0;
+    }
+  }
+}
+
+void CheckpointSpec::validate() const {
+  require(vocabSize >= 257, "vocab_size",
+          "must be at least 257 (256 byte tokens + <|endoftext|>), got " + str(vocabSize));
+  require(hiddenSize > 0, "hidden_size", "must be positive");
+  require(numLayers > 0, "num_layers", "must be positive");
+  require(numHeads > 0, "num_heads", "must be positive");
+  require(numKvHeads > 0, "num_kv_heads", "must be positive");
+  require(numHeads % numKvHeads == 0, "num_kv_heads",
+          str(numKvHeads) + " does not divide num_heads " + str(numHeads));
+  require(headDim >= 0, "head_dim", "must be 0 (derived) or positive");
+  require(headDim > 0 || hiddenSize % numHeads == 0, "head_dim",
+          "hidden_size " + str(hiddenSize) + " is not divisible by num_heads " + str(numHeads));
+  require(intermediateSize > 0, "intermediate_size", "must be positive");
+  require(maxPositions > 0, "max_positions", "must be positive");
+  require(slidingWindow >= 0, "sliding_window", "must be 0 (none) or positive");
+  require(maxWindowLayers >= 0, "max_window_layers", "must not be negative");
+  require(numShards >= 1, "shards", "must be at least 1");
+  require(numShards <= 99999, "shards", "at most 99999");
+  require(std::isfinite(initStd) && initStd > 0, "init_std", "must be positive");
+  require(storedDtype == SafetensorsDtype::F32 || storedDtype == SafetensorsDtype::F16 ||
+              storedDtype == SafetensorsDtype::BF16,
+          "dtype", "must be F32, F16 or BF16");
+  require(resolvedBosId() < vocabSize, "bos_token_id", "outside the vocabulary");
+  require(resolvedEosId() < vocabSize, "eos_token_id", "outside the vocabulary");
+  require(ropeType == "default" || ropeType == "linear" || ropeType == "dynamic" ||
+              ropeType == "llama3",
+          "rope_type", "'" + ropeType + "' (supported: default, linear, dynamic, llama3)");
+  require(ropeTheta > 0, "rope_theta", "must be positive");
+  require(ropeType == "default" || ropeFactor > 0, "rope_factor", "must be positive");
+  require(ropeType != "llama3" || ropeOriginalMaxPositions > 0, "rope_original_max_positions",
+          "required for llama3 RoPE scaling");
+  require(ropeOriginalMaxPositions >= 0, "rope_original_max_positions", "must not be negative");
+
+  if (architecture == Architecture::Gpt2) {
+    require(numKvHeads == numHeads, "num_kv_heads", "GPT-2 has no grouped-query attention");
+    require(headDim == 0, "head_dim", "GPT-2 derives head_dim from n_embd / n_head");
+    require(tieWordEmbeddings, "tie_word_embeddings", "GPT-2 checkpoints are always tied");
+    require(slidingWindow == 0, "sliding_window", "GPT-2 has no sliding window");
+    require(ropeType == "default", "rope_type", "GPT-2 uses learned positions, not RoPE");
+    require(!attentionBias, "attention_bias", "GPT-2 always has biases; leave it false");
+  } else {
+    require(resolvedHeadDim() % 2 == 0, "head_dim", "RoPE needs an even head_dim");
+    if (architecture == Architecture::Llama)
+      require(slidingWindow == 0, "sliding_window", "Llama has no sliding window");
+    else
+      require(!attentionBias, "attention_bias", "only Llama has the attention_bias option");
+  }
+  if (architecture != Architecture::Qwen2) {
+    require(!useSlidingWindow, "use_sliding_window", "only Qwen2 has this switch");
+    require(maxWindowLayers == 0, "max_window_layers", "only Qwen2 has this option");
+  } else {
+    require(!useSlidingWindow || slidingWindow > 0, "sliding_window",
+            "use_sliding_window needs a positive window");
+  }
+}
+
+Architecture parseArchitecture(const std::string& name) {
+  if (name == "gpt2") return Architecture::Gpt2;
+  if (name == "llama") return Architecture::Llama;
+  if (name == "mistral") return Architecture::Mistral;
+  if (name == "qwen2") return Architecture::Qwen2;
+  throw UsageError("unknown architecture '" + name + "' (supported: " + supportedModelTypes() +
+                   ")");
+}
+
+ConfigStyle parseConfigStyle(const std::string& name) {
+  if (name == "v4") return ConfigStyle::V4;
+  if (name == "v5") return ConfigStyle::V5;
+  throw UsageError("unknown config style '" + name + "' (supported: v4, v5)");
+}
+
+SafetensorsDtype parseStoredDtype(const std::string& name) {
+  std::string up = name;
+  std::transform(up.begin(), up.end(), up.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (up == "F32" || up == "FLOAT32") return SafetensorsDtype::F32;
+  if (up == "F16" || up == "FLOAT16") return SafetensorsDtype::F16;
+  if (up == "BF16" || up == "BFLOAT16") return SafetensorsDtype::BF16;
+  throw UsageError("unknown stored dtype '" + name + "' (supported: F32, F16, BF16)");
+}
+
+}  // namespace kvscope
