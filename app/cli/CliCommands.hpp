@@ -11,5 +11,6 @@ struct CliContext {
   int exitCode = 0;
 };
 
+void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.add_flag("--version", showVersion, "Print versions and the BLAS library in use");
 
   cli::CliContext ctx;
+  cli::registerTokenizeCommand(app, ctx);
 
   try {
     app.parse(argc, argv);
