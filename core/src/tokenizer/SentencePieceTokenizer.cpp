@@ -28,15 +28,20 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const std::
   SentencePieceModel model = SentencePieceModel::load(path);
   const auto dir = std::filesystem::path(path).parent_path().string();
   const TokenizerConfig cfg = TokenizerConfig::load(dir.empty() ? "." : dir);
-  // LlamaTokenizer defaults: BOS added, EOS not.
-  return std::make_unique<SentencePieceTokenizer>(std::move(model), path, cfg.addBosToken.value_or(true),
-                                                  cfg.addEosToken.value_or(false), cfg.addedTokensDecoder);
+  // LlamaTokenizer defaults: BOS added, EOS not, legacy unless the config says otherwise.
+  SentencePieceOptions opt;
+  opt.addBos = cfg.addBosToken.value_or(true);
+  opt.addEos = cfg.addEosToken.value_or(false);
+  opt.legacy = cfg.legacy.value_or(true);
+  opt.addPrefixSpace = cfg.addPrefixSpace;
+  opt.extraTokens = cfg.addedTokensDecoder;
+  return std::make_unique<SentencePieceTokenizer>(std::move(model), path, std::move(opt));
 }
 
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceModel model, const std::string& file,
-                                               bool addBos, bool addEos,
-                                               std::vector<AddedToken> extraTokens)
-    : m_(std::move(model)), addBos_(addBos), addEos_(addEos) {
+                                               SentencePieceOptions options)
+    : m_(std::move(model)), opt_(std::move(options)) {
+  addPrefix_ = opt_.addPrefixSpace.value_or(m_.addDummyPrefix);
   if (m_.modelType != SentencePieceModel::kBpe) {
     const std::string kind = m_.modelType == SentencePieceModel::kUnigram ? "unigram"
                              : m_.modelType == SentencePieceModel::kWord  ? "word"
@@ -79,7 +84,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceModel model, const s
   for (auto& [b, list] : userDefined_) {
     std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& c) { return a.size() > c.size(); });
   }
-  for (const auto& t : extraTokens) specials_.add(t);
+  for (const auto& t : opt_.extraTokens) specials_.add(t);
   specials_.finalize(nullptr);
 }
 
@@ -94,8 +99,9 @@ std::string SentencePieceTokenizer::normalize(const std::string& input, bool add
   std::string text = input;
   if (!approxNormalization_.empty()) text = unicodeNormalize(text, approxNormalization_);
   if (caseFold_) {
-    static const Json lower = {{"type", "Lowercase"}};
-    text = makeNormalizer(JsonFields(""), lower, "")->normalize(text);
+    static const std::unique_ptr<Normalizer> lower =
+        makeNormalizer(JsonFields(""), Json{{"type", "Lowercase"}}, "");
+    text = lower->normalize(text);
   }
   std::string_view in(text);
   const bool removeExtra = m_.removeExtraWhitespaces;
@@ -105,7 +111,7 @@ std::string SentencePieceTokenizer::normalize(const std::string& input, bool add
   std::string out;
   if (in.empty()) return out;
   const std::string space = m_.escapeWhitespaces ? kSpaceSymbol : " ";
-  const bool prefix = addDummyPrefix && m_.addDummyPrefix;
+  const bool prefix = addDummyPrefix && addPrefix_;
   if (prefix && !m_.treatWhitespaceAsSuffix) out += space;
   bool prevSpace = removeExtra;
   for (char c : in) {
@@ -242,21 +248,21 @@ void SentencePieceTokenizer::encodeSegment(const std::string& text, bool first, 
 Encoding SentencePieceTokenizer::encode(const std::string& text, bool addSpecialTokens) const {
   requireValidUtf8(text);
   Encoding enc;
-  if (addSpecialTokens && addBos_ && m_.bosId >= 0) {
+  if (addSpecialTokens && opt_.addBos && m_.bosId >= 0) {
     enc.ids.push_back(m_.bosId);
     enc.tokens.push_back(m_.pieces[static_cast<std::size_t>(m_.bosId)].piece);
   }
-  // Special tokens written in the text are whole tokens; only the text's start gets the
-  // dummy prefix (LlamaTokenizer with legacy=False).
+  // Special tokens written in the text are whole tokens. With legacy=False only the text's
+  // start gets the dummy prefix; legacy=True gives it to every segment.
   for (const auto& seg : specials_.split(text, false)) {
     if (seg.id) {
       enc.ids.push_back(*seg.id);
       enc.tokens.push_back(*idToToken(*seg.id));
     } else if (seg.end > seg.begin) {
-      encodeSegment(text.substr(seg.begin, seg.end - seg.begin), seg.begin == 0, enc);
+      encodeSegment(text.substr(seg.begin, seg.end - seg.begin), opt_.legacy || seg.begin == 0, enc);
     }
   }
-  if (addSpecialTokens && addEos_ && m_.eosId >= 0) {
+  if (addSpecialTokens && opt_.addEos && m_.eosId >= 0) {
     enc.ids.push_back(m_.eosId);
     enc.tokens.push_back(m_.pieces[static_cast<std::size_t>(m_.eosId)].piece);
   }
@@ -279,7 +285,7 @@ std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids, bool
         {{"type", "Fuse"}}}}};
   static const std::unique_ptr<Decoder> decoder = makeDecoder(JsonFields(""), spec, "decoder");
   std::string text = decoder->decode(std::move(tokens));
-  if (m_.addDummyPrefix && !text.empty() && text[0] == ' ') text.erase(0, 1);
+  if (addPrefix_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
   return text;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,13 +15,24 @@
 
 namespace kvscope::tok {
 
+/// What transformers' LlamaTokenizer adds on top of the model file (tokenizer_config.json).
+struct SentencePieceOptions {
+  bool addBos = true;
+  bool addEos = false;
+  /// legacy=true: every text segment between special tokens gets the ▁ prefix;
+  /// legacy=false: only the start of the text does.
+  bool legacy = true;
+  /// Overrides the model's add_dummy_prefix when set.
+  std::optional<bool> addPrefixSpace;
+  std::vector<AddedToken> extraTokens;
+};
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   /// Loads `path` (a tokenizer.model) and tokenizer_config.json beside it.
   static std::unique_ptr<SentencePieceTokenizer> load(const std::string& path);
 
-  SentencePieceTokenizer(SentencePieceModel model, const std::string& file, bool addBos, bool addEos,
-                         std::vector<AddedToken> extraTokens);
+  SentencePieceTokenizer(SentencePieceModel model, const std::string& file, SentencePieceOptions options);
 
   Encoding encode(const std::string& text, bool addSpecialTokens = true) const override;
   std::string decode(const std::vector<int64_t>& ids, bool skipSpecialTokens = false) const override;
@@ -41,8 +53,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   SentencePieceModel m_;
   std::string approxNormalization_;  // "", "NFKC" (documented approximation of nmt_nfkc)
   bool caseFold_ = false;
-  bool addBos_;
-  bool addEos_;
+  SentencePieceOptions opt_;
+  bool addPrefix_;  // the dummy prefix, from the model or add_prefix_space
   std::unordered_map<std::string, int64_t> pieces_;    // NORMAL, USER_DEFINED, UNUSED
   std::unordered_map<std::string, int64_t> reserved_;  // UNKNOWN, CONTROL, BYTE
   // user-defined pieces by first byte, longest first (matched before merging, never split)

@@ -62,6 +62,7 @@ TokenizerConfig TokenizerConfig::load(const std::string& dir) {
   cfg.addEosToken = optBool(jf, root, "add_eos_token");
   cfg.addPrefixSpace = optBool(jf, root, "add_prefix_space");
   cfg.cleanUpTokenizationSpaces = optBool(jf, root, "clean_up_tokenization_spaces");
+  cfg.legacy = optBool(jf, root, "legacy");
   readSpecials(jf, root, cfg);
   if (const Json* dec = jf.find(root, "added_tokens_decoder")) {
     jf.requireObject(*dec, "added_tokens_decoder");

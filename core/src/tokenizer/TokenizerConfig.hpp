@@ -16,6 +16,7 @@ struct TokenizerConfig {
   std::optional<bool> addEosToken;
   std::optional<bool> addPrefixSpace;
   std::optional<bool> cleanUpTokenizationSpaces;
+  std::optional<bool> legacy;  // LlamaTokenizer: prefix ▁ after special tokens too
   std::optional<std::string> bosToken;
   std::optional<std::string> eosToken;
   std::optional<std::string> unkToken;
