@@ -15,6 +15,8 @@
 
 #include "kvscope/Error.hpp"
 #include "kvscope/Tokenizer.hpp"
+#include "tokenizer/SentencePieceModel.hpp"
+#include "tokenizer/Utf8.hpp"
 
 namespace {
 
@@ -222,6 +224,79 @@ TEST(TokenizerFormats, MergesAsStringsEqualMergesAsPairs) {
   for (const auto& c : readJson(kTokenizers + "/gpt2/golden_encodings.json")["cases"]) {
     EXPECT_EQ(tok->encode(c["text"].get<std::string>()).ids, c["ids"].get<std::vector<int64_t>>())
         << c["text"];
+  }
+}
+
+// The fixture's SentencePiece model converted the way transformers' LlamaConverter does it
+// (vocab from the pieces, merges from every split of a piece into two pieces, ranked by the
+// piece's score; Metaspace pre-tokenizer; Replace/ByteFallback/Fuse/Strip decoder) must
+// reproduce sentencepiece's golden encodings through the tokenizer.json pipeline.
+TEST(TokenizerFormats, SentencePieceConvertedToTokenizerJsonMatchesGolden) {
+  const auto model = kvscope::tok::SentencePieceModel::load(kTokenizers + "/spm/tokenizer.model");
+  json vocab = json::object();
+  json added = json::array();
+  for (std::size_t i = 0; i < model.pieces.size(); ++i) {
+    vocab[model.pieces[i].piece] = i;
+    const int type = model.pieces[i].type;
+    if (type == kvscope::tok::SentencePieceModel::kControl || type == kvscope::tok::SentencePieceModel::kUnknown) {
+      added.push_back({{"id", i}, {"content", model.pieces[i].piece}, {"special", true}, {"normalized", false}});
+    }
+  }
+  struct Merge {
+    std::string left, right;
+    float score;
+  };
+  std::vector<Merge> merges;
+  for (const auto& p : model.pieces) {
+    if (p.type != kvscope::tok::SentencePieceModel::kNormal) continue;
+    std::vector<Merge> local;
+    const auto chars = kvscope::tok::splitChars(p.piece);
+    std::size_t cut = 0;
+    for (std::size_t k = 0; k + 1 < chars.size(); ++k) {
+      cut += chars[k].size();
+      const std::string l = p.piece.substr(0, cut), r = p.piece.substr(cut);
+      if (vocab.contains(l) && vocab.contains(r)) local.push_back({l, r, p.score});
+    }
+    std::stable_sort(local.begin(), local.end(), [&](const Merge& a, const Merge& b) {
+      return std::make_pair(vocab[a.left].get<int>(), vocab[a.right].get<int>()) <
+             std::make_pair(vocab[b.left].get<int>(), vocab[b.right].get<int>());
+    });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  json mergeList = json::array();
+  for (const auto& m : merges) mergeList.push_back(json::array({m.left, m.right}));
+  ASSERT_FALSE(mergeList.empty());
+
+  const std::string kMetaspace = "\xE2\x96\x81";  // U+2581
+  const std::string bos = model.pieces.at(static_cast<std::size_t>(model.bosId)).piece;
+  const json doc = {
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", kMetaspace}, {"prepend_scheme", "first"}, {"split", false}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+        {"special_tokens", {{bos, {{"id", bos}, {"ids", {model.bosId}}, {"tokens", {bos}}}}}}}},
+      {"decoder",
+       {{"type", "Sequence"},
+        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kMetaspace}}}, {"content", " "}},
+                                  {{"type", "ByteFallback"}},
+                                  {{"type", "Fuse"}},
+                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", model.pieces.at(static_cast<std::size_t>(model.unkId)).piece},
+        {"fuse_unk", true}, {"byte_fallback", model.byteFallback}, {"vocab", vocab}, {"merges", mergeList}}}};
+  const fs::path dir = scratchDir();
+  writeFile(dir / "tokenizer.json", doc.dump());
+  const auto tok = kvscope::Tokenizer::loadFile((dir / "tokenizer.json").string());
+  for (const auto& c : readJson(kTokenizers + "/spm/golden_encodings.json")["cases"]) {
+    const std::string input = c["text"].get<std::string>();
+    const auto enc = tok->encode(input);
+    EXPECT_EQ(enc.ids, c["ids"].get<std::vector<int64_t>>()) << input;
+    EXPECT_EQ(enc.tokens, c["tokens"].get<std::vector<std::string>>()) << input;
+    EXPECT_EQ(tok->decode(enc.ids, true), c["decoded"].get<std::string>()) << input;
   }
 }
 
