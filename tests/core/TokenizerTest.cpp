@@ -227,6 +227,43 @@ TEST(TokenizerFormats, MergesAsStringsEqualMergesAsPairs) {
   }
 }
 
+// Pipelines that must behave exactly like the GPT-2 fixture's own: its regex as an explicit
+// Split (kept as Isolated pieces, or as the complement removed with invert), wrapped in
+// Sequences, with an NFC normalizer (the golden texts are NFC already).
+TEST(TokenizerFormats, EquivalentGpt2PipelinesGiveGoldenEncodings) {
+  const json original = readJson(kTokenizers + "/gpt2/tokenizer.json");
+  const std::string gpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  const json byteLevelNoRegex = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  std::vector<json> variants;
+  for (const auto& [behavior, invert] : std::vector<std::pair<std::string, bool>>{{"Isolated", false}, {"Removed", true}}) {
+    json doc = original;
+    doc["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             json::array({{{"type", "Split"}, {"pattern", {{"Regex", gpt2Regex}}},
+                                           {"behavior", behavior}, {"invert", invert}},
+                                          byteLevelNoRegex})}};
+    variants.push_back(doc);
+  }
+  json withNormalizer = original;
+  withNormalizer["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
+  withNormalizer["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({original["decoder"]})}};
+  variants.push_back(withNormalizer);
+
+  const fs::path dir = scratchDir();
+  const json golden = readJson(kTokenizers + "/gpt2/golden_encodings.json");
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const fs::path path = dir / ("variant" + std::to_string(v) + ".json");
+    writeFile(path, variants[v].dump());
+    const auto tok = kvscope::Tokenizer::loadFile(path.string());
+    for (const auto& c : golden["cases"]) {
+      const std::string text = c["text"].get<std::string>();
+      const auto enc = tok->encode(text);
+      EXPECT_EQ(enc.ids, c["ids"].get<std::vector<int64_t>>()) << "variant " << v << ": " << text;
+      EXPECT_EQ(tok->decode(enc.ids), c["decoded"].get<std::string>()) << "variant " << v;
+    }
+  }
+}
+
 // The fixture's SentencePiece model converted the way transformers' LlamaConverter does it
 // (vocab from the pieces, merges from every split of a piece into two pieces, ranked by the
 // piece's score; Metaspace pre-tokenizer; Replace/ByteFallback/Fuse/Strip decoder) must
