@@ -35,6 +35,7 @@ std::unique_ptr<Tokenizer> Tokenizer::loadFile(const std::string& path) {
   const fs::path p(path);
   if (p.extension() == ".model") return tok::SentencePieceTokenizer::load(path);
   if (p.filename() == "vocab.json") return tok::Gpt2FilesLoader::load(path);
+  if (p.filename() == "merges.txt") return tok::Gpt2FilesLoader::load((p.parent_path() / "vocab.json").string());
   if (p.extension() == ".json") return tok::HfJsonLoader::load(path);
   // Unknown name: JSON starts with '{', a SentencePiece model is binary protobuf.
   std::ifstream in(path, std::ios::binary);
