@@ -14,5 +14,6 @@ struct CliContext {
 void registerPolicyCommand(CLI::App& app, CliContext& ctx);  // commands/PolicyCommand.cpp
 /// `make-demo DIR`: writes a random-weight HuggingFace checkpoint (commands/MakeDemoCommand.cpp).
 void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
+void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

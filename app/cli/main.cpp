@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   cli::CliContext ctx;
   cli::registerPolicyCommand(app, ctx);
   cli::registerMakeDemoCommand(app, ctx);
+  cli::registerTokenizeCommand(app, ctx);
 
   try {
     app.parse(argc, argv);
