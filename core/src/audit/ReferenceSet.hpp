@@ -1,0 +1,44 @@
+// The references an audit compares against, per (request, weights version): from a model
+// (one teacher-forced uncached pass over the request's own stream, with the trace's
+// weight updates replayed for later versions) or from another trace (trace+trace mode).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "kvscope/AuditResult.hpp"
+#include "kvscope/Model.hpp"
+#include "kvscope/Trace.hpp"
+
+namespace kvscope::detail {
+
+class ReferenceSet {
+ public:
+  /// Model mode. `trace` supplies the weight-update events for versions > 0.
+  ReferenceSet(const Model& model, const Trace& trace);
+  /// Trace mode: `reference` is an uncached (or trusted) trace of the same requests.
+  explicit ReferenceSet(std::shared_ptr<const Trace> reference);
+
+  /// The reference for `request` at `version` covering at least `tokens` stream tokens;
+  /// nullptr when it cannot be computed (the reason is in `unavailableReason`).
+  const RequestReference* get(int64_t request, uint64_t version, const std::vector<int64_t>& stream);
+  const std::string& unavailableReason() const { return reason_; }
+  /// Layer-0 keys of `token` at positions 0..count-1 ([count, h, d] as FloatTensor), model
+  /// mode only (empty otherwise).
+  FloatTensor probeLayer0(int64_t token, int64_t count, uint64_t version);
+  bool hasModel() const { return model_ != nullptr; }
+
+ private:
+  const Model* modelFor(uint64_t version);
+  RequestReference fromTrace(int64_t request, const std::vector<int64_t>& stream) const;
+
+  const Model* model_ = nullptr;
+  const Trace* trace_ = nullptr;
+  std::shared_ptr<const Trace> referenceTrace_;
+  std::map<uint64_t, std::shared_ptr<Model>> updated_;  // weights versions > 0
+  std::map<std::pair<int64_t, uint64_t>, RequestReference> cache_;
+  std::string reason_;
+};
+
+}  // namespace kvscope::detail

@@ -1,0 +1,246 @@
+#include "audit/RequestWalk.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvscope::detail {
+
+int64_t StepAnalysis::lastRealStreamIndex() const {
+  for (auto it = streamIndex.rbegin(); it != streamIndex.rend(); ++it)
+    if (*it >= 0) return *it;
+  return -1;
+}
+
+namespace {
+uint64_t checksumOf(const std::vector<std::vector<float>>& heads) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const auto& h : heads) XXH3_64bits_update(st, h.data(), h.size() * sizeof(float));
+  const uint64_t out = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return out;
+}
+
+// max |a[:, ca, :] - b[:, cb, :]| and max |b[:, cb, :]| for [h, t, d] tensors.
+std::pair<double, double> columnDiff(const FloatTensor& a, int64_t ca, const FloatTensor& b, int64_t cb) {
+  const int64_t h = a.shape[0], ta = a.shape[1], tb = b.shape[1], d = a.shape[2];
+  double err = 0, mag = 0;
+  for (int64_t hh = 0; hh < h; ++hh)
+    for (int64_t k = 0; k < d; ++k) {
+      const double x = a.data[static_cast<size_t>((hh * ta + ca) * d + k)];
+      const double y = b.data[static_cast<size_t>((hh * tb + cb) * d + k)];
+      err = std::max(err, std::fabs(x - y));
+      if (std::isnan(x) != std::isnan(y)) err = INFINITY;
+      mag = std::max(mag, std::fabs(y));
+    }
+  return {err, mag};
+}
+}  // namespace
+
+std::vector<int64_t> RequestWalk::streamOf(const TraceRequest& r) {
+  std::vector<int64_t> s = r.promptIds;
+  s.insert(s.end(), r.generated.begin(), r.generated.end());
+  return s;
+}
+
+RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request, const Tolerance& tolerance,
+                         ReferenceLookup reference)
+    : trace_(trace), request_(request), tol_(tolerance), reference_(std::move(reference)) {
+  stream_ = streamOf(request);
+  const auto L = static_cast<size_t>(trace.model.numLayers), H = static_cast<size_t>(trace.model.numKvHeads);
+  keys_.assign(L, std::vector<std::vector<float>>(H));
+  values_ = keys_;
+  length_.assign(L, 0);
+  versions_.assign(L, {});
+}
+
+void RequestWalk::alignStream(StepAnalysis& a, const std::vector<int64_t>& real, int64_t& streamPos) {
+  const TraceStep& st = *a.step;
+  const auto n = static_cast<int64_t>(real.size());
+  auto fedAt = [&](int64_t k) { return st.fedIds[static_cast<size_t>(real[static_cast<size_t>(k)])]; };
+  auto streamAt = [&](int64_t i) { return i >= 0 && i < static_cast<int64_t>(stream_.size()) ? stream_[static_cast<size_t>(i)] : -1; };
+  bool same = true;
+  for (int64_t k = 0; k < n; ++k) same = same && fedAt(k) == streamAt(streamPos + k);
+  a.streamIndex.assign(st.fedIds.size(), -1);
+  if (same) {
+    for (int64_t k = 0; k < n; ++k) a.streamIndex[static_cast<size_t>(real[static_cast<size_t>(k)])] = streamPos + k;
+    streamPos += n;
+    return;
+  }
+  // The previous stream token fed again in front of the expected ones?
+  bool dup = n >= 2 && streamPos > 0 && fedAt(0) == streamAt(streamPos - 1);
+  for (int64_t k = 1; dup && k < n; ++k) dup = fedAt(k) == streamAt(streamPos + k - 1);
+  if (dup) {
+    a.duplicatedPrevious = true;
+    for (int64_t k = 1; k < n; ++k) a.streamIndex[static_cast<size_t>(real[static_cast<size_t>(k)])] = streamPos + k - 1;
+    streamPos += n - 1;
+    return;
+  }
+  a.streamMismatch = true;
+  for (int64_t k = 0; k < n; ++k) a.streamIndex[static_cast<size_t>(real[static_cast<size_t>(k)])] = streamPos + k;
+  streamPos += n;
+}
+
+void RequestWalk::checkPositions(StepAnalysis& a, const std::vector<int64_t>& real) {
+  const TraceStep& st = *a.step;
+  for (size_t k = 0; k < real.size(); ++k) {
+    const int64_t recorded = st.positions[static_cast<size_t>(real[k])];
+    const int64_t expected = a.cacheRealBefore + static_cast<int64_t>(k);
+    if (trace_.model.maxPositions > 0 && recorded >= trace_.model.maxPositions && !a.beyondContext) {
+      a.beyondContext = true;
+      a.beyondPosition = recorded;
+    }
+    if (recorded != expected && a.positionsOk) {
+      a.positionsOk = false;
+      a.positionOffset = recorded - expected;
+      a.expectedPosition = expected;
+      a.recordedPosition = recorded;
+    }
+  }
+}
+
+void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& rec) {
+  const int64_t appended = rec.keys.shape.size() == 3 ? rec.keys.shape[1] : 0;
+  a.appended[l] = appended;
+  a.lengthBefore[l] = length_[l];
+  if (appended > a.fedCount && a.duplicateLayer < 0) a.duplicateLayer = static_cast<int>(l);
+  const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : length_[l] + appended;
+  a.lengthAfter[l] = after;
+  if (after != length_[l] + a.fedCount && a.lengthMismatchLayer < 0) a.lengthMismatchLayer = static_cast<int>(l);
+  // Rebuild the cache from the appended records.
+  const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim;
+  for (int64_t h = 0; h < H && appended > 0; ++h) {
+    auto* kd = rec.keys.data.data() + h * appended * d;
+    auto* vd = rec.values.data.data() + h * appended * d;
+    keys_[l][static_cast<size_t>(h)].insert(keys_[l][static_cast<size_t>(h)].end(), kd, kd + appended * d);
+    values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * d);
+  }
+  length_[l] += appended;
+  if (appended > 0) versions_[l].push_back(a.version);
+  const auto& vs = versions_[l];
+  if (std::any_of(vs.begin(), vs.end(), [&](uint64_t v) { return v != a.version; })) {
+    a.versionMix = true;
+    a.oldestVersion = *std::min_element(vs.begin(), vs.end());
+  }
+  // Earlier rows unchanged? Checksums prove it without storing the cache; snapshots also
+  // say which entries changed.
+  if (rec.keyChecksum && rec.valueChecksum && a.rewrittenLayer < 0 &&
+      (*rec.keyChecksum != checksumOf(keys_[l]) || *rec.valueChecksum != checksumOf(values_[l])))
+    a.rewrittenLayer = static_cast<int>(l);
+  if (!rec.snapshotKeys.empty() && rec.snapshotKeys.shape[1] == length_[l]) {
+    const int64_t t = length_[l];
+    for (int64_t c = 0; c < t; ++c) {
+      bool changed = false;
+      for (int64_t h = 0; h < H && !changed; ++h)
+        for (int64_t k = 0; k < d && !changed; ++k)
+          changed = rec.snapshotKeys.data[static_cast<size_t>((h * t + c) * d + k)] !=
+                    keys_[l][static_cast<size_t>(h)][static_cast<size_t>(c * d + k)];
+      if (changed) {
+        if (a.rewrittenLayer < 0) a.rewrittenLayer = static_cast<int>(l);
+        if (static_cast<int>(l) == a.rewrittenLayer) a.rewrittenColumns.push_back(c);
+      }
+    }
+  }
+}
+
+void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
+  if (rec.keys.shape.size() != 3 || l >= ref.keys.size()) return;
+  const int64_t T = ref.keys[l].shape[1];
+  double kErr = 0, vErr = 0, kTol = 0, vTol = 0;
+  for (size_t j = 0; j < a.streamIndex.size(); ++j) {
+    const int64_t p = a.streamIndex[j];
+    if (p < 0 || p >= T || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;
+    auto [ke, km] = columnDiff(rec.keys, static_cast<int64_t>(j), ref.keys[l], p);
+    auto [ve, vm] = columnDiff(rec.values, static_cast<int64_t>(j), ref.values[l], p);
+    const double kt = tol_.forMagnitude(km), vt = tol_.forMagnitude(vm);
+    kErr = std::max(kErr, ke);
+    vErr = std::max(vErr, ve);
+    kTol = std::max(kTol, kt);
+    vTol = std::max(vTol, vt);
+    if ((ke > kt || ve > vt) && a.firstBadLayer < 0) {
+      a.firstBadLayer = static_cast<int>(l);
+      a.firstBadColumn = static_cast<int64_t>(j);
+      a.firstBadStreamIndex = p;
+    }
+  }
+  a.keyError[l] = kErr;
+  a.valueError[l] = vErr;
+  a.keyTol[l] = kTol;
+  a.valueTol[l] = vTol;
+}
+
+void RequestWalk::compareLogits(StepAnalysis& a, const RequestReference& ref) {
+  const TraceStep& st = *a.step;
+  const int64_t p = a.lastRealStreamIndex();
+  if (st.logits.empty() || p < 0 || ref.logits.shape.size() != 2 || p >= ref.logits.shape[0]) return;
+  const int64_t V = ref.logits.shape[1];
+  if (st.logits.numel() != V) return;
+  const float* r = ref.logits.data.data() + p * V;
+  if (std::isnan(r[0])) return;  // the reference trace has no row here
+  double err = 0, mag = 0, best = -INFINITY, second = -INFINITY;
+  int64_t arg = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    err = std::max(err, static_cast<double>(std::fabs(st.logits.data[static_cast<size_t>(i)] - r[i])));
+    if (std::isnan(st.logits.data[static_cast<size_t>(i)])) err = INFINITY;
+    mag = std::max(mag, static_cast<double>(std::fabs(r[i])));
+    if (r[i] > best) {
+      second = best;
+      best = r[i];
+      arg = i;
+    } else if (r[i] > second) {
+      second = r[i];
+    }
+  }
+  a.logitsCompared = true;
+  a.logitError = err;
+  a.logitTol = tol_.forMagnitude(mag);
+  a.top2Margin = best - second;
+  a.referenceToken = arg;
+  a.logitsDiverged = err > a.logitTol;
+}
+
+std::vector<StepAnalysis> RequestWalk::run() {
+  std::vector<StepAnalysis> out;
+  int64_t streamPos = 0, cacheReal = 0;
+  const auto L = static_cast<size_t>(trace_.model.numLayers);
+  for (const TraceStep* st : trace_.stepsOf(request_.id)) {
+    StepAnalysis a;
+    a.step = st;
+    a.version = st->weightsVersion;
+    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) {
+      streamPos = cacheReal = 0;
+      for (auto& layer : keys_) for (auto& h : layer) h.clear();
+      for (auto& layer : values_) for (auto& h : layer) h.clear();
+      std::fill(length_.begin(), length_.end(), 0);
+      for (auto& v : versions_) v.clear();
+    }
+    std::vector<int64_t> real;
+    for (size_t j = 0; j < st->fedIds.size(); ++j)
+      if (st->fedMask.empty() || st->fedMask[j]) real.push_back(static_cast<int64_t>(j));
+    a.cacheRealBefore = cacheReal;
+    a.fedCount = static_cast<int64_t>(st->fedIds.size());
+    alignStream(a, real, streamPos);
+    checkPositions(a, real);
+    a.appended.assign(L, 0);
+    a.lengthBefore.assign(L, 0);
+    a.lengthAfter.assign(L, 0);
+    a.keyError.assign(L, 0.0);
+    a.valueError.assign(L, 0.0);
+    a.keyTol.assign(L, 0.0);
+    a.valueTol.assign(L, 0.0);
+    const RequestReference* ref = reference_(a.version);
+    a.referenceMissing = ref == nullptr;
+    for (size_t l = 0; l < st->layers.size() && l < L; ++l) {
+      checkCache(a, l, st->layers[l]);
+      if (ref) compareRecords(a, l, st->layers[l], *ref);
+    }
+    if (ref) compareLogits(a, *ref);
+    cacheReal += static_cast<int64_t>(real.size());
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace kvscope::detail

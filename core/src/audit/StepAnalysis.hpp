@@ -1,0 +1,58 @@
+// What the audit measured for one recorded step, before any diagnosis.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvscope/Trace.hpp"
+
+namespace kvscope::detail {
+
+struct StepAnalysis {
+  const TraceStep* step = nullptr;
+  uint64_t version = 0;
+  // Stream alignment: per fed entry, its index in prompt + generated (-1: padding/extra).
+  std::vector<int64_t> streamIndex;
+  int64_t cacheRealBefore = 0;       // real entries in the cache before the step
+  bool streamMismatch = false;       // fed tokens differ from the request's own stream
+  bool duplicatedPrevious = false;   // the previous stream token was fed again
+  // Positions: recorded minus expected (expected = real entries in the cache before it).
+  bool positionsOk = true;
+  int64_t positionOffset = 0;        // first nonzero offset
+  int64_t expectedPosition = -1;     // at the first offset
+  int64_t recordedPosition = -1;
+  bool beyondContext = false;        // a position >= max positions was used
+  int64_t beyondPosition = -1;
+  // Cache structure, per layer.
+  std::vector<int64_t> appended;     // entries appended (records' t extent)
+  std::vector<int64_t> lengthBefore, lengthAfter;
+  int64_t fedCount = 0;              // entries fed (padding included)
+  int duplicateLayer = -1;           // first layer whose append exceeds the fed entries
+  int lengthMismatchLayer = -1;      // cache length != entries consumed
+  int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed
+  std::vector<int64_t> rewrittenColumns;  // with snapshots: which cache entries changed
+  bool versionMix = false;           // records of several weights versions in one cache
+  uint64_t oldestVersion = 0;
+  // Values against the reference.
+  std::vector<double> keyError, valueError, keyTol, valueTol;
+  int firstBadLayer = -1;
+  int64_t firstBadColumn = -1;       // fed entry index of the first bad record
+  int64_t firstBadStreamIndex = -1;
+  double logitError = 0.0;
+  double logitTol = 0.0;
+  double top2Margin = 0.0;
+  int64_t referenceToken = -1;
+  bool logitsCompared = false;
+  bool logitsDiverged = false;
+  bool referenceMissing = false;
+
+  bool structural() const {
+    return streamMismatch || duplicatedPrevious || !positionsOk || duplicateLayer >= 0 ||
+           rewrittenLayer >= 0 || versionMix || beyondContext;
+  }
+  bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
+  int64_t lastRealStreamIndex() const;
+};
+
+}  // namespace kvscope::detail
