@@ -37,7 +37,11 @@ import struct
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - depends on the environment
+    sys.exit(f"kvtrace.py needs numpy, which {sys.executable} does not have "
+             "(use a Python that has it, e.g. /usr/bin/python3 with python3-numpy)")
 
 try:  # optional: checksums are left out without it
     import xxhash as _xxhash  # type: ignore

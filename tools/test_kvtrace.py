@@ -604,6 +604,52 @@ class FakeDecode(TempDir, unittest.TestCase):
         self.assertEqual(st.layers[0].keys.shape, (2, 2, 4))
 
 
+class FakeXxhash:
+    """Stands in for the optional xxhash module to test the checksum plumbing."""
+    @staticmethod
+    def xxh3_64_intdigest(data):
+        import hashlib
+        return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+class Checksums(TempDir, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.saved = kvtrace._xxhash, kvtrace.HAVE_XXHASH
+        kvtrace._xxhash, kvtrace.HAVE_XXHASH = FakeXxhash, True
+
+    def tearDown(self):
+        kvtrace._xxhash, kvtrace.HAVE_XXHASH = self.saved
+        super().tearDown()
+
+    def test_recorder_writes_checksums_of_the_whole_cache(self):
+        lm = FakeLM()
+        rec = hf_trace.TraceRecorder(lm.info(), engine="fake")
+        hf_trace.decode(lm.forward("v5"), rec, 0, [3, 4, 5], 3, None)
+        path = self.path("sums.kvtrace")
+        rec.save(path)
+        t = kvtrace.read_trace(path)
+        steps = t.steps_of(0)
+        for l in range(2):
+            keys = np.concatenate([s.layers[l].keys for s in steps], axis=1)
+            self.assertEqual(steps[-1].layers[l].checksum_k, kvtrace.cache_checksum(keys))
+            self.assertEqual(len(steps[0].layers[l].checksum_v), 16)
+
+    def test_writer_checksums_snapshots(self):
+        path = self.path("snap.kvtrace")
+        small_writer(snapshots=True).save(path)
+        t = kvtrace.read_trace(path)
+        rec = t.steps[4].layers[2]
+        self.assertEqual(rec.checksum_k, kvtrace.cache_checksum(rec.cache_keys))
+        self.assertEqual(rec.checksum_v, kvtrace.cache_checksum(rec.cache_values))
+
+    def test_uncached_mode_records_none(self):
+        lm = FakeLM()
+        rec = hf_trace.TraceRecorder(lm.info(), engine="fake", mode="uncached")
+        hf_trace.decode(lm.forward("v5"), rec, 0, [3, 4, 5], 2, None, uncached=True)
+        self.assertTrue(all(l.checksum_k is None for s in rec.writer.steps for l in s.layers))
+
+
 class Cli(TempDir, unittest.TestCase):
     def run_main(self, *argv):
         out = io.StringIO()
