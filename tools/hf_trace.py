@@ -367,22 +367,7 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
             "head_dim": first("head_dim", default=hidden // heads if heads else 0),
             "vocab_size": vocab_size,
             "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
-            "stored_dtype": stored_dtype(model_dir), "compute_dtype": compute_dtype}
-
-
-def stored_dtype(model_dir: str) -> str:
-    """The float dtypes of the checkpoint's weights, read from safetensors headers only."""
-    import json
-    import struct
-    found = set()
-    for name in sorted(os.listdir(model_dir)):
-        if not name.endswith(".safetensors"):
-            continue
-        with open(os.path.join(model_dir, name), "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
-        found |= {e["dtype"] for k, e in header.items() if k != "__metadata__" and e["dtype"] in ("F32", "F16", "BF16")}
-    return "/".join(sorted(found))
+            "stored_dtype": kvtrace.model_stored_dtype(model_dir), "compute_dtype": compute_dtype}
 
 
 def _policy_from_args(args) -> Dict[str, Any]:
@@ -429,10 +414,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
-    except TypeError:  # transformers 4 spells it torch_dtype
-        model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype)
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+    model = AutoModelForCausalLM.from_pretrained(args.model, **{dtype_kw: dtype})
     model.to(args.device).eval()
     prompts: List[Tuple[List[int], str]] = []
     if args.prompt:

@@ -143,31 +143,45 @@ def cache_checksum(array) -> Optional[str]:
     return f"{_xxhash.xxh3_64_intdigest(data.tobytes()):016x}"
 
 
-def model_fingerprint(directory: str) -> str:
-    """The fingerprint KV Scope records for a model directory (Checkpoint::fingerprint):
-    sha256 over, for config.json and then every weight file sorted by path, the file name
-    followed by the file's bytes."""
-    config = os.path.join(directory, "config.json")
+def _weight_files(directory: str) -> List[str]:
+    """The checkpoint's weight files, as KV Scope's Checkpoint picks them."""
     index = os.path.join(directory, "model.safetensors.index.json")
     single = os.path.join(directory, "model.safetensors")
     if os.path.exists(index):
         with open(index, encoding="utf-8") as f:
             shards = sorted(set(json.load(f)["weight_map"].values()))
-        weights = [os.path.join(directory, s) for s in shards]
-    elif os.path.exists(single):
-        weights = [single]
-    else:
-        found = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
-        if len(found) != 1:
-            raise TraceError(directory, "", "no model.safetensors or model.safetensors.index.json found")
-        weights = [os.path.join(directory, found[0])]
+        return [os.path.join(directory, s) for s in shards]
+    if os.path.exists(single):
+        return [single]
+    found = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
+    if len(found) != 1:
+        raise TraceError(directory, "", "no model.safetensors or model.safetensors.index.json found")
+    return [os.path.join(directory, found[0])]
+
+
+def model_fingerprint(directory: str) -> str:
+    """The fingerprint KV Scope records for a model directory (Checkpoint::fingerprint):
+    sha256 over, for config.json and then every weight file sorted by path, the file name
+    followed by the file's bytes."""
     h = hashlib.sha256()
-    for path in [config] + sorted(weights):
+    for path in [os.path.join(directory, "config.json")] + sorted(_weight_files(directory)):
         h.update(os.path.basename(path).encode())
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def model_stored_dtype(directory: str) -> str:
+    """F32 / F16 / BF16 when every float weight has that dtype, "mixed" or "none"
+    otherwise (Checkpoint::storedDtype); reads the safetensors headers only."""
+    found = set()
+    for path in _weight_files(directory):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        found |= {e.get("dtype") for k, e in header.items() if k != "__metadata__"} & set(STORE_DTYPES)
+    return found.pop() if len(found) == 1 else ("mixed" if found else "none")
 
 
 def _float32(a, what: str) -> np.ndarray:

@@ -688,6 +688,24 @@ class Cli(TempDir, unittest.TestCase):
         want = hashlib.sha256(b"config.json{}model.safetensorsweights").hexdigest()
         self.assertEqual(kvtrace.model_fingerprint(d), want)
 
+    def test_model_block_from_a_transformers_config(self):
+        llama = os.path.join(HERE, "..", "tests", "fixtures", "hf", "models", "llama")
+        if not os.path.isdir(llama):
+            self.skipTest("llama fixture not found")
+        import types
+        with open(os.path.join(llama, "config.json")) as f:
+            config = types.SimpleNamespace(**json.load(f))
+        info = hf_trace.model_info(config, llama, 1200, "float32")
+        self.assertEqual({k: info[k] for k in ("architecture", "num_layers", "num_heads", "num_kv_heads",
+                                                "head_dim", "vocab_size", "max_positions", "stored_dtype")},
+                         {"architecture": "llama", "num_layers": 3, "num_heads": 4, "num_kv_heads": 2,
+                          "head_dim": 16, "vocab_size": 1200, "max_positions": 128, "stored_dtype": "F32"})
+        self.assertEqual(len(info["fingerprint"]), 64)
+        gpt2 = types.SimpleNamespace(model_type="gpt2", n_layer=2, n_head=4, n_embd=32, n_positions=64)
+        info = hf_trace.model_info(gpt2, llama, 100, "float32", fingerprint=False)
+        self.assertEqual((info["num_layers"], info["num_kv_heads"], info["head_dim"], info["max_positions"]),
+                         (2, 4, 8, 64))
+
 
 if __name__ == "__main__":
     unittest.main()
