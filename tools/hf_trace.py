@@ -438,7 +438,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             kwargs["cache_position"] = torch.arange(past, past + len(ids), device=dev)
         with torch.no_grad():
             out = model(**kwargs)
-        return out.logits[0, -1].float().cpu().numpy(), out.past_key_values
+        return to_numpy(out.logits[0, -1]), out.past_key_values
 
     gen_cfg = getattr(model, "generation_config", None)
     eos = getattr(gen_cfg, "eos_token_id", None)

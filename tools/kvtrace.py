@@ -714,6 +714,9 @@ class TraceWriter:
         self._check_model()
 
     def _check_model(self):
+        for k, v in self.model.items():  # numpy scalars -> JSON-serialisable Python numbers
+            if isinstance(v, np.generic):
+                self.model[k] = v.item()
         for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
             v = self.model.get(k)
             if not _is_int(v) or v <= 0:

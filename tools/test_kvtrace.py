@@ -604,6 +604,109 @@ class FakeDecode(TempDir, unittest.TestCase):
         self.assertEqual(st.layers[0].keys.shape, (2, 2, 4))
 
 
+def fake_transformers(lm, calls):
+    """Stand-ins for the torch and transformers modules hf_trace.main() imports, driving
+    FakeLM with a transformers-5-style cache; `calls` collects the forward kwargs."""
+    import types
+    torch = types.ModuleType("torch")
+    torch.__version__ = "fake"
+    torch.float32, torch.long = "torch.float32", "long"
+    torch.tensor = lambda data, device=None: np.array(data)
+    torch.ones = lambda shape, dtype=None, device=None: np.ones(shape, np.int64)
+    torch.arange = lambda a, b, device=None: np.arange(a, b)
+    torch.no_grad = contextlib.nullcontext
+    torch.manual_seed = lambda s: None
+    tf = types.ModuleType("transformers")
+    tf.__version__ = "5.0.0"
+    run = lm.forward("v5")
+
+    class Model:
+        config = types.SimpleNamespace(model_type="fake", num_hidden_layers=lm.L, num_attention_heads=lm.H,
+                                       num_key_value_heads=lm.H, head_dim=lm.d, vocab_size=lm.V,
+                                       max_position_embeddings=lm.P)
+        generation_config = types.SimpleNamespace(eos_token_id=[1])
+
+        def to(self, device):
+            return self
+
+        def eval(self):
+            return self
+
+        def get_output_embeddings(self):
+            return types.SimpleNamespace(weight=lm.E)
+
+        def __call__(self, **kw):
+            return self.forward(**kw)
+
+        def forward(self, input_ids=None, position_ids=None, attention_mask=None, past_key_values=None,
+                    use_cache=None, cache_position=None):
+            calls.append(dict(ids=input_ids.tolist(), positions=position_ids.tolist(),
+                              mask=attention_mask.shape, cache_position=cache_position.tolist(),
+                              fresh=past_key_values is None))
+            logits, cache = run(list(input_ids[0]), list(position_ids[0]), past_key_values)
+            return types.SimpleNamespace(logits=np.tile(logits, (1, len(input_ids[0]), 1)),
+                                         past_key_values=cache)
+
+    class Auto:
+        @staticmethod
+        def from_pretrained(path, **kw):
+            calls.append({"load": kw})
+            return Model()
+
+    class Tokenizer:
+        @staticmethod
+        def from_pretrained(path):
+            return lambda text: {"input_ids": [3 + len(w) for w in text.split()]}
+    tf.AutoModelForCausalLM, tf.AutoTokenizer = Auto, Tokenizer
+    return {"torch": torch, "transformers": tf}
+
+
+class HfMain(TempDir, unittest.TestCase):
+    def run_main(self, *extra):
+        from unittest import mock
+        lm, calls = FakeLM(), []
+        out = self.path("hf.kvtrace")
+        llama = os.path.join(HERE, "..", "tests", "fixtures", "hf", "models", "llama")
+        model_dir = llama if os.path.isdir(llama) else self.dir
+        argv = ["--model", model_dir, "--prompt", "a bb ccc", "--prompt-ids", "2,7", "--max-new", "4",
+                "--ignore-eos", "--no-fingerprint", "--out", out] + list(extra)
+        with mock.patch.dict(sys.modules, fake_transformers(lm, calls)), \
+                contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(hf_trace.main(argv), 0)
+        return kvtrace.read_trace(out), calls, lm
+
+    def test_cached_run(self):
+        t, calls, lm = self.run_main("--snapshots", "--temperature", "0.9", "--seed", "4")
+        self.assertEqual(calls[0], {"load": {"dtype": "torch.float32"}})
+        fwd = calls[1:]
+        self.assertEqual(fwd[0], {"ids": [[4, 5, 6]], "positions": [[0, 1, 2]], "mask": (1, 3),
+                                  "cache_position": [0, 1, 2], "fresh": True})
+        self.assertEqual(fwd[1]["positions"], [[3]])
+        self.assertEqual(fwd[1]["mask"], (1, 4))
+        self.assertEqual(fwd[1]["cache_position"], [3])
+        self.assertFalse(fwd[1]["fresh"])
+        self.assertEqual(t.mode, "cached")
+        self.assertIn("hf_trace.py", t.engine)
+        self.assertEqual([r["prompt_ids"] for r in t.requests], [[4, 5, 6], [2, 7]])
+        self.assertEqual(t.requests[0]["prompt_text"], "a bb ccc")
+        self.assertEqual(t.requests[0]["eos_ids"], [1])
+        self.assertEqual(t.requests[1]["policy"]["temperature"], 0.9)
+        self.assertEqual(t.model["num_layers"], 2)
+        self.assertTrue(t.has_snapshots())
+        self.assertEqual(len(t.steps), 8)
+        FakeDecode.assert_consistent(self, t, snapshots=True)
+
+    def test_uncached_run(self):
+        t, calls, lm = self.run_main("--uncached")
+        fwd = calls[1:]
+        self.assertTrue(all(c["fresh"] for c in fwd))
+        self.assertEqual(fwd[1]["ids"], [[4, 5, 6, t.requests[0]["generated"][0]]])
+        self.assertEqual(t.mode, "uncached")
+        self.assertEqual(t.steps[1].fed_ids, [t.requests[0]["generated"][0]])
+        self.assertEqual(t.steps[1].layers[0].cache_length, 4)
+        self.assertEqual(t.steps[1].layers[0].keys.shape, (2, 1, 4))
+
+
 class FakeXxhash:
     """Stands in for the optional xxhash module to test the checksum plumbing."""
     @staticmethod
