@@ -1,0 +1,960 @@
+#!/usr/bin/env python3
+"""Read and write KV Scope traces (`.kvtrace`, docs/trace-format.md) with numpy alone.
+
+A trace is a plain safetensors file: an 8-byte little-endian header length, a JSON header
+(padded with spaces so the data starts 8-byte aligned), then the tensor bytes. The header's
+`__metadata__` holds `format: "kvtrace"`, `kvtrace_version: "1"` and the trace document
+(`kvtrace`, a JSON string). Tensors are `step{i}.logits`, `step{i}.layer{l}.k|v` (the
+appended records) and `step{i}.layer{l}.cache_k|cache_v` (optional full snapshots).
+
+    from kvtrace import TraceWriter, read_trace
+    w = TraceWriter(model={"architecture": "llama", "num_layers": 3, "num_kv_heads": 2,
+                           "head_dim": 16, "vocab_size": 1200, "max_positions": 128})
+    w.add_request(0, prompt_ids=[0, 34, 86], generated=[422], max_new_tokens=1)
+    w.add_step(request=0, step=0, fed_ids=[0, 34, 86], positions=[0, 1, 2], chosen=422,
+               logits=row, keys=[k0, k1, k2], values=[v0, v1, v2])
+    w.save("run.kvtrace")
+    t = read_trace("run.kvtrace")        # validated like the C++ reader (TraceError)
+
+Command line:
+    kvtrace.py info FILE              summary of a trace
+    kvtrace.py roundtrip IN OUT       read, validate and write again (F32 unless --dtype)
+    kvtrace.py fingerprint MODEL_DIR  the model fingerprint KV Scope records
+
+XXH3-64 cache checksums are computed only when the `xxhash` module is importable;
+otherwise they are omitted (they are optional in the format).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import struct
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - depends on the environment
+    sys.exit(f"kvtrace.py needs numpy, which {sys.executable} does not have "
+             "(use a Python that has it, e.g. /usr/bin/python3 with python3-numpy)")
+
+try:  # optional: checksums are left out without it
+    import xxhash as _xxhash  # type: ignore
+except ImportError:  # pragma: no cover - depends on the environment
+    _xxhash = None
+
+FORMAT_VERSION = 1
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+HAVE_XXHASH = _xxhash is not None
+
+# safetensors dtype -> (numpy little-endian dtype, bytes per element)
+_DTYPES = {
+    "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
+    "I64": ("<i8", 8), "I32": ("<i4", 4), "I16": ("<i2", 2), "I8": ("i1", 1),
+    "U8": ("u1", 1), "BOOL": ("u1", 1),
+}
+STORE_DTYPES = ("F32", "F16", "BF16")
+
+
+class TraceError(ValueError):
+    """A malformed or inconsistent trace; names the file and the offending field."""
+
+    def __init__(self, file: str, field: str, detail: str):
+        self.file, self.field, self.detail = file, field, detail
+        where = file or "input"
+        if field:
+            where += f": field '{field}'"
+        super().__init__(f"{where}: {detail}")
+
+
+# ----------------------------------------------------------------------------- data model
+
+@dataclasses.dataclass
+class LayerRecord:
+    """One layer of one step. Arrays are float32 [h_kv, s, d] / [h_kv, t, d] or None."""
+    cache_length: int = 0
+    keys: Optional[np.ndarray] = None          # appended records
+    values: Optional[np.ndarray] = None
+    cache_keys: Optional[np.ndarray] = None    # full snapshot after the step
+    cache_values: Optional[np.ndarray] = None
+    checksum_k: Optional[str] = None           # XXH3-64 hex of the whole row after the step
+    checksum_v: Optional[str] = None
+    derived: bool = False                      # keys/values derived from the snapshots on read
+
+
+@dataclasses.dataclass
+class Step:
+    request: int
+    step: int
+    fed_ids: List[int]
+    positions: List[int]
+    tick: int = 0
+    slot: int = 0
+    fed_mask: Optional[List[int]] = None
+    chosen: int = -1
+    rng_draws_before: int = 0
+    rng_draws_after: int = 0
+    weights_version: int = 0
+    events: List[str] = dataclasses.field(default_factory=list)
+    logits: Optional[np.ndarray] = None        # float32 [V]
+    layers: List[LayerRecord] = dataclasses.field(default_factory=list)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
+
+    def real_fed_count(self) -> int:
+        return len(self.fed_ids) if not self.fed_mask else int(sum(1 for m in self.fed_mask if m))
+
+
+@dataclasses.dataclass
+class Trace:
+    model: Dict[str, Any]
+    requests: List[Dict[str, Any]]
+    steps: List[Step]
+    version: int = FORMAT_VERSION
+    engine: str = "unknown"
+    mode: str = "cached"
+    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    faults: List[str] = dataclasses.field(default_factory=list)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
+    stored_dtypes: List[str] = dataclasses.field(default_factory=list)  # tensor dtypes on read
+
+    def request(self, rid: int) -> Optional[Dict[str, Any]]:
+        return next((r for r in self.requests if r["id"] == rid), None)
+
+    def steps_of(self, rid: int) -> List[Step]:
+        return sorted((s for s in self.steps if s.request == rid), key=lambda s: s.step)
+
+    def has_snapshots(self) -> bool:
+        return any(l.cache_keys is not None for s in self.steps for l in s.layers)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def cache_checksum(array) -> Optional[str]:
+    """XXH3-64 (16 hex digits) of a [h_kv, t, d] cache row as little-endian float32, or
+    None when the xxhash module is not available."""
+    if _xxhash is None:
+        return None
+    data = np.ascontiguousarray(np.asarray(array, dtype="<f4"))
+    return f"{_xxhash.xxh3_64_intdigest(data.tobytes()):016x}"
+
+
+def _weight_files(directory: str) -> List[str]:
+    """The checkpoint's weight files, as KV Scope's Checkpoint picks them."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    single = os.path.join(directory, "model.safetensors")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(directory, s) for s in shards]
+    if os.path.exists(single):
+        return [single]
+    found = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
+    if len(found) != 1:
+        raise TraceError(directory, "", "no model.safetensors or model.safetensors.index.json found")
+    return [os.path.join(directory, found[0])]
+
+
+def model_fingerprint(directory: str) -> str:
+    """The fingerprint KV Scope records for a model directory (Checkpoint::fingerprint):
+    sha256 over, for config.json and then every weight file sorted by path, the file name
+    followed by the file's bytes."""
+    h = hashlib.sha256()
+    for path in [os.path.join(directory, "config.json")] + sorted(_weight_files(directory)):
+        h.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def model_stored_dtype(directory: str) -> str:
+    """F32 / F16 / BF16 when every float weight has that dtype, "mixed" or "none"
+    otherwise (Checkpoint::storedDtype); reads the safetensors headers only."""
+    found = set()
+    for path in _weight_files(directory):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        found |= {e.get("dtype") for k, e in header.items() if k != "__metadata__"} & set(STORE_DTYPES)
+    return found.pop() if len(found) == 1 else ("mixed" if found else "none")
+
+
+def _float32(a, what: str) -> np.ndarray:
+    if hasattr(a, "detach"):  # a torch tensor slipped through
+        a = a.detach().float().cpu().numpy()
+    out = np.asarray(a, dtype=np.float32)
+    return np.ascontiguousarray(out)
+
+
+def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits, round to nearest even (as SafetensorsWriter)."""
+    x = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+    nan = (x & 0x7FFFFFFF) > 0x7F800000
+    rounded = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16) & 0xFFFF
+    quiet = ((x >> 16) | 0x40) & 0xFFFF
+    return np.where(nan, quiet, rounded).astype("<u2")
+
+
+def _encode(a: np.ndarray, dtype: str) -> bytes:
+    if dtype == "F32":
+        return np.ascontiguousarray(a, dtype="<f4").tobytes()
+    if dtype == "F16":
+        with np.errstate(over="ignore"):
+            return np.ascontiguousarray(a, dtype="<f4").astype("<f2").tobytes()
+    if dtype == "BF16":
+        return _to_bf16_bits(a).tobytes()
+    raise ValueError(f"storage dtype must be one of {STORE_DTYPES}, not {dtype!r}")
+
+
+def write_safetensors(path: str, tensors: Sequence[tuple], metadata: Dict[str, str],
+                      overwrite: bool = True) -> None:
+    """Writes (name, float array, dtype) tuples. Atomic: temporary file + rename."""
+    if not overwrite and os.path.exists(path):
+        raise TraceError(path, "", "refusing to overwrite an existing file")
+    header: Dict[str, Any] = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
+    blobs, offset = [], 0
+    for name, array, dtype in tensors:
+        data = _encode(array, dtype)
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in array.shape],
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    hs = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hs += b" " * ((8 - len(hs) % 8) % 8)  # the data buffer starts 8-byte aligned
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(hs)))
+            f.write(hs)
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+class _Container:
+    """A parsed safetensors file, validated like SafetensorsFile::open."""
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                self.buf = f.read()
+        except OSError as e:
+            raise TraceError(path, "", f"cannot open: {e.strerror or e}") from None
+        size = len(self.buf)
+        if size < 8:
+            raise TraceError(path, "header length", f"file is {size} bytes; a safetensors file starts "
+                             "with an 8-byte header length (truncated file?)")
+        (n,) = struct.unpack_from("<Q", self.buf, 0)
+        if n > size - 8:
+            raise TraceError(path, "header length", f"header claims {n} bytes but only {size - 8} "
+                             "follow (truncated or not safetensors)")
+        if n > MAX_HEADER_BYTES:
+            raise TraceError(path, "header length", f"header of {n} bytes exceeds the 100 MB limit")
+        try:
+            header = json.loads(self.buf[8:8 + n].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TraceError(path, "header", f"invalid JSON: {e}") from None
+        if not isinstance(header, dict):
+            raise TraceError(path, "header", "expected a JSON object")
+        self.data_start, self.data_size = 8 + n, size - 8 - n
+        self.metadata: Dict[str, str] = {}
+        self.entries: Dict[str, tuple] = {}
+        for name, t in header.items():
+            if name == "__metadata__":
+                if not isinstance(t, dict):
+                    raise TraceError(path, "__metadata__", "expected an object")
+                for k, v in t.items():
+                    if not isinstance(v, str):
+                        raise TraceError(path, f"__metadata__.{k}", "metadata values must be strings")
+                    self.metadata[k] = v
+                continue
+            self.entries[name] = self._entry(name, t)
+        spans = sorted((e[2], e[3], name) for name, e in self.entries.items())
+        for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+            if b1 < e0 and e1 > b1:
+                raise TraceError(path, f"{n1}.data_offsets",
+                                 f"overlaps tensor '{n0}' (bytes {b1}..{e0})")
+
+    def _entry(self, name: str, t: Any) -> tuple:
+        path = self.path
+        if not isinstance(t, dict):
+            raise TraceError(path, name, "tensor entry must be an object")
+        dtype = t.get("dtype")
+        if not isinstance(dtype, str):
+            raise TraceError(path, f"{name}.dtype", "missing or not a string")
+        if dtype not in _DTYPES:
+            raise TraceError(path, f"{name}.dtype",
+                             f"unknown dtype '{dtype}' (supported: {' '.join(_DTYPES)})")
+        shape = t.get("shape")
+        if not isinstance(shape, list):
+            raise TraceError(path, f"{name}.shape", "missing or not an array")
+        if any(not _is_int(d) or d < 0 for d in shape):
+            raise TraceError(path, f"{name}.shape", "dimensions must be non-negative integers")
+        off = t.get("data_offsets")
+        if not (isinstance(off, list) and len(off) == 2 and all(_is_int(o) and o >= 0 for o in off)):
+            raise TraceError(path, f"{name}.data_offsets", "expected [begin, end] byte offsets")
+        begin, end = off
+        if begin > end:
+            raise TraceError(path, f"{name}.data_offsets", f"begin {begin} is after end {end}")
+        if end > self.data_size:
+            raise TraceError(path, f"{name}.data_offsets", f"end {end} is beyond the data buffer of "
+                             f"{self.data_size} bytes (truncated file?)")
+        expected = int(np.prod(shape, dtype=np.int64)) * _DTYPES[dtype][1]
+        if end - begin != expected:
+            raise TraceError(path, f"{name}.data_offsets", f"holds {end - begin} bytes but shape and "
+                             f"dtype need {expected}")
+        return dtype, tuple(int(d) for d in shape), begin, end
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.entries
+
+    def dtype(self, name: str) -> str:
+        return self.entries[name][0]
+
+    def read_float(self, name: str) -> np.ndarray:
+        if name not in self.entries:
+            raise TraceError(self.path, name, "missing tensor")
+        dtype, shape, begin, end = self.entries[name]
+        raw = np.frombuffer(self.buf, dtype=_DTYPES[dtype][0], count=(end - begin) // _DTYPES[dtype][1],
+                            offset=self.data_start + begin)
+        if dtype == "BF16":
+            out = (raw.astype(np.uint32) << 16).view(np.float32)
+        else:
+            out = raw.astype(np.float32)
+        return out.reshape(shape)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- document
+
+class _Obj:
+    """Typed access to one JSON object with field paths for errors (like TraceJson.cpp)."""
+
+    def __init__(self, j: Any, file: str, path: str):
+        self.j, self.file, self.path = j, file, path
+
+    def has(self, k: str) -> bool:
+        return isinstance(self.j, dict) and self.j.get(k) is not None
+
+    def at(self, k: str) -> str:
+        return f"{self.path}.{k}" if self.path else k
+
+    def fail(self, k: str, what: str):
+        raise TraceError(self.file, self.at(k), what)
+
+    def integer(self, k: str, default: Optional[int] = None) -> int:
+        if not self.has(k):
+            if default is None:
+                self.fail(k, "missing")
+            return default
+        v = self.j[k]
+        if not _is_int(v):
+            self.fail(k, f"expected an integer, found {json.dumps(v)}")
+        return v
+
+    def string(self, k: str, default: str = "") -> str:
+        if not self.has(k):
+            return default
+        if not isinstance(self.j[k], str):
+            self.fail(k, "expected a string")
+        return self.j[k]
+
+    def ints(self, k: str, required: bool = True) -> List[int]:
+        if not self.has(k):
+            if required:
+                self.fail(k, "missing")
+            return []
+        v = self.j[k]
+        if not isinstance(v, list):
+            self.fail(k, "expected an array of integers")
+        for x in v:
+            if not _is_int(x):
+                self.fail(k, f"expected integers, found {json.dumps(x)}")
+        return list(v)
+
+    def strings(self, k: str) -> List[str]:
+        if not self.has(k):
+            return []
+        v = self.j[k]
+        if not isinstance(v, list):
+            self.fail(k, "expected an array of strings")
+        if any(not isinstance(x, str) for x in v):
+            self.fail(k, "expected strings")
+        return list(v)
+
+    def child(self, k: str) -> Any:
+        if not self.has(k):
+            self.fail(k, "missing")
+        return self.j[k]
+
+
+def normalize_policy(p: Any, file: str = "", where: str = "policy") -> Dict[str, Any]:
+    """Validates a sampling policy (docs/sampling-policy.md) and fills the defaults."""
+    def bad(k, what):
+        raise TraceError(file, f"{where}.{k}" if k else where, what)
+    if p is None:
+        p = {"temperature": 0.0}
+    if not isinstance(p, dict):
+        bad("", "expected a JSON object")
+    t = p.get("temperature")
+    if not _is_number(t):
+        bad("temperature", "expected a number (0 = greedy)")
+    out = {"temperature": float(t), "top_k": None, "top_p": None, "seed": 0, "tie_rule": "lowest"}
+    if p.get("top_k") is not None:
+        if not _is_int(p["top_k"]):
+            bad("top_k", "expected an integer or null")
+        out["top_k"] = p["top_k"]
+    if p.get("top_p") is not None:
+        if not _is_number(p["top_p"]):
+            bad("top_p", "expected a number or null")
+        out["top_p"] = float(p["top_p"])
+    if p.get("seed") is not None:
+        if not _is_int(p["seed"]) or p["seed"] < 0:
+            bad("seed", "expected a non-negative integer")
+        out["seed"] = p["seed"]
+    if p.get("tie_rule") is not None:
+        if p["tie_rule"] not in ("lowest", "highest"):
+            bad("tie_rule", 'expected "lowest" or "highest"')
+        out["tie_rule"] = p["tie_rule"]
+    temp = out["temperature"]
+    if temp != temp or temp in (float("inf"), float("-inf")) or temp < 0:
+        bad("", f"temperature {temp} must be finite and >= 0 (0 = greedy)")
+    if out["top_k"] is not None and out["top_k"] < 1:
+        bad("", f"top-k {out['top_k']} is below 1; use an integer >= 1 or leave top-k unset")
+    if out["top_p"] is not None and not (0.0 < out["top_p"] <= 1.0):
+        bad("", f"top-p {out['top_p']} is outside (0, 1]; use a value in (0, 1] or leave top-p unset")
+    return out
+
+
+def parse_document(doc: Any, file: str = "") -> Trace:
+    """The trace document (without tensors), validated like detail::traceFromJson."""
+    if not isinstance(doc, dict):
+        raise TraceError(file, "kvtrace", "expected a JSON object")
+    top = _Obj(doc, file, "")
+    version = top.integer("version")
+    if version != FORMAT_VERSION:
+        top.fail("version", f"trace document version {version} is not supported (expected 1)")
+    mode = top.string("mode", "cached")
+    if mode not in ("cached", "uncached"):
+        top.fail("mode", 'expected "cached" or "uncached"')
+    m = _Obj(top.child("model"), file, "model")
+    if not isinstance(m.j, dict):
+        top.fail("model", "expected a JSON object")
+    model = dict(m.j)
+    for k in ("fingerprint", "architecture", "directory", "stored_dtype"):
+        model[k] = m.string(k)
+    model["compute_dtype"] = m.string("compute_dtype", "float32")
+    for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
+        model[k] = m.integer(k)
+    for k in ("num_heads", "max_positions"):
+        model[k] = m.integer(k, 0)
+    if min(model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"]) <= 0:
+        raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
+    V = model["vocab_size"]
+
+    reqs = top.child("requests")
+    if not isinstance(reqs, list):
+        top.fail("requests", "expected an array")
+    requests = []
+    for i, rj in enumerate(reqs):
+        r = _Obj(rj, file, f"requests[{i}]")
+        req = dict(rj) if isinstance(rj, dict) else {}
+        req["id"] = r.integer("id")
+        req["prompt_ids"] = r.ints("prompt_ids")
+        req["prompt_text"] = r.string("prompt_text")
+        req["policy"] = normalize_policy(rj.get("policy"), file, r.at("policy"))
+        req["max_new_tokens"] = r.integer("max_new_tokens", 0)
+        req["eos_ids"] = r.ints("eos_ids", False)
+        req["generated"] = r.ints("generated")
+        req["stop_reason"] = r.string("stop_reason", "unknown")
+        req["arrival_tick"] = r.integer("arrival_tick", 0)
+        req["batch_group"] = r.integer("batch_group", -1)
+        for t in req["prompt_ids"]:
+            if not 0 <= t < V:
+                r.fail("prompt_ids", f"token id {t} is outside the vocabulary")
+        requests.append(req)
+    ids = {r["id"] for r in requests}
+
+    sj = top.child("steps")
+    if not isinstance(sj, list):
+        top.fail("steps", "expected an array")
+    known = {"request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
+             "rng_draws_before", "rng_draws_after", "weights_version", "events", "cache_lengths",
+             "checksums_k", "checksums_v"}
+    steps = []
+    for i, stj in enumerate(sj):
+        s = _Obj(stj, file, f"steps[{i}]")
+        request = s.integer("request")
+        if request not in ids:
+            s.fail("request", f"names request {request} which is not in requests")
+        st = Step(request=request, step=s.integer("step"), fed_ids=s.ints("fed_ids"),
+                  positions=s.ints("positions"))
+        st.tick = s.integer("tick", i)
+        st.slot = s.integer("slot", request)
+        if len(st.positions) != len(st.fed_ids):
+            s.fail("positions", f"{len(st.positions)} positions for {len(st.fed_ids)} fed tokens")
+        mask = [1 if x else 0 for x in s.ints("fed_mask", False)]
+        if mask and len(mask) != len(st.fed_ids):
+            s.fail("fed_mask", "one entry per fed token expected")
+        st.fed_mask = mask or None
+        st.chosen = s.integer("chosen", -1)
+        st.rng_draws_before = s.integer("rng_draws_before", 0)
+        st.rng_draws_after = s.integer("rng_draws_after", 0)
+        st.weights_version = s.integer("weights_version", 0)
+        st.events = s.strings("events")
+        lengths = s.ints("cache_lengths", False)
+        if lengths and len(lengths) != model["num_layers"]:
+            s.fail("cache_lengths", f"one entry per layer expected ({model['num_layers']})")
+        ck, cv = s.strings("checksums_k"), s.strings("checksums_v")
+        if (ck and len(ck) != len(lengths)) or len(ck) != len(cv):
+            s.fail("checksums_k", "one checksum per layer for keys and values expected")
+        for l, n in enumerate(lengths):
+            rec = LayerRecord(cache_length=n)
+            if ck:
+                rec.checksum_k = _hex(s, "checksums_k", ck[l])
+                rec.checksum_v = _hex(s, "checksums_v", cv[l])
+            st.layers.append(rec)
+        st.extra = {k: v for k, v in stj.items() if k not in known}
+        steps.append(st)
+
+    events = []
+    for i, ej in enumerate(doc.get("events") or []):
+        e = _Obj(ej, file, f"events[{i}]")
+        ev = dict(ej) if isinstance(ej, dict) else {}
+        ev["tick"] = e.integer("tick", 0)
+        ev["kind"] = e.string("kind")
+        ev["detail"] = e.string("detail")
+        ev["weights_version"] = e.integer("weights_version", 0)
+        ev["tensor"] = e.string("tensor")
+        if e.has("scale") and not _is_number(ej["scale"]):
+            e.fail("scale", "expected a number")
+        ev["scale"] = float(ej["scale"]) if e.has("scale") else 0.0
+        ev["seed"] = e.integer("seed", 0)
+        events.append(ev)
+    extra = {k: v for k, v in doc.items()
+             if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults")}
+    return Trace(model=model, requests=requests, steps=steps, version=version,
+                 engine=top.string("engine", "unknown"), mode=mode, events=events,
+                 faults=top.strings("faults"), extra=extra)
+
+
+def _hex(s: _Obj, k: str, v: str) -> str:
+    if not v or len(v) > 16 or any(c not in "0123456789abcdefABCDEF" for c in v):
+        s.fail(k, f"expected a 64-bit hex checksum, found '{v}'")
+    return f"{int(v, 16):016x}"
+
+
+def document(trace: Trace) -> Dict[str, Any]:
+    """The JSON trace document of `trace` (the inverse of parse_document)."""
+    doc = dict(trace.extra)
+    doc.update({"version": trace.version, "engine": trace.engine, "mode": trace.mode,
+                "model": trace.model, "requests": trace.requests, "steps": []})
+    for s in trace.steps:
+        j = dict(s.extra)
+        j.update({"request": s.request, "step": s.step, "tick": s.tick, "slot": s.slot,
+                  "fed_ids": list(s.fed_ids), "positions": list(s.positions), "chosen": s.chosen,
+                  "rng_draws_before": s.rng_draws_before, "rng_draws_after": s.rng_draws_after,
+                  "weights_version": s.weights_version, "events": list(s.events)})
+        if s.fed_mask:
+            j["fed_mask"] = [1 if m else 0 for m in s.fed_mask]
+        if s.layers:
+            j["cache_lengths"] = [int(l.cache_length) for l in s.layers]
+            if all(l.checksum_k and l.checksum_v for l in s.layers):
+                j["checksums_k"] = [l.checksum_k for l in s.layers]
+                j["checksums_v"] = [l.checksum_v for l in s.layers]
+        doc["steps"].append(j)
+    doc["events"] = trace.events
+    doc["faults"] = trace.faults
+    return doc
+
+
+# ----------------------------------------------------------------------------- read
+
+def _columns(t: np.ndarray, begin: int, end: int) -> np.ndarray:
+    return np.ascontiguousarray(t[:, begin:end, :])
+
+
+def read_trace(path: str) -> Trace:
+    """Reads and validates a trace (TraceError, a ValueError, names the file and field).
+    Full-snapshot traces get their appended records derived from the snapshots."""
+    f = _Container(path)
+    meta = f.metadata
+    if meta.get("format") != "kvtrace":
+        raise TraceError(path, "__metadata__.format",
+                         'not a KV Scope trace (expected "kvtrace"; see docs/trace-format.md)')
+    ver = meta.get("kvtrace_version")
+    if ver != str(FORMAT_VERSION):
+        raise TraceError(path, "__metadata__.kvtrace_version",
+                         f"trace format version {ver if ver is not None else '(missing)'} is not "
+                         f"supported (this build reads version {FORMAT_VERSION})")
+    if "kvtrace" not in meta:
+        raise TraceError(path, "__metadata__.kvtrace", "missing trace document")
+    try:
+        doc = json.loads(meta["kvtrace"])
+    except json.JSONDecodeError as e:
+        raise TraceError(path, "__metadata__.kvtrace", f"invalid JSON: {e}") from None
+    trace = parse_document(doc, path)
+    m = trace.model
+    L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+    dtypes = set()
+    last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
+    for i, s in enumerate(trace.steps):
+        key = f"step{i}"
+        if f"{key}.logits" in f:
+            s.logits = f.read_float(f"{key}.logits")
+            dtypes.add(f.dtype(f"{key}.logits"))
+            if s.logits.shape != (V,):
+                raise TraceError(path, f"{key}.logits", f"shape {list(s.logits.shape)} but "
+                                 f"model.vocab_size is {V}")
+        elif s.chosen >= 0:
+            raise TraceError(path, f"{key}.logits", f"steps[{i}] chose a token but its logits row "
+                             "is missing (truncated trace?)")
+        if f"{key}.layer0.k" not in f and f"{key}.layer0.cache_k" not in f:
+            continue
+        prev = last.setdefault(s.request, [0] * L)
+        if "cache_reset" in s.events:
+            prev[:] = [0] * L
+        declared = [l.cache_length for l in s.layers]
+        checks = [(l.checksum_k, l.checksum_v) for l in s.layers]
+        s.layers = [LayerRecord() for _ in range(L)]
+        for l, rec in enumerate(s.layers):
+            if l < len(checks):
+                rec.checksum_k, rec.checksum_v = checks[l]
+
+            def load(name):
+                t = f.read_float(name)
+                dtypes.add(f.dtype(name))
+                if t.ndim != 3 or t.shape[0] != H or t.shape[2] != D:
+                    raise TraceError(path, name, f"shape {list(t.shape)} but the model block says "
+                                     f"[{H}, t, {D}]")
+                return t
+            base = f"{key}.layer{l}"
+            if f"{base}.cache_k" in f:
+                rec.cache_keys, rec.cache_values = load(f"{base}.cache_k"), load(f"{base}.cache_v")
+            if f"{base}.k" in f:
+                rec.keys, rec.values = load(f"{base}.k"), load(f"{base}.v")
+            elif rec.cache_keys is not None:
+                t = rec.cache_keys.shape[1]
+                start = min(prev[l], t)
+                rec.keys = _columns(rec.cache_keys, start, t)
+                rec.values = _columns(rec.cache_values, start, t)
+                rec.derived = True
+            else:
+                raise TraceError(path, f"{base}.k", "missing (truncated trace?)")
+            if l < len(declared) and declared[l] > 0:
+                rec.cache_length = declared[l]
+            elif rec.cache_keys is not None:
+                rec.cache_length = rec.cache_keys.shape[1]
+            else:
+                rec.cache_length = prev[l] + rec.keys.shape[1]
+            prev[l] = rec.cache_length
+    trace.stored_dtypes = sorted(dtypes)
+    return trace
+
+
+# ----------------------------------------------------------------------------- write
+
+def _stack_layers(arrays, L: int, H: int, D: int, what: str) -> Optional[List[np.ndarray]]:
+    if arrays is None:
+        return None
+    if isinstance(arrays, np.ndarray) and arrays.ndim == 4 and arrays.shape[0] == L:
+        arrays = list(arrays)
+    arrays = list(arrays)
+    if len(arrays) != L:
+        raise ValueError(f"{what}: {len(arrays)} layers given, the model has {L}")
+    out = []
+    for l, a in enumerate(arrays):
+        a = _float32(a, what)
+        if a.ndim == 4 and a.shape[0] == 1:  # a batch of one
+            a = a[0]
+        if a.ndim != 3 or a.shape[0] != H or a.shape[2] != D:
+            raise ValueError(f"{what}[{l}]: shape {list(a.shape)}, expected [{H}, t, {D}] "
+                             "(num_kv_heads, records, head_dim)")
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+class TraceWriter:
+    """Builds a trace step by step and writes it (docs/trace-format.md).
+
+    `model` needs num_layers, num_kv_heads, head_dim and vocab_size; architecture,
+    num_heads, max_positions, fingerprint, directory, stored_dtype and compute_dtype are
+    optional. `dtype` is the tensor storage type (F32, F16 or BF16)."""
+
+    def __init__(self, model: Dict[str, Any], engine: str = "kvtrace.py", mode: str = "cached",
+                 dtype: str = "F32"):
+        if mode not in ("cached", "uncached"):
+            raise ValueError(f'mode must be "cached" or "uncached", not {mode!r}')
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"dtype must be one of {STORE_DTYPES}, not {dtype!r}")
+        self.model = dict(model)
+        self.engine, self.mode, self.dtype = engine, mode, dtype
+        self.requests: List[Dict[str, Any]] = []
+        self.steps: List[Step] = []
+        self.events: List[Dict[str, Any]] = []
+        self.faults: List[str] = []
+        self.extra: Dict[str, Any] = {}
+        self._check_model()
+
+    def _check_model(self):
+        for k, v in self.model.items():  # numpy scalars -> JSON-serialisable Python numbers
+            if isinstance(v, np.generic):
+                self.model[k] = v.item()
+        for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
+            v = self.model.get(k)
+            if not _is_int(v) or v <= 0:
+                raise ValueError(f"model.{k} must be a positive integer, found {v!r}")
+
+    @classmethod
+    def from_trace(cls, trace: Trace, dtype: str = "F32") -> "TraceWriter":
+        w = cls(trace.model, engine=trace.engine, mode=trace.mode, dtype=dtype)
+        w.requests = copy.deepcopy(trace.requests)
+        w.steps = list(trace.steps)
+        w.events = copy.deepcopy(trace.events)
+        w.faults = list(trace.faults)
+        w.extra = dict(trace.extra)
+        return w
+
+    def add_request(self, id: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
+                    prompt_text: str = "", policy: Optional[Dict[str, Any]] = None,
+                    max_new_tokens: int = 0, eos_ids: Sequence[int] = (),
+                    stop_reason: str = "unknown", arrival_tick: int = 0,
+                    batch_group: int = -1) -> Dict[str, Any]:
+        if self.request(id) is not None:
+            raise ValueError(f"request {id} was already added")
+        V = self.model["vocab_size"]
+        prompt_ids = [int(t) for t in prompt_ids]
+        bad = [t for t in prompt_ids if not 0 <= t < V]
+        if bad:
+            raise ValueError(f"request {id}: prompt token {bad[0]} is outside the vocabulary ({V})")
+        req = {"id": int(id), "prompt_ids": prompt_ids, "prompt_text": prompt_text,
+               "policy": normalize_policy(policy, "", f"request {id} policy"),
+               "max_new_tokens": int(max_new_tokens), "eos_ids": [int(t) for t in eos_ids],
+               "generated": [int(t) for t in generated], "stop_reason": stop_reason,
+               "arrival_tick": int(arrival_tick), "batch_group": int(batch_group)}
+        self.requests.append(req)
+        return req
+
+    def request(self, rid: int) -> Optional[Dict[str, Any]]:
+        return next((r for r in self.requests if r["id"] == rid), None)
+
+    def update_request(self, rid: int, **fields) -> None:
+        """E.g. update_request(0, generated=[...], stop_reason="eos") when a request ends."""
+        r = self.request(rid)
+        if r is None:
+            raise ValueError(f"no request {rid}")
+        for k, v in fields.items():
+            if k == "policy":
+                v = normalize_policy(v, "", f"request {rid} policy")
+            elif k in ("generated", "prompt_ids", "eos_ids"):
+                v = [int(t) for t in v]
+            r[k] = v
+
+    def add_event(self, kind: str, tick: int = 0, detail: str = "", weights_version: int = 0,
+                  tensor: str = "", scale: float = 0.0, seed: int = 0) -> None:
+        self.events.append({"tick": int(tick), "kind": kind, "detail": detail,
+                            "weights_version": int(weights_version), "tensor": tensor,
+                            "scale": float(scale), "seed": int(seed)})
+
+    def add_step(self, request: int, step: int, fed_ids: Sequence[int], positions: Sequence[int],
+                 chosen: int = -1, logits=None, keys=None, values=None, cache_keys=None,
+                 cache_values=None, fed_mask: Optional[Sequence[int]] = None,
+                 rng_draws_before: int = 0, rng_draws_after: int = 0, weights_version: int = 0,
+                 events: Sequence[str] = (), tick: Optional[int] = None, slot: Optional[int] = None,
+                 cache_lengths: Optional[Sequence[int]] = None,
+                 checksums_k: Optional[Sequence[str]] = None,
+                 checksums_v: Optional[Sequence[str]] = None) -> Step:
+        """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
+        cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
+        Checksums are computed from the snapshots when xxhash is available and none are
+        given. cache_lengths default to what the records imply (as the reader derives)."""
+        m = self.model
+        L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+        if self.request(request) is None:
+            raise ValueError(f"step names request {request}, which was not added")
+        fed_ids, positions = [int(t) for t in fed_ids], [int(p) for p in positions]
+        if len(positions) != len(fed_ids):
+            raise ValueError(f"{len(positions)} positions for {len(fed_ids)} fed tokens")
+        if fed_mask is not None and len(fed_mask) != len(fed_ids):
+            raise ValueError("fed_mask needs one entry per fed token")
+        if (keys is None) != (values is None) or (cache_keys is None) != (cache_values is None):
+            raise ValueError("give keys with values and cache_keys with cache_values")
+        st = Step(request=int(request), step=int(step), fed_ids=fed_ids, positions=positions,
+                  tick=len(self.steps) if tick is None else int(tick),
+                  slot=int(request) if slot is None else int(slot),
+                  fed_mask=[1 if x else 0 for x in fed_mask] if fed_mask is not None else None,
+                  chosen=int(chosen), rng_draws_before=int(rng_draws_before),
+                  rng_draws_after=int(rng_draws_after), weights_version=int(weights_version),
+                  events=list(events))
+        if logits is not None:
+            st.logits = _float32(logits, "logits").reshape(-1)
+            if st.logits.shape != (V,):
+                raise ValueError(f"logits: {st.logits.size} values, model.vocab_size is {V}")
+        elif st.chosen >= 0:
+            raise ValueError("a step that chose a token needs its logits row")
+        k = _stack_layers(keys, L, H, D, "keys")
+        v = _stack_layers(values, L, H, D, "values")
+        ck = _stack_layers(cache_keys, L, H, D, "cache_keys")
+        cv = _stack_layers(cache_values, L, H, D, "cache_values")
+        if k is not None or ck is not None:
+            for l in range(L):
+                rec = LayerRecord()
+                if k is not None:
+                    rec.keys, rec.values = k[l], v[l]
+                    if rec.keys.shape != rec.values.shape:
+                        raise ValueError(f"layer {l}: keys {list(rec.keys.shape)} and values "
+                                         f"{list(rec.values.shape)} differ")
+                if ck is not None:
+                    rec.cache_keys, rec.cache_values = ck[l], cv[l]
+                    if rec.cache_keys.shape != rec.cache_values.shape:
+                        raise ValueError(f"layer {l}: cache_keys and cache_values shapes differ")
+                    rec.checksum_k = cache_checksum(rec.cache_keys)
+                    rec.checksum_v = cache_checksum(rec.cache_values)
+                if cache_lengths is not None:
+                    rec.cache_length = int(cache_lengths[l])
+                if checksums_k is not None and checksums_v is not None:
+                    rec.checksum_k, rec.checksum_v = str(checksums_k[l]), str(checksums_v[l])
+                st.layers.append(rec)
+            if cache_lengths is not None and len(cache_lengths) != L:
+                raise ValueError(f"cache_lengths needs {L} entries")
+        self.steps.append(st)
+        return st
+
+    def _fill_lengths(self) -> None:
+        """Cache lengths the records imply, exactly as the reader derives them."""
+        last: Dict[int, List[int]] = {}
+        L = self.model["num_layers"]
+        for s in self.steps:
+            if not s.layers or all(l.keys is None and l.cache_keys is None for l in s.layers):
+                continue
+            prev = last.setdefault(s.request, [0] * L)
+            if "cache_reset" in s.events:
+                prev[:] = [0] * L
+            for l, rec in enumerate(s.layers):
+                if rec.cache_length <= 0:
+                    if rec.cache_keys is not None:
+                        rec.cache_length = rec.cache_keys.shape[1]
+                    else:
+                        rec.cache_length = prev[l] + rec.keys.shape[1]
+                prev[l] = rec.cache_length
+
+    def to_trace(self) -> Trace:
+        self._check_model()
+        self._fill_lengths()
+        model = dict(self.model)
+        model.setdefault("fingerprint", "")
+        model.setdefault("architecture", "")
+        model.setdefault("directory", "")
+        model.setdefault("num_heads", 0)
+        model.setdefault("max_positions", 0)
+        model.setdefault("stored_dtype", "")
+        model.setdefault("compute_dtype", "float32")
+        return Trace(model=model, requests=self.requests, steps=self.steps, engine=self.engine,
+                     mode=self.mode, events=self.events, faults=self.faults, extra=self.extra)
+
+    def save(self, path: str, overwrite: bool = True) -> None:
+        trace = self.to_trace()
+        tensors = []
+        for i, s in enumerate(trace.steps):
+            if s.logits is not None:
+                tensors.append((f"step{i}.logits", s.logits, self.dtype))
+            for l, rec in enumerate(s.layers):
+                base = f"step{i}.layer{l}"
+                if rec.keys is not None and not (rec.derived and rec.cache_keys is not None):
+                    tensors.append((f"{base}.k", rec.keys, self.dtype))
+                    tensors.append((f"{base}.v", rec.values, self.dtype))
+                if rec.cache_keys is not None:
+                    tensors.append((f"{base}.cache_k", rec.cache_keys, self.dtype))
+                    tensors.append((f"{base}.cache_v", rec.cache_values, self.dtype))
+        meta = {"format": "kvtrace", "kvtrace_version": str(FORMAT_VERSION),
+                "kvtrace": json.dumps(document(trace), separators=(",", ":"), allow_nan=False)}
+        write_safetensors(path, tensors, meta, overwrite=overwrite)
+
+
+def write_trace(trace: Trace, path: str, dtype: str = "F32", overwrite: bool = True) -> None:
+    TraceWriter.from_trace(trace, dtype=dtype).save(path, overwrite=overwrite)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def info(trace: Trace, path: str = "") -> str:
+    m = trace.model
+    out = [f"{path}: kvtrace v{trace.version}, engine '{trace.engine}', mode {trace.mode}",
+           f"model: {m.get('architecture') or '?'} layers={m['num_layers']} heads={m.get('num_heads', 0)} "
+           f"kv_heads={m['num_kv_heads']} head_dim={m['head_dim']} vocab={m['vocab_size']} "
+           f"max_positions={m.get('max_positions', 0)} tensors={','.join(trace.stored_dtypes) or '-'}",
+           f"fingerprint: {m.get('fingerprint') or '(unknown)'}",
+           f"requests: {len(trace.requests)}, steps: {len(trace.steps)}, "
+           f"snapshots: {'yes' if trace.has_snapshots() else 'no'}, "
+           f"checksums: {'yes' if any(l.checksum_k for s in trace.steps for l in s.layers) else 'no'}, "
+           f"events: {len(trace.events)}, faults: {len(trace.faults)}"]
+    for r in trace.requests:
+        steps = trace.steps_of(r["id"])
+        p = r["policy"]
+        pol = "greedy" if p["temperature"] == 0 else (
+            f"T={p['temperature']:g}" + (f" top-k={p['top_k']}" if p["top_k"] is not None else "")
+            + (f" top-p={p['top_p']:g}" if p["top_p"] is not None else "") + f" seed={p['seed']}")
+        out.append(f"  request {r['id']}: prompt {len(r['prompt_ids'])} tokens, generated "
+                   f"{len(r['generated'])} ({r['stop_reason']}), {pol}, {len(steps)} steps")
+        gen = r["generated"]
+        if gen:
+            out.append(f"    generated: {gen[:16]}{' ...' if len(gen) > 16 else ''}")
+    floats = sum((s.logits.size if s.logits is not None else 0)
+                 + sum((l.keys.size * 2 if l.keys is not None and not l.derived else 0)
+                       + (l.cache_keys.size * 2 if l.cache_keys is not None else 0) for l in s.layers)
+                 for s in trace.steps)
+    out.append(f"tensor values: {floats}")
+    for e in trace.events:
+        out.append(f"  event tick {e['tick']}: {e['kind']} {e.get('tensor', '')} {e.get('detail', '')}".rstrip())
+    for f in trace.faults:
+        out.append(f"  fault: {f}")
+    return "\n".join(out)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvtrace.py", description="KV Scope trace files (.kvtrace)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("info", help="print a summary of a trace")
+    p.add_argument("file")
+    p = sub.add_parser("roundtrip", help="read (validating) and write a trace again")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--dtype", choices=STORE_DTYPES, default="F32")
+    p.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    p = sub.add_parser("fingerprint", help="the model fingerprint of a model directory")
+    p.add_argument("directory")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "info":
+            print(info(read_trace(args.file), args.file))
+        elif args.cmd == "roundtrip":
+            t = read_trace(args.input)
+            write_trace(t, args.output, dtype=args.dtype, overwrite=args.force)
+            print(f"wrote {args.output}: {len(t.requests)} requests, {len(t.steps)} steps")
+        elif args.cmd == "fingerprint":
+            print(model_fingerprint(args.directory))
+    except (TraceError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
