@@ -74,6 +74,7 @@ struct AuditReport {
   FirstDivergence firstDivergence;
   std::vector<Finding> findings;
   std::vector<StageResult> stages;  // 6 entries, in order
+  int rootStage = 0;              // the first failing stage (0: none)
   std::vector<StepNumerics> steps;
   std::string stopSummary;        // why generation ended, per request
   double toleranceBase = 0.0;     // the dtype's relative tolerance

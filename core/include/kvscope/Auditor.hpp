@@ -2,6 +2,7 @@
 // run and reports the first divergence and the failure-matrix findings with evidence.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@ struct AuditOptions {
   bool perStepReference = false;    // cross-check: also recompute every step uncached
   std::function<void(double, const std::string&)> progress;  // fraction, what
   std::function<bool()> cancelled;  // polled between requests/steps; throws AuditCancelled
+  int64_t tokenizerVocabSize = 0;   // stage 1: ids the tokenizer can produce (0 = unknown)
 };
 
 struct AuditCancelled : std::exception {

@@ -60,7 +60,7 @@ const StageResult* AuditReport::stage(const std::string& id) const {
 bool AuditReport::operator==(const AuditReport& o) const {
   return verdict == o.verdict && inputDescription == o.inputDescription && mode == o.mode &&
          firstDivergence == o.firstDivergence && findings == o.findings && stages == o.stages &&
-         steps == o.steps && stopSummary == o.stopSummary && toleranceBase == o.toleranceBase &&
+         steps == o.steps && rootStage == o.rootStage && stopSummary == o.stopSummary && toleranceBase == o.toleranceBase &&
          dtype == o.dtype;
 }
 
@@ -103,6 +103,7 @@ nlohmann::json AuditReport::toJson() const {
   } else {
     j["first_divergence"] = nullptr;
   }
+  j["root_stage"] = rootStage;
   j["findings"] = ordered_json::array();
   for (const auto& f : findings) {
     ordered_json e;
@@ -175,7 +176,7 @@ std::string AuditReport::toText() const {
        << firstDivergence.position << "\n";
   os << "\nstages:\n";
   for (const auto& s : stages)
-    os << "  " << s.number << ". " << std::left << std::setw(22) << s.title << std::setw(8)
+    os << "  " << s.number << ". " << std::left << std::setw(24) << s.title << std::setw(8)
        << stageStatusName(s.status) << s.summary << "\n";
   os << "\nfindings:\n";
   if (findings.empty()) os << "  none\n";
@@ -184,7 +185,7 @@ std::string AuditReport::toText() const {
   for (const auto& s : steps)
     os << "  request " << s.request << " step " << std::setw(3) << s.step << "  " << std::setw(10)
        << fmt(s.maxLogitError) << "  (" << fmt(s.tolerance) << ")" << (s.diverged ? "  <- diverged" : "")
-       << (s.nearTie ? "  near tie" : "") << "\n";
+       << (s.nearTie && !s.diverged ? "  near tie" : "") << "\n";
   if (!stopSummary.empty()) os << "\nstopping: " << stopSummary << "\n";
   return os.str();
 }

@@ -1,0 +1,359 @@
+#include "kvscope/Auditor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "audit/Diagnosis.hpp"
+#include "audit/FindingBuilder.hpp"
+#include "audit/PolicyStage.hpp"
+#include "audit/ReferenceSet.hpp"
+#include "audit/RequestWalk.hpp"
+#include "audit/Tolerance.hpp"
+#include "kvscope/Error.hpp"
+
+namespace kvscope {
+
+using namespace detail;
+
+namespace {
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os.precision(3);
+  os << v;
+  return os.str();
+}
+
+StageResult stage(int n, const char* id, const char* title) { return StageResult{n, id, title, StageStatus::NotRun, "", {}}; }
+
+class AuditRun {
+ public:
+  AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow)
+      : trace_(cached), refs_(refs), opts_(o), tol_(cached.model.computeDtype, o.toleranceScale), window_(slidingWindow) {}
+
+  AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
+    AuditResult out;
+    out.trace = trace_;
+    AuditReport& rep = out.report;
+    rep.inputDescription = std::move(input);
+    rep.mode = std::move(mode);
+    rep.dtype = tol_.dtype();
+    rep.toleranceBase = tol_.relative();
+    FindingBuilder findings;
+    for (const auto& f : stage1Findings) findings.addExisting(f, -1);
+    rep.stages = {stage1, stage(2, "cache", "Cache construction"), stage(3, "positions", "Positions and requests"),
+                  stage(4, "numerics", "Numerical equivalence"), stage(5, "policy", "Sampling policy"), stage(6, "stopping", "Stopping")};
+    if (stage1.status == StageStatus::Fail) return finish(out, findings);
+
+    // Walk every request against the reference of its own stream.
+    std::map<int64_t, std::vector<StepAnalysis>> analyses;
+    std::map<int64_t, const RequestReference*> latest;
+    size_t done = 0;
+    for (const auto& req : trace_.requests) {
+      if (opts_.cancelled && opts_.cancelled()) throw AuditCancelled();
+      if (opts_.progress) opts_.progress(static_cast<double>(done++) / static_cast<double>(trace_.requests.size()), "request " + std::to_string(req.id));
+      const auto stream = RequestWalk::streamOf(req);
+      RequestWalk walk(trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); });
+      analyses[req.id] = walk.run();
+      uint64_t last = 0;
+      for (const auto& a : analyses[req.id]) last = a.version;
+      latest[req.id] = refs_.get(req.id, last, stream);
+    }
+    for (const auto& [id, ref] : latest)
+      if (ref) out.references.push_back(*ref);
+
+    Diagnosis(trace_, refs_, tol_, analyses, latest, window_).run(findings);
+    numerics(rep, analyses);
+    cacheAndPositionStages(rep, analyses, findings);
+    std::vector<Finding> policyFindings;
+    rep.stages[4] = policyStage(trace_, policyFindings);
+    std::vector<Finding> stopFindings;
+    rep.stages[5] = stoppingStage(trace_, stopFindings, rep.stopSummary);
+    for (const auto& f : policyFindings) findings.addExisting(f, tickOf(f));
+    for (const auto& f : stopFindings)
+      if (!findings.hasFor(f.id, f.request)) findings.addExisting(f, tickOf(f));
+    if (opts_.progress) opts_.progress(1.0, "done");
+    return finish(out, findings);
+  }
+
+ private:
+  int64_t tickOf(const Finding& f) const {
+    for (const auto& s : trace_.steps)
+      if (s.request == f.request && s.step == f.step) return s.tick;
+    return 0;
+  }
+
+  void numerics(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses) {
+    StageResult& st = rep.stages[3];
+    int diverged = 0, compared = 0;
+    double worstRatio = 0;
+    const StepAnalysis* first = nullptr;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) {
+        StepNumerics n;
+        n.request = r;
+        n.step = a.step->step;
+        n.position = a.lastRealStreamIndex();
+        n.maxLogitError = a.logitError;
+        n.tolerance = a.logitTol;
+        n.top2Margin = a.top2Margin;
+        n.nearTie = a.logitsCompared && a.top2Margin < a.logitError;
+        n.referenceToken = a.referenceToken;
+        n.chosenToken = a.step->chosenToken;
+        n.keyError = a.keyError;
+        n.valueError = a.valueError;
+        n.diverged = a.diverged();
+        rep.steps.push_back(n);
+        if (!a.logitsCompared) continue;
+        ++compared;
+        worstRatio = std::max(worstRatio, a.logitTol > 0 ? a.logitError / a.logitTol : 0);
+        if (a.logitsDiverged) {
+          ++diverged;
+          if (!first || a.step->tick < first->step->tick) first = &a;
+        }
+      }
+    std::sort(rep.steps.begin(), rep.steps.end(), [](const StepNumerics& a, const StepNumerics& b) {
+      return a.request < b.request || (a.request == b.request && a.step < b.step);
+    });
+    st.checks.push_back(std::string(diverged ? "FAIL: " : "ok: ") + std::to_string(compared - diverged) + " of " +
+                        std::to_string(compared) + " logits rows within tolerance (" + tol_.dtype() + ", relative " +
+                        fmt(tol_.relative()) + " x max(1, |logits|))");
+    if (first) {
+      // Drift grows smoothly across layers; a bug jumps at one layer.
+      std::ostringstream growth;
+      growth << "per-layer key error at request " << first->step->request << " step " << first->step->step << ":";
+      double prev = 0;
+      int jump = -1;
+      for (size_t l = 0; l < first->keyError.size(); ++l) {
+        growth << " L" << l << "=" << fmt(first->keyError[l]);
+        if (jump < 0 && first->keyError[l] > first->keyTol[l] && first->keyError[l] > 100 * std::max(prev, 1e-7)) jump = static_cast<int>(l);
+        prev = first->keyError[l];
+      }
+      growth << (jump >= 0 ? " (jumps at layer " + std::to_string(jump) + ": a bug, not drift)" : " (no single-layer jump)");
+      st.checks.push_back(growth.str());
+      st.checks.push_back("FAIL: first logits divergence at request " + std::to_string(first->step->request) + " step " +
+                          std::to_string(first->step->step) + ": max |delta logit| " + fmt(first->logitError) + " vs tolerance " +
+                          fmt(first->logitTol) + (first->top2Margin < first->logitError ? " (near tie: top-2 margin " + fmt(first->top2Margin) + ")" : ""));
+    }
+    st.status = compared == 0 ? StageStatus::Skipped : diverged ? StageStatus::Fail : StageStatus::Pass;
+    st.summary = compared == 0 ? "no logits to compare"
+                 : diverged   ? std::to_string(diverged) + " of " + std::to_string(compared) + " steps beyond tolerance"
+                              : "all logits within tolerance (worst " + fmt(worstRatio * 100) + "% of it)";
+  }
+
+  void cacheAndPositionStages(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
+                              const FindingBuilder& f) {
+    StageResult& cache = rep.stages[1];
+    StageResult& pos = rep.stages[2];
+    int records = 0, badRecords = 0, checksums = 0, lengthBad = 0;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) {
+        records += static_cast<int>(a.step->layers.size());
+        if (a.firstBadLayer >= 0) ++badRecords;
+        if (a.lengthMismatchLayer >= 0 || a.duplicateLayer >= 0) ++lengthBad;
+        for (const auto& l : a.step->layers) checksums += l.keyChecksum ? 1 : 0;
+      }
+    const auto& m = trace_.model;
+    cache.checks.push_back("ok: one K and one V record set per layer (" + std::to_string(m.numLayers) + " layers), axes [h_kv=" +
+                           std::to_string(m.numKvHeads) + ", t, d=" + std::to_string(m.headDim) + "] per request row");
+    cache.checks.push_back(std::string(lengthBad ? "FAIL: " : "ok: ") + "cache length equals the inputs consumed at every step" +
+                           (lengthBad ? " (" + std::to_string(lengthBad) + " steps off)" : ""));
+    cache.checks.push_back(std::string(badRecords ? "FAIL: " : "ok: ") + "new K/V records equal the reference projection of their layer and position" +
+                           (badRecords ? " (" + std::to_string(badRecords) + " steps with mismatching records)" : ""));
+    cache.checks.push_back(checksums ? std::string(f.has("cross_request") ? "FAIL: " : "ok: ") + "earlier rows unchanged (" +
+                                           std::to_string(checksums) + " layer checksums verified against the rebuilt cache)"
+                                     : "skipped: earlier rows unchanged (the trace has no checksums or snapshots)");
+    const bool cacheFail = f.has("duplicate_append") || f.has("wrong_layer") || lengthBad > 0;
+    cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
+    cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
+                    : badRecords ? "structure ok; record values differ (explained by a later stage)"
+                                 : "every record is where it belongs";
+    const bool posFail = f.has("position") || f.has("cross_request") || f.has("stale_cache") || f.has("context_limit") ||
+                         f.has("sliding_window");
+    pos.checks.push_back(std::string(f.has("position") ? "FAIL: " : "ok: ") + "decode positions continue from the prompt length");
+    pos.checks.push_back(std::string(f.has("cross_request") ? "FAIL: " : "ok: ") + "each request owns its cache rows and token stream");
+    pos.checks.push_back(std::string(f.has("stale_cache") ? "FAIL: " : "ok: ") + "no cache built under other weights is reused");
+    pos.checks.push_back(std::string(f.has("context_limit") ? "FAIL: " : "ok: ") + "no position beyond the context was read");
+    pos.status = posFail ? StageStatus::Fail : StageStatus::Pass;
+    pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
+  }
+
+  AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {
+    AuditReport& rep = out.report;
+    rep.findings = findings.finish();
+    const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.id != "drift"; });
+    bool failed = false;
+    for (const auto& s : rep.stages)
+      if (s.status == StageStatus::Fail) {
+        failed = true;
+        if (!rep.rootStage) rep.rootStage = s.number;
+      }
+    rep.verdict = realFinding || failed ? "divergent" : "clean";
+    // First divergence: the earliest diverged step (by tick, then request).
+    const StepNumerics* best = nullptr;
+    int64_t bestTick = 0;
+    for (const auto& n : rep.steps) {
+      if (!n.diverged) continue;
+      const int64_t t = tickOfStep(n.request, n.step);
+      if (!best || t < bestTick || (t == bestTick && n.request < best->request)) {
+        best = &n;
+        bestTick = t;
+      }
+    }
+    if (best) {
+      rep.firstDivergence.present = true;
+      rep.firstDivergence.request = best->request;
+      rep.firstDivergence.step = best->step;
+      rep.firstDivergence.position = best->position;
+      for (const auto& f : rep.findings)
+        if (f.request == best->request && f.step == best->step && f.layer >= 0) {
+          rep.firstDivergence.layer = f.layer;
+          if (f.position >= 0) rep.firstDivergence.position = f.position;
+          break;
+        }
+      if (rep.firstDivergence.layer < 0)
+        for (size_t l = 0; l < best->keyError.size(); ++l)
+          if (best->keyError[l] > 0 && (best->keyError[l] > tol_.forMagnitude(1.0) || best->valueError[l] > tol_.forMagnitude(1.0))) {
+            rep.firstDivergence.layer = static_cast<int64_t>(l);
+            break;
+          }
+    } else if (!rep.findings.empty() && realFinding) {
+      for (const auto& f : rep.findings)
+        if (f.id != "drift") {
+          rep.firstDivergence = {true, f.request, f.step, f.layer, f.position};
+          break;
+        }
+    }
+    return out;
+  }
+
+  int64_t tickOfStep(int64_t request, int64_t step) const {
+    for (const auto& s : trace_.steps)
+      if (s.request == request && s.step == step) return s.tick;
+    return 0;
+  }
+
+  const Trace& trace_;
+  ReferenceSet& refs_;
+  const AuditOptions& opts_;
+  Tolerance tol_;
+  int64_t window_;
+};
+
+Finding referenceFinding(const std::string& explanation, std::map<std::string, double> ev = {}) {
+  FindingBuilder b;
+  b.add("reference", -1, -1, -1, -1, -1, 1.0, explanation, std::move(ev));
+  return b.finish().front();
+}
+
+}  // namespace
+
+AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditOptions& options) {
+  StageResult s1 = stage(1, "reference", "Uncached reference");
+  std::vector<Finding> findings;
+  const auto& c = model.config();
+  const auto& m = cached.model;
+  auto fail = [&](const std::string& why, std::map<std::string, double> ev = {}) {
+    s1.checks.push_back("FAIL: " + why);
+    findings.push_back(referenceFinding(why, std::move(ev)));
+  };
+  if (!m.fingerprint.empty() && m.fingerprint != model.fingerprint())
+    fail("the trace was recorded with other weights: fingerprint " + m.fingerprint.substr(0, 12) + "... vs the model's " +
+         model.fingerprint().substr(0, 12) + "...");
+  else
+    s1.checks.push_back(m.fingerprint.empty() ? "skipped: the trace names no checkpoint fingerprint"
+                                              : "ok: checkpoint fingerprint " + m.fingerprint.substr(0, 12) + "... matches");
+  if (m.numLayers != c.numLayers || m.numKvHeads != c.numKvHeads || m.headDim != c.headDim)
+    fail("the trace's cache shape (layers " + std::to_string(m.numLayers) + ", kv heads " + std::to_string(m.numKvHeads) +
+         ", head dim " + std::to_string(m.headDim) + ") does not fit the model (" + std::to_string(c.numLayers) + ", " +
+         std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) + ")");
+  else
+    s1.checks.push_back("ok: cache shape fits the model (" + std::to_string(c.numLayers) + " layers, " + std::to_string(c.numKvHeads) +
+                        " kv heads, head dim " + std::to_string(c.headDim) + ")");
+  if (m.vocabSize != c.vocabSize)
+    fail("the trace's vocabulary (" + std::to_string(m.vocabSize) + ") differs from the model's vocab_size " + std::to_string(c.vocabSize));
+  if (options.tokenizerVocabSize > model.embeddingRows())
+    fail("the tokenizer produces ids up to " + std::to_string(options.tokenizerVocabSize - 1) + " but the embedding has " +
+         std::to_string(model.embeddingRows()) + " rows");
+  else if (options.tokenizerVocabSize > 0)
+    s1.checks.push_back("ok: tokenizer vocabulary (" + std::to_string(options.tokenizerVocabSize) + ") fits the embedding (" +
+                        std::to_string(model.embeddingRows()) + " rows" +
+                        (options.tokenizerVocabSize < model.embeddingRows() ? ", the extra rows are padding" : "") + ")");
+  for (const auto& r : cached.requests)
+    for (int64_t id : r.promptIds)
+      if (id >= model.embeddingRows()) {
+        fail("request " + std::to_string(r.id) + " feeds token id " + std::to_string(id) + " beyond the embedding's " +
+             std::to_string(model.embeddingRows()) + " rows");
+        break;
+      }
+  if (findings.empty() && !cached.requests.empty()) {
+    const auto& r0 = cached.requests.front();
+    std::vector<int64_t> prompt = r0.promptIds;
+    if (static_cast<int64_t>(prompt.size()) > c.maxPositions) prompt.resize(static_cast<size_t>(c.maxPositions));
+    ReferenceRun run = model.reference(prompt);
+    const auto V = run.logits.shape[1];
+    const float* last = run.logits.data.data() + (run.logits.shape[0] - 1) * V;
+    const bool finite = std::all_of(last, last + V, [](float x) { return std::isfinite(x); });
+    if (!finite) fail("the reference logits of request " + std::to_string(r0.id) + "'s prompt are not finite");
+    else
+      s1.checks.push_back("ok: reference logits of request " + std::to_string(r0.id) + "'s prompt (" + std::to_string(prompt.size()) +
+                          " tokens, inference mode, no cache) are finite; top token " +
+                          std::to_string(std::max_element(last, last + V) - last));
+  }
+  s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
+  s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
+                                : "the reference cannot be trusted: no cache can repair it";
+  ReferenceSet refs(model, cached);
+  AuditRun run(cached, refs, options, model.config().slidingWindow);
+  return run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
+                 cached.engine.rfind("kvscope", 0) == 0 ? "model+engine" : "model+trace");
+}
+
+AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, const AuditOptions& options) {
+  StageResult s1 = stage(1, "reference", "Uncached reference");
+  std::vector<Finding> findings;
+  const auto& a = reference.model;
+  const auto& b = cached.model;
+  if (a.numLayers != b.numLayers || a.numKvHeads != b.numKvHeads || a.headDim != b.headDim || a.vocabSize != b.vocabSize) {
+    const std::string why = "the two traces describe different models (layers/kv heads/head dim/vocab)";
+    s1.checks.push_back("FAIL: " + why);
+    findings.push_back(referenceFinding(why));
+  }
+  if (!a.fingerprint.empty() && !b.fingerprint.empty() && a.fingerprint != b.fingerprint) {
+    const std::string why = "the traces were recorded with different weights (fingerprints differ)";
+    s1.checks.push_back("FAIL: " + why);
+    findings.push_back(referenceFinding(why));
+  }
+  for (const auto& r : cached.requests) {
+    const TraceRequest* ref = reference.findRequest(r.id);
+    if (!ref) {
+      const std::string why = "the reference trace has no request " + std::to_string(r.id);
+      s1.checks.push_back("FAIL: " + why);
+      findings.push_back(referenceFinding(why));
+    } else if (ref->promptIds != r.promptIds) {
+      const std::string why = "request " + std::to_string(r.id) +
+                              "'s prompt differs between the traces: one prompt's cache is never compared with another prompt's tokens";
+      s1.checks.push_back("FAIL: " + why);
+      findings.push_back(referenceFinding(why));
+    } else {
+      size_t agree = 0;
+      while (agree < ref->generated.size() && agree < r.generated.size() && ref->generated[agree] == r.generated[agree]) ++agree;
+      s1.checks.push_back("ok: request " + std::to_string(r.id) + ": same prompt; generated streams agree on " +
+                          std::to_string(agree) + " of " + std::to_string(r.generated.size()) + " tokens" +
+                          (agree < r.generated.size() ? " (compared up to there)" : ""));
+    }
+  }
+  if (reference.mode != "uncached") s1.checks.push_back("note: the reference trace is not marked uncached");
+  s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
+  s1.summary = findings.empty() ? "reference trace by " + reference.engine + " fits" : "the reference trace does not fit the audited one";
+  auto shared = std::make_shared<const Trace>(reference);
+  ReferenceSet refs(shared);
+  AuditRun run(cached, refs, options, 0);
+  AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
+  out.referenceTrace = shared;
+  return out;
+}
+
+}  // namespace kvscope

@@ -1,0 +1,255 @@
+#include "audit/Diagnosis.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "audit/RequestWalk.hpp"
+#include "audit/SignatureSearch.hpp"
+
+namespace kvscope::detail {
+
+namespace {
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(4);
+  os << v;
+  return os.str();
+}
+}  // namespace
+
+int64_t Diagnosis::interleavedRequest(int64_t request, const StepAnalysis& a) const {
+  auto prev = previousTick_.find(request);
+  const int64_t from = prev == previousTick_.end() ? -1 : prev->second;
+  for (const auto& s : trace_.steps)
+    if (s.request != request && s.tick > from && s.tick <= a.step->tick) return s.request;
+  return -1;
+}
+
+int64_t Diagnosis::slotSharer(int64_t request, int64_t slot, int64_t upToTick) const {
+  for (const auto& s : trace_.steps)
+    if (s.request != request && s.slot == slot && s.tick <= upToTick) return s.request;
+  return -1;
+}
+
+void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
+  const TraceStep& st = *a.step;
+  if (a.duplicatedPrevious) {
+    f.add("duplicate_append", r, st.step, st.tick, -1, a.cacheRealBefore, 0.95,
+          "the step fed " + std::to_string(st.fedIds.size()) + " tokens where the stream continues with " +
+              std::to_string(st.fedIds.size() - 1) + ": the previous token (" + std::to_string(st.fedIds.front()) +
+              ") was fed again, so the cache grew by " + std::to_string(a.appended.empty() ? 0 : a.appended[0]) + " in one step",
+          {{"fed_tokens", static_cast<double>(st.fedIds.size())},
+           {"expected_tokens", static_cast<double>(st.fedIds.size() - 1)},
+           {"duplicated_token", static_cast<double>(st.fedIds.front())},
+           {"cache_length_before", static_cast<double>(a.lengthBefore.empty() ? 0 : a.lengthBefore[0])},
+           {"cache_length_after", static_cast<double>(a.lengthAfter.empty() ? 0 : a.lengthAfter[0])}});
+  }
+  if (a.duplicateLayer >= 0) {
+    const auto l = static_cast<size_t>(a.duplicateLayer);
+    f.add("duplicate_append", r, st.step, st.tick, a.duplicateLayer, a.cacheRealBefore, 0.97,
+          "layer " + std::to_string(l) + " appended " + std::to_string(a.appended[l]) + " records for " +
+              std::to_string(a.fedCount) + " fed token(s): its cache length went from " + std::to_string(a.lengthBefore[l]) +
+              " to " + std::to_string(a.lengthAfter[l]),
+          {{"appended", static_cast<double>(a.appended[l])},
+           {"fed_tokens", static_cast<double>(a.fedCount)},
+           {"cache_length_before", static_cast<double>(a.lengthBefore[l])},
+           {"cache_length_after", static_cast<double>(a.lengthAfter[l])}});
+  }
+  if (!a.positionsOk) {
+    std::map<std::string, double> ev{{"offset", static_cast<double>(a.positionOffset)},
+                                     {"expected_position", static_cast<double>(a.expectedPosition)},
+                                     {"recorded_position", static_cast<double>(a.recordedPosition)},
+                                     {"max_logit_error", a.logitError}};
+    std::string ex = "position ids do not continue from the cache: expected " + std::to_string(a.expectedPosition) +
+                     ", recorded " + std::to_string(a.recordedPosition) + " (offset " + std::to_string(a.positionOffset) + ")";
+    if (!st.fedMask.empty()) ex += "; left-padded input: positions must follow cumsum(mask) - 1, not arange";
+    if (a.logitsCompared) ex += "; logits moved by " + num(a.logitError);
+    f.add("position", r, st.step, st.tick, 0, a.expectedPosition, 0.95, ex, ev);
+  }
+  if (a.streamMismatch) {
+    // Whose tokens were fed? Another request's stream at the same indices means ownership.
+    int64_t owner = -1;
+    for (const auto& req : trace_.requests) {
+      if (req.id == r) continue;
+      std::vector<int64_t> s = req.promptIds;
+      s.insert(s.end(), req.generated.begin(), req.generated.end());
+      bool all = true;
+      for (size_t j = 0; j < st.fedIds.size() && all; ++j) {
+        const int64_t p = a.streamIndex[j];
+        all = p >= 0 && p < static_cast<int64_t>(s.size()) && s[static_cast<size_t>(p)] == st.fedIds[j];
+      }
+      if (all) owner = req.id;
+    }
+    if (owner >= 0)
+      f.add("cross_request", r, st.step, st.tick, -1, a.cacheRealBefore, 0.9,
+            "the tokens fed at this step belong to request " + std::to_string(owner) + "'s stream, not this request's",
+            {{"other_request", static_cast<double>(owner)}});
+    else
+      f.add("position", r, st.step, st.tick, -1, a.cacheRealBefore, 0.6,
+            "the fed tokens differ from this request's prompt + generated stream at index " + std::to_string(a.cacheRealBefore) +
+                " (token ownership)",
+            {{"stream_index", static_cast<double>(a.cacheRealBefore)}});
+  }
+  if (a.rewrittenLayer >= 0) {
+    const int64_t other = interleavedRequest(r, a);
+    const int64_t sharer = slotSharer(r, st.slot, st.tick);
+    std::map<std::string, double> ev{{"layer", static_cast<double>(a.rewrittenLayer)}, {"slot", static_cast<double>(st.slot)}};
+    std::string ex = "earlier cache rows of layer " + std::to_string(a.rewrittenLayer) +
+                     " changed since the previous step (the recorded cache checksum no longer matches the appended records)";
+    if (!a.rewrittenColumns.empty()) {
+      ex += "; snapshot entries " + std::to_string(a.rewrittenColumns.front()) + ".." + std::to_string(a.rewrittenColumns.back()) + " differ";
+      ev["rewritten_entries"] = static_cast<double>(a.rewrittenColumns.size());
+    }
+    if (sharer >= 0) {
+      ex += "; request " + std::to_string(sharer) + " used the same cache row (slot " + std::to_string(st.slot) + ")";
+      ev["other_request"] = static_cast<double>(sharer);
+    } else if (other >= 0) {
+      ex += "; request " + std::to_string(other) + " ran in between";
+      ev["other_request"] = static_cast<double>(other);
+    }
+    if (a.logitsCompared) {
+      ex += "; this request's logits moved by " + num(a.logitError);
+      ev["max_logit_error"] = a.logitError;
+    }
+    f.add("cross_request", r, st.step, st.tick, a.rewrittenLayer, -1, sharer >= 0 ? 0.97 : other >= 0 ? 0.85 : 0.5, ex, ev);
+  }
+  if (a.versionMix) {
+    f.add("stale_cache", r, st.step, st.tick, -1, a.cacheRealBefore, 0.95,
+          "the forward used weights version " + std::to_string(a.version) + " while the cache still holds K/V computed with version " +
+              std::to_string(a.oldestVersion) + " (no cache reset after the weight update)" +
+              (a.logitsCompared ? "; logits differ from the version-" + std::to_string(a.version) + " reference by " + num(a.logitError) : ""),
+          {{"weights_version", static_cast<double>(a.version)},
+           {"cache_weights_version", static_cast<double>(a.oldestVersion)},
+           {"max_logit_error", a.logitError}});
+  }
+  if (a.beyondContext) {
+    f.add("context_limit", r, st.step, st.tick, -1, a.beyondPosition, 1.0,
+          "position " + std::to_string(a.beyondPosition) + " was used but the model has " +
+              std::to_string(trace_.model.maxPositions) + " positions: the token could not be fed back",
+          {{"position", static_cast<double>(a.beyondPosition)}, {"max_positions", static_cast<double>(trace_.model.maxPositions)}});
+  }
+}
+
+void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
+  const TraceStep& st = *a.step;
+  const TraceRequest* req = trace_.findRequest(r);
+  if (!req) return;
+  const RequestReference* own = refs_.get(r, a.version, RequestWalk::streamOf(*req));
+  if (!own) return;
+  std::map<std::string, double> ev{{"max_logit_error", a.logitError}};
+  if (a.firstBadLayer >= 0) {
+    const auto l = static_cast<size_t>(a.firstBadLayer);
+    ev["layer_key_error"] = a.keyError[l];
+    ev["layer_value_error"] = a.valueError[l];
+    if (l > 0) ev["previous_layer_key_error"] = a.keyError[l - 1];
+    SignatureSearch search(refs_, tol_, references_);
+    if (auto m = search.explain(r, a, *own)) {
+      ev["match_error"] = m->error;
+      ev["own_reference_error"] = m->ownError;
+      if (m->kind == "wrong_layer") {
+        ev["source_layer"] = static_cast<double>(m->layer);
+        f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
+              "layers 0.." + std::to_string(l - (l > 0 ? 1 : 0)) + (l > 0 ? " match the reference; " : "; ") + "layer " +
+                  std::to_string(l) + "'s new K/V records equal layer " + std::to_string(m->layer) + "'s reference projections (max diff " +
+                  num(m->error) + ") instead of its own (max diff " + num(m->ownError) + "): layer " + std::to_string(l) +
+                  " stores and reads layer " + std::to_string(m->layer) + "'s cache; logits moved by " + num(a.logitError),
+              ev);
+      } else if (m->kind == "cross_request") {
+        ev["other_request"] = static_cast<double>(m->request);
+        ev["other_position"] = static_cast<double>(m->position);
+        f.add("cross_request", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
+              "layer " + std::to_string(l) + "'s records for this request equal request " + std::to_string(m->request) +
+                  "'s reference at its position " + std::to_string(m->position) + " (max diff " + num(m->error) +
+                  "): another request's row was written into this one",
+              ev);
+      } else {
+        ev["offset"] = static_cast<double>(m->position - (a.cacheRealBefore + a.firstBadColumn));
+        ev["computed_at_position"] = static_cast<double>(m->position);
+        f.add("position", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.9,
+              "layer 0's key for the token at stream position " + std::to_string(a.firstBadStreamIndex) +
+                  " equals the reference key of the same token at position " + std::to_string(m->position) +
+                  " (offset " + std::to_string(m->position - (a.cacheRealBefore + a.firstBadColumn)) +
+                  ") although the trace records the right position ids: the engine applied other positions; logits moved by " +
+                  num(a.logitError),
+              ev);
+      }
+      return;
+    }
+    const bool windowed = slidingWindow_ > 0 && a.cacheRealBefore + 1 > slidingWindow_;
+    if (windowed) {
+      ev["window"] = static_cast<double>(slidingWindow_);
+      f.add("sliding_window", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.6,
+            "the first mismatch appears once the sequence (" + std::to_string(a.cacheRealBefore + 1) +
+                " tokens) outgrows the sliding window of " + std::to_string(slidingWindow_) + "; no layer, position or request explains the values",
+            ev);
+      return;
+    }
+    if (l > 0) {
+      f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.5,
+            "layers below " + std::to_string(l) + " match the reference and layer " + std::to_string(l) +
+                " differs (key error " + num(a.keyError[l]) + "), but no other layer's records match: check what layer " +
+                std::to_string(l - 1) + "'s attention read from the cache",
+            ev);
+    } else {
+      f.add("reference", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.5,
+            "layer 0's records differ from the reference (error " + num(a.keyError[0]) +
+                ") and match no other position or request: were they computed with these weights?",
+            ev);
+    }
+    return;
+  }
+  // Every record matches but the logits do not: the attention read something else.
+  const bool windowed = slidingWindow_ > 0 && a.cacheRealBefore + 1 > slidingWindow_;
+  const int64_t other = interleavedRequest(r, a);
+  if (windowed) {
+    ev["window"] = static_cast<double>(slidingWindow_);
+    f.add("sliding_window", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.7,
+          "every K/V record matches but the logits differ by " + num(a.logitError) + " once the sequence outgrows the window of " +
+              std::to_string(slidingWindow_) + ": the attention window keeps the wrong keys",
+          ev);
+  } else {
+    if (other >= 0) ev["other_request"] = static_cast<double>(other);
+    f.add("cross_request", r, st.step, st.tick, -1, a.lastRealStreamIndex(), other >= 0 ? 0.6 : 0.4,
+          "every new K/V record matches the reference but the logits differ by " + num(a.logitError) +
+              ": the attention read cache rows that are not this request's records" +
+              (other >= 0 ? " (request " + std::to_string(other) + " ran in between)" : ""),
+          ev);
+  }
+}
+
+void Diagnosis::driftAndTies(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
+  const TraceStep& st = *a.step;
+  if (!a.logitsCompared || a.logitsDiverged || st.chosenToken < 0 || a.referenceToken < 0) return;
+  const TraceRequest* req = trace_.findRequest(r);
+  if (!req || !req->policy.greedy() || st.chosenToken == a.referenceToken) return;
+  // Greedy on logits within tolerance, yet another token: precision flipped a near tie
+  // unless the cached row itself prefers the chosen token exactly (then it is policy).
+  const auto& lg = st.logits.data;
+  const float best = *std::max_element(lg.begin(), lg.end());
+  if (lg[static_cast<size_t>(st.chosenToken)] == best && lg[static_cast<size_t>(a.referenceToken)] < best)
+    f.add("drift", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.8,
+          "the greedy token flipped from " + std::to_string(a.referenceToken) + " to " + std::to_string(st.chosenToken) +
+              " on a near tie (top-2 margin " + num(a.top2Margin) + ") while the logits agree within tolerance (" +
+              num(a.logitError) + " <= " + num(a.logitTol) + "): precision drift, not a cache bug",
+          {{"top2_margin", a.top2Margin}, {"max_logit_error", a.logitError}, {"tolerance", a.logitTol}});
+}
+
+void Diagnosis::run(FindingBuilder& f) {
+  for (const auto& [r, steps] : analyses_) {
+    bool valueDone = false, structuralSeen = false;
+    previousTick_.erase(r);
+    for (const auto& a : steps) {
+      if (a.structural()) {
+        structural(r, a, f);
+        structuralSeen = true;
+      } else if (!valueDone && !structuralSeen && (a.firstBadLayer >= 0 || a.logitsDiverged) && !a.referenceMissing) {
+        valueBased(r, a, f);
+        valueDone = true;
+      }
+      driftAndTies(r, a, f);
+      previousTick_[r] = a.step->tick;
+    }
+  }
+}
+
+}  // namespace kvscope::detail

@@ -1,0 +1,64 @@
+#include "audit/FindingBuilder.hpp"
+
+#include <algorithm>
+
+#include "kvscope/FailureMatrix.hpp"
+
+namespace kvscope::detail {
+
+void FindingBuilder::add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
+                         int64_t position, double confidence, std::string explanation,
+                         std::map<std::string, double> evidence) {
+  Finding f;
+  const auto& row = FailureMatrix::row(id);
+  f.id = id;
+  f.matrixRow = row.observation;
+  f.firstCheck = row.firstCheck;
+  f.request = request;
+  f.step = step;
+  f.layer = layer;
+  f.position = position;
+  f.confidence = confidence;
+  f.explanation = std::move(explanation);
+  f.evidence = std::move(evidence);
+  addExisting(f, tick);
+}
+
+void FindingBuilder::addExisting(const Finding& f, int64_t tick) {
+  for (auto& e : entries_) {
+    if (e.finding.id != f.id) continue;
+    if (std::find(e.requests.begin(), e.requests.end(), f.request) == e.requests.end()) e.requests.push_back(f.request);
+    if (tick < e.tick || (tick == e.tick && f.request < e.finding.request)) {
+      auto requests = e.requests;
+      e = Entry{f, tick, requests};
+    }
+    return;
+  }
+  entries_.push_back(Entry{f, tick, {f.request}});
+}
+
+bool FindingBuilder::has(const std::string& id) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.finding.id == id; });
+}
+
+bool FindingBuilder::hasFor(const std::string& id, int64_t request) const {
+  for (const auto& e : entries_)
+    if (e.finding.id == id && std::find(e.requests.begin(), e.requests.end(), request) != e.requests.end()) return true;
+  return false;
+}
+
+std::vector<Finding> FindingBuilder::finish() const {
+  auto sorted = entries_;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {
+    return a.tick < b.tick || (a.tick == b.tick && a.finding.request < b.finding.request);
+  });
+  std::vector<Finding> out;
+  for (const auto& e : sorted) {
+    Finding f = e.finding;
+    f.evidence["requests_affected"] = static_cast<double>(e.requests.size());
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace kvscope::detail

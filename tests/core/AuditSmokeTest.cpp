@@ -1,0 +1,43 @@
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "TestSupport.hpp"
+#include "kvscope/Auditor.hpp"
+#include "kvscope/Engine.hpp"
+
+using namespace kvscope;
+
+namespace {
+AuditResult runWith(const std::string& model, const std::vector<std::string>& faults, int requests = 1) {
+  auto m = Model::load(test::hfModel(model));
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < requests; ++i) {
+    RequestSpec s;
+    s.promptIds = i == 0 ? std::vector<int64_t>{0, 34, 86, 69, 301, 291} : std::vector<int64_t>{0, 316, 284, 117};
+    s.maxNewTokens = 6;
+    s.stopAtEos = false;
+    s.arrivalTick = i * 2;
+    specs.push_back(s);
+  }
+  EngineOptions o;
+  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
+  Trace t = Engine(m).run(specs, o);
+  auto fresh = Model::load(test::hfModel(model));
+  return Auditor::audit(*fresh, t);
+}
+}  // namespace
+
+TEST(AuditSmoke, CleanRunHasNoFindings) {
+  auto r = runWith("llama", {}, 2);
+  std::cout << r.report.toText();
+  EXPECT_TRUE(r.report.clean());
+  EXPECT_TRUE(r.report.findings.empty());
+}
+
+TEST(AuditSmoke, WrongLayerAndCrossRequest) {
+  auto r = runWith("llama", {"wrong_layer:layer=2,source=1", "cross_request:request=1,victim=0"}, 2);
+  std::cout << r.report.toText();
+  EXPECT_TRUE(r.report.hasFinding("wrong_layer"));
+  EXPECT_TRUE(r.report.hasFinding("cross_request"));
+}
