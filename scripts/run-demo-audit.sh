@@ -1,6 +1,30 @@
 #!/usr/bin/env bash
-# Runs the demo with an existing build folder ($1).
-set -euo pipefail
+# Runs the built-in demo audit with an existing build folder ($1): writes the bundled demo
+# checkpoint (deterministic, `kvscope-cli make-demo`), then audits a cached run with two
+# injected faults — layer 2 storing layer 1's K/V, and a second request overwriting the
+# first one's cache row. Opens the desktop inspector when a display exists, else prints
+# the CLI report.
+set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${1:-$ROOT/build}"
-"$BUILD_DIR/app/cli/kvscope-cli" --version
+CLI="$BUILD_DIR/app/cli/kvscope-cli"
+GUI="$BUILD_DIR/app/gui/kvscope"
+DEMO="$BUILD_DIR/demo-model"
+if [[ ! -f "$DEMO/config.json" ]]; then
+  "$CLI" make-demo "$DEMO" >/dev/null || exit 2
+fi
+ARGS=(--model "$DEMO"
+      --prompt "The cache must hold exactly one record per layer and position."
+      --prompt "A second request arrives."
+      --arrival 0 --arrival 3 --max-new 12
+      --fault wrong_layer:layer=2,source=1
+      --fault cross_request:request=1,victim=0)
+"$CLI" --version
+if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x "$GUI" && -z "${KVSCOPE_DEMO_CLI:-}" ]]; then
+  exec "$GUI" "${ARGS[@]}"
+fi
+"$CLI" audit "${ARGS[@]}"
+status=$?
+# Exit 1 means "divergent": the expected outcome of the demo's injected faults.
+[[ $status -eq 1 ]] && exit 0
+exit $status

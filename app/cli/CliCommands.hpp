@@ -15,5 +15,6 @@ void registerPolicyCommand(CLI::App& app, CliContext& ctx);  // commands/PolicyC
 /// `make-demo DIR`: writes a random-weight HuggingFace checkpoint (commands/MakeDemoCommand.cpp).
 void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
 void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
+void registerAuditCommand(CLI::App& app, CliContext& ctx);  // commands/AuditCommand.cpp
 
 }  // namespace kvscope::cli

@@ -1,0 +1,118 @@
+// kvscope-cli audit: the staged audit, headless (CI). Exit 0 clean, 1 divergent, 2 error.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "CliCommands.hpp"
+#include "kvscope/AuditJob.hpp"
+#include "kvscope/Error.hpp"
+#include "kvscope/FaultSpec.hpp"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct AuditArgs {
+  AuditJobSpec spec;
+  std::vector<std::string> ids;  // comma-separated id lists, one per request
+  bool json = false;
+  std::string reportPath;
+  std::string markdownPath;
+  bool force = false;
+  double temperature = 0.0;
+  int64_t topK = 0;
+  double topP = 0.0;
+  uint64_t seed = 0;
+};
+
+std::vector<int64_t> parseIds(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      out.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UsageError("--ids: '" + item + "' is not a token id (expected e.g. 1,2,3)");
+    }
+  }
+  return out;
+}
+
+void writeText(const std::string& path, const std::string& text, bool force) {
+  if (!force && std::filesystem::exists(path))
+    throw InputError(path, "", "refusing to overwrite an existing file (pass --force)");
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw InputError(path, "", "cannot write");
+  out << text;
+}
+
+void run(AuditArgs& a, CliContext& ctx) {
+  for (const auto& list : a.ids) a.spec.promptIds.push_back(parseIds(list));
+  a.spec.policy.temperature = a.temperature;
+  if (a.topK > 0) a.spec.policy.topK = a.topK;
+  if (a.topP > 0) a.spec.policy.topP = a.topP;
+  a.spec.policy.seed = a.seed;
+  a.spec.policy.validate();
+  if (isatty(STDERR_FILENO)) {
+    a.spec.options.progress = [](double f, const std::string& what) {
+      std::cerr << "\r[" << static_cast<int>(f * 100) << "%] " << what << "                " << std::flush;
+      if (f >= 1.0) std::cerr << "\n";
+    };
+  }
+  AuditJobOutput out = runAuditJob(a.spec);
+  const AuditReport& rep = out.result.report;
+  if (!a.reportPath.empty()) writeText(a.reportPath, rep.toJson().dump(2) + "\n", a.force);
+  if (!a.markdownPath.empty()) writeText(a.markdownPath, rep.toMarkdown(), a.force);
+  if (a.json) {
+    auto j = rep.toJson();
+    j["requests"] = nlohmann::json::array();
+    for (size_t i = 0; i < out.result.trace.requests.size(); ++i) {
+      const auto& r = out.result.trace.requests[i];
+      j["requests"].push_back({{"id", r.id}, {"prompt_ids", r.promptIds}, {"generated", r.generated},
+                               {"text", i < out.decodedText.size() ? out.decodedText[i] : ""}, {"stop_reason", r.stopReason}});
+    }
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << rep.toText();
+  }
+  ctx.exitCode = rep.clean() ? 0 : 1;
+}
+
+}  // namespace
+
+void registerAuditCommand(CLI::App& app, CliContext& ctx) {
+  auto args = std::make_shared<AuditArgs>();
+  auto* cmd = app.add_subcommand("audit", "Audit cached generation against the uncached reference (exit 0 clean, 1 divergent, 2 error)");
+  cmd->add_option("--model", args->spec.modelDir, "HF checkpoint directory (omit for trace+trace mode)");
+  cmd->add_option("--trace", args->spec.traceFile, "audit this trace (from any engine) instead of running the built-in engine");
+  cmd->add_option("--reference-trace", args->spec.referenceTraceFile, "trace+trace mode: the uncached (reference) trace");
+  cmd->add_option("--prompt", args->spec.prompts, "prompt text, one request each (built-in engine)");
+  cmd->add_option("--ids", args->ids, "prompt token ids as 1,2,3, one request each");
+  cmd->add_option("--arrival", args->spec.arrivalTicks, "arrival tick per request (default 0)");
+  cmd->add_option("--max-new", args->spec.maxNewTokens, "new tokens per request")->check(CLI::PositiveNumber);
+  cmd->add_option("--fault", args->spec.faults, "inject a fault (repeatable), see below");
+  cmd->add_option("--temperature", args->temperature, "0 = greedy");
+  cmd->add_option("--top-k", args->topK, "top-k (>= 1)");
+  cmd->add_option("--top-p", args->topP, "top-p in (0, 1]");
+  cmd->add_option("--seed", args->seed, "per-request generator seed");
+  cmd->add_option("--save-trace", args->spec.saveTraceTo, "write the built-in engine's trace here");
+  cmd->add_flag("--per-step-reference", args->spec.options.perStepReference,
+                "cross-check: also recompute every step uncached (slower)");
+  cmd->add_option("--tolerance-scale", args->spec.options.toleranceScale, "multiply the dtype tolerance");
+  cmd->add_flag("--json", args->json, "print the report as JSON");
+  cmd->add_option("--report", args->reportPath, "write the JSON report to this file");
+  cmd->add_option("--markdown", args->markdownPath, "write a Markdown summary to this file");
+  cmd->add_flag("--force", args->force, "overwrite --report/--markdown files");
+  cmd->footer(FaultSpec::helpText());
+  cmd->callback([args, &ctx]() { run(*args, ctx); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,85 @@
+#include "kvscope/AuditJob.hpp"
+
+#include <filesystem>
+
+#include "kvscope/Error.hpp"
+#include "kvscope/Tokenizer.hpp"
+#include "kvscope/TraceFile.hpp"
+
+namespace kvscope {
+
+namespace {
+std::unique_ptr<Tokenizer> tryTokenizer(const std::string& dir) {
+  try {
+    return Tokenizer::loadFromDirectory(dir);
+  } catch (const InputError&) {
+    return nullptr;  // a model without tokenizer files: ids only
+  }
+}
+
+void fillText(AuditJobOutput& out, const Tokenizer* tok) {
+  for (const auto& r : out.result.trace.requests) {
+    std::vector<std::string> pieces;
+    std::vector<int64_t> stream = r.promptIds;
+    stream.insert(stream.end(), r.generated.begin(), r.generated.end());
+    for (int64_t id : stream) pieces.push_back(tok ? tok->decode({id}) : std::to_string(id));
+    out.tokenPieces.push_back(std::move(pieces));
+    out.decodedText.push_back(tok ? tok->decode(r.generated) : "");
+  }
+}
+}  // namespace
+
+AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
+  AuditJobOutput out;
+  if (spec.modelDir.empty()) {
+    if (spec.traceFile.empty() || spec.referenceTraceFile.empty())
+      throw UsageError("without --model, give both --trace (the cached run) and --reference-trace (the uncached run)");
+    Trace reference = TraceFile::read(spec.referenceTraceFile);
+    Trace cached = TraceFile::read(spec.traceFile);
+    out.result = Auditor::auditTraces(reference, cached, spec.options);
+    fillText(out, nullptr);
+    return out;
+  }
+  auto model = Model::load(spec.modelDir);
+  auto tokenizer = tryTokenizer(spec.modelDir);
+  AuditOptions options = spec.options;
+  if (tokenizer && options.tokenizerVocabSize == 0) options.tokenizerVocabSize = tokenizer->vocabSize();
+  Trace trace;
+  if (!spec.traceFile.empty()) {
+    trace = TraceFile::read(spec.traceFile);
+  } else {
+    std::vector<RequestSpec> requests;
+    auto add = [&](std::vector<int64_t> ids, const std::string& text) {
+      RequestSpec r;
+      r.promptIds = std::move(ids);
+      r.promptText = text;
+      r.maxNewTokens = spec.maxNewTokens;
+      r.policy = spec.policy;
+      const size_t i = requests.size();
+      r.arrivalTick = i < spec.arrivalTicks.size() ? spec.arrivalTicks[i] : 0;
+      requests.push_back(std::move(r));
+    };
+    for (const auto& text : spec.prompts) {
+      if (!tokenizer) throw InputError(spec.modelDir, "tokenizer", "no tokenizer files: give prompt ids instead of text");
+      add(tokenizer->encode(text, true).ids, text);
+    }
+    for (const auto& ids : spec.promptIds) add(ids, "");
+    if (requests.empty()) throw UsageError("nothing to run: give at least one prompt");
+    EngineOptions eo;
+    for (const auto& f : spec.faults) eo.faults.push_back(FaultSpec::parse(f));
+    eo.cancelled = spec.options.cancelled;
+    if (spec.options.progress) eo.progress = [&](double f) { spec.options.progress(0.5 * f, "generating"); };
+    trace = Engine(model).run(requests, eo);
+    if (!spec.saveTraceTo.empty()) TraceFile::write(trace, spec.saveTraceTo, false);
+    model = Model::load(spec.modelDir);  // the engine may have updated weights; audit from the checkpoint
+  }
+  if (options.progress) {
+    auto outer = options.progress;
+    options.progress = [outer](double f, const std::string& what) { outer(0.5 + 0.5 * f, what); };
+  }
+  out.result = Auditor::audit(*model, trace, options);
+  fillText(out, tokenizer.get());
+  return out;
+}
+
+}  // namespace kvscope
