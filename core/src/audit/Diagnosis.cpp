@@ -175,11 +175,12 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       }
       return;
     }
-    const bool windowed = slidingWindow_ > 0 && a.cacheRealBefore + 1 > slidingWindow_;
+    // A query at position i first sees a window bug at i >= window (one key too many/few).
+    const bool windowed = slidingWindow_ > 0 && a.firstBadStreamIndex >= slidingWindow_;
     if (windowed) {
       ev["window"] = static_cast<double>(slidingWindow_);
       f.add("sliding_window", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.6,
-            "the first mismatch appears once the sequence (" + std::to_string(a.cacheRealBefore + 1) +
+            "the first mismatch appears once the sequence (" + std::to_string(a.firstBadStreamIndex + 1) +
                 " tokens) outgrows the sliding window of " + std::to_string(slidingWindow_) + "; no layer, position or request explains the values",
             ev);
       return;
@@ -199,7 +200,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     return;
   }
   // Every record matches but the logits do not: the attention read something else.
-  const bool windowed = slidingWindow_ > 0 && a.cacheRealBefore + 1 > slidingWindow_;
+  const bool windowed = slidingWindow_ > 0 && a.lastRealStreamIndex() >= slidingWindow_;
   const int64_t other = interleavedRequest(r, a);
   if (windowed) {
     ev["window"] = static_cast<double>(slidingWindow_);

@@ -1,0 +1,271 @@
+// The accuracy suite: every engine fault at two layers and two steps on the gpt2 and llama
+// fixtures (plus the combined wrong-layer + cross-request run), each expected to yield the
+// right finding id, first step and first layer; and clean runs (float32, F16, BF16
+// checkpoints) with zero findings. Prints the whole table.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "TestSupport.hpp"
+#include "kvscope/Auditor.hpp"
+#include "kvscope/CheckpointWriter.hpp"
+#include "kvscope/Engine.hpp"
+#include "kvscope/SafetensorsWriter.hpp"
+
+using namespace kvscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  std::string name;
+  std::string model;                 // fixture name or a directory
+  std::vector<std::string> faults;
+  std::vector<std::string> expectIds;  // all must be present (empty: clean)
+  int64_t expectRequest = 0;
+  int64_t expectStep = -1;           // first divergence step (-1: not checked)
+  int64_t expectLayer = -2;          // first divergence layer (-2: not checked)
+  int requests = 1;
+  int64_t secondArrival = 2;
+  bool batch = false;
+  double temperature = 0.0;
+};
+
+struct Row {
+  std::string name, model, expected, got;
+  int64_t step, layer;
+  bool pass;
+};
+std::vector<Row>& table() {
+  static std::vector<Row> rows;
+  return rows;
+}
+
+std::vector<int64_t> goldenPrompt(const std::string& model, int i) {
+  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
+  auto j = nlohmann::json::parse(in);
+  return j["prompts"][static_cast<size_t>(i)]["ids"].get<std::vector<int64_t>>();
+}
+
+std::string modelDir(const std::string& model) {
+  return fs::exists(model) ? model : test::hfModel(model);
+}
+
+AuditResult runCase(const Case& c) {
+  const std::string dir = modelDir(c.model);
+  auto model = Model::load(dir);
+  const std::string golden = fs::exists(c.model) ? "llama" : c.model;
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < c.requests; ++i) {
+    RequestSpec s;
+    s.promptIds = goldenPrompt(golden, i);
+    for (auto& id : s.promptIds) id %= model->config().vocabSize;
+    s.maxNewTokens = 8;
+    s.stopAtEos = false;
+    s.arrivalTick = (i == 0 || c.batch) ? 0 : c.secondArrival;
+    s.batchGroup = c.batch ? 0 : -1;
+    s.policy.temperature = c.temperature;
+    s.policy.seed = 1234 + static_cast<uint64_t>(i);
+    specs.push_back(s);
+  }
+  EngineOptions o;
+  for (const auto& f : c.faults) o.faults.push_back(FaultSpec::parse(f));
+  Trace trace = Engine(model).run(specs, o);
+  auto fresh = Model::load(dir);
+  return Auditor::audit(*fresh, trace);
+}
+
+void check(const Case& c) {
+  AuditResult r = runCase(c);
+  const auto& rep = r.report;
+  std::string got;
+  for (const auto& f : rep.findings) got += (got.empty() ? "" : ",") + f.id;
+  std::string expected;
+  for (const auto& id : c.expectIds) expected += (expected.empty() ? "" : ",") + id;
+  bool pass = true;
+  if (c.expectIds.empty()) {
+    EXPECT_TRUE(rep.clean()) << c.name << "\n" << rep.toText();
+    EXPECT_TRUE(rep.findings.empty()) << c.name << "\n" << rep.toText();
+    pass = rep.clean() && rep.findings.empty();
+  } else {
+    EXPECT_FALSE(rep.clean()) << c.name;
+    for (const auto& id : c.expectIds) {
+      EXPECT_TRUE(rep.hasFinding(id)) << c.name << ": missing " << id << "\n" << rep.toText();
+      pass = pass && rep.hasFinding(id);
+    }
+    // Nothing unexpected besides the expected ids (a cache fault must not be blamed on policy).
+    for (const auto& f : rep.findings) {
+      const bool expectedId = std::find(c.expectIds.begin(), c.expectIds.end(), f.id) != c.expectIds.end();
+      EXPECT_TRUE(expectedId) << c.name << ": unexpected finding " << f << "\n" << rep.toText();
+      pass = pass && expectedId;
+    }
+    const auto& fd = rep.firstDivergence;
+    EXPECT_TRUE(fd.present) << c.name;
+    if (c.expectStep >= 0) {
+      EXPECT_EQ(fd.request, c.expectRequest) << c.name << "\n" << rep.toText();
+      EXPECT_EQ(fd.step, c.expectStep) << c.name << "\n" << rep.toText();
+      pass = pass && fd.request == c.expectRequest && fd.step == c.expectStep;
+    }
+    if (c.expectLayer > -2) {
+      EXPECT_EQ(fd.layer, c.expectLayer) << c.name << "\n" << rep.toText();
+      pass = pass && fd.layer == c.expectLayer;
+    }
+  }
+  table().push_back({c.name, fs::path(c.model).filename().string(), expected.empty() ? "clean" : expected,
+                     got.empty() ? "clean" : got, rep.firstDivergence.step, rep.firstDivergence.layer, pass});
+}
+
+std::vector<Case> faultCases(const std::string& m) {
+  std::vector<Case> cs;
+  for (int64_t step : {1, 3}) {
+    cs.push_back({"wrong_position offset=3 step=" + std::to_string(step), m, {"wrong_position:offset=3,step=" + std::to_string(step)},
+                  {"position"}, 0, step, 0});
+  }
+  cs.push_back({"wrong_position restart step=2", m, {"wrong_position:restart=1,step=2"}, {"position"}, 0, 2, 0});
+  for (int64_t layer : {1, 2})
+    for (int64_t step : {0, 2})
+      cs.push_back({"wrong_layer layer=" + std::to_string(layer) + " step=" + std::to_string(step), m,
+                    {"wrong_layer:layer=" + std::to_string(layer) + ",source=" + std::to_string(layer - 1) + ",step=" + std::to_string(step)},
+                    {"wrong_layer"}, 0, step, layer});
+  for (int64_t layer : {0, 2})
+    for (int64_t step : {1, 3})
+      cs.push_back({"duplicate_append layer=" + std::to_string(layer) + " step=" + std::to_string(step), m,
+                    {"duplicate_append:layer=" + std::to_string(layer) + ",step=" + std::to_string(step)},
+                    {"duplicate_append"}, 0, step, layer});
+  cs.push_back({"duplicate_prompt_token", m, {"duplicate_prompt_token"}, {"duplicate_append"}, 0, 1, -2});
+  for (int64_t arrival : {2, 4}) {
+    Case c{"cross_request arrival=" + std::to_string(arrival), m, {"cross_request:request=1,victim=0"}, {"cross_request"}, 0, arrival, 0, 2};
+    c.secondArrival = arrival;
+    cs.push_back(c);
+  }
+  for (int64_t layer : {0, 2})
+    for (int64_t step : {1, 3}) {
+      Case c{"batch_row_mix layer=" + std::to_string(layer) + " step=" + std::to_string(step), m,
+             {"batch_row_mix:from=0,to=1,layer=" + std::to_string(layer) + ",step=" + std::to_string(step)},
+             {"cross_request"}, 1, step, layer, 2};
+      c.batch = true;
+      cs.push_back(c);
+    }
+  for (int64_t layer : {0, 1})
+    for (int64_t tick : {2, 4})
+      cs.push_back({"stale_cache layer=" + std::to_string(layer) + " tick=" + std::to_string(tick), m,
+                    {"stale_cache:layer=" + std::to_string(layer) + ",tick=" + std::to_string(tick)}, {"stale_cache"}, 0, tick, -2});
+  for (int64_t step : {2, 4}) {
+    Case extra{"rng_extra_draw step=" + std::to_string(step), m, {"rng_extra_draw:step=" + std::to_string(step)}, {"rng_order"}, 0, -1, -2};
+    extra.temperature = 1.5;
+    cs.push_back(extra);
+    Case reseed{"rng_reseed step=" + std::to_string(step), m, {"rng_reseed:step=" + std::to_string(step)}, {"rng_order"}, 0, -1, -2};
+    reseed.temperature = 1.5;
+    cs.push_back(reseed);
+  }
+  Case both{"wrong_layer + cross_request (worked case)", m, {"wrong_layer:layer=2,source=1", "cross_request:request=1,victim=0"},
+            {"wrong_layer", "cross_request"}, 0, 0, 2, 2};
+  cs.push_back(both);
+  return cs;
+}
+
+class AuditAccuracy : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AuditAccuracy, FindsTheInjectedFault) { check(GetParam()); }
+
+std::vector<Case> allCases() {
+  std::vector<Case> cs;
+  for (const char* m : {"gpt2", "llama"}) {
+    cs.push_back({"clean float32", m, {}, {}});
+    Case sampled{"clean sampled T=1.5", m, {}, {}};
+    sampled.temperature = 1.5;
+    cs.push_back(sampled);
+    Case two{"clean two requests", m, {}, {}, 0, -1, -2, 2};
+    cs.push_back(two);
+    Case batch{"clean left-padded batch", m, {}, {}, 0, -1, -2, 2};
+    batch.batch = true;
+    cs.push_back(batch);
+    for (auto& c : faultCases(m)) cs.push_back(c);
+  }
+  return cs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, AuditAccuracy, ::testing::ValuesIn(allCases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n = std::to_string(i.index) + "_" + i.param.model + "_" + i.param.name;
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// A model whose lm_head has two identical rows, so the greedy token ties exactly.
+std::string tiedHeadModel() {
+  auto dir = fs::temp_directory_path() / ("kvscope-tied-" + std::to_string(::getpid()));
+  if (fs::exists(dir / "model.safetensors")) return dir.string();
+  fs::create_directories(dir);
+  fs::copy_file(test::hfModel("llama") + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  auto src = SafetensorsFile::open(test::hfModel("llama") + "/model.safetensors");
+  // Clean greedy token at step 0 of prompt 0 is 422 (golden); duplicate it into row 900.
+  SafetensorsWriter w;
+  for (const auto& name : src->names()) {
+    FloatTensor t = src->readFloat(name);
+    if (name == "lm_head.weight") {
+      const int64_t H = t.shape[1];
+      std::copy(t.data.begin() + 422 * H, t.data.begin() + 423 * H, t.data.begin() + 900 * H);
+    }
+    w.addFloat(name, t);
+  }
+  w.write((dir / "model.safetensors").string());
+  return dir.string();
+}
+
+TEST(AuditAccuracyPolicy, TieRuleLastIsDiagnosedAsTieRule) {
+  const std::string dir = tiedHeadModel();
+  check({"clean exact tie (lowest wins)", dir, {}, {}});
+  check({"tie_rule_last", dir, {"tie_rule_last"}, {"tie_rule"}, 0, -1, -2});
+}
+
+TEST(AuditAccuracyPolicy, WindowOffByOneOnMistral) {
+  auto dir = fs::temp_directory_path() / ("kvscope-mistral-" + std::to_string(::getpid()));
+  CheckpointSpec spec = CheckpointSpec::demo();
+  spec.setArchitecture(Architecture::Mistral);
+  spec.slidingWindow = 6;
+  spec.vocabSize = 1200;
+  CheckpointWriter(spec).write(dir.string(), true);
+  check({"clean mistral window=6", dir.string(), {}, {}});
+  check({"window_off_by_one", dir.string(), {"window_off_by_one"}, {"sliding_window"}, 0, -1, -2});
+}
+
+TEST(AuditAccuracyClean, HalfPrecisionCheckpointsHaveNoFindings) {
+  for (auto dtype : {SafetensorsDtype::F16, SafetensorsDtype::BF16}) {
+    auto dir = fs::temp_directory_path() /
+               ("kvscope-" + safetensorsDtypeName(dtype) + "-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::copy_file(test::hfModel("llama") + "/config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+    auto src = SafetensorsFile::open(test::hfModel("llama") + "/model.safetensors");
+    SafetensorsWriter w;
+    for (const auto& name : src->names()) w.addFloat(name, src->readFloat(name), dtype);
+    w.write((dir / "model.safetensors").string());
+    EXPECT_EQ(Model::load(dir.string())->storedDtype(), safetensorsDtypeName(dtype));
+    check({"clean " + safetensorsDtypeName(dtype) + " checkpoint", dir.string(), {}, {}, 0, -1, -2, 2});
+  }
+}
+
+class TablePrinter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (table().empty()) return;
+    std::cout << "\nAudit accuracy (expected finding ids vs found; first divergence step/layer)\n";
+    std::cout << std::left << std::setw(44) << "case" << std::setw(10) << "model" << std::setw(28) << "expected"
+              << std::setw(28) << "found" << std::setw(6) << "step" << std::setw(6) << "layer" << "ok\n";
+    int ok = 0;
+    for (const auto& r : table()) {
+      std::cout << std::setw(44) << r.name << std::setw(10) << r.model << std::setw(28) << r.expected << std::setw(28) << r.got
+                << std::setw(6) << r.step << std::setw(6) << r.layer << (r.pass ? "yes" : "NO") << "\n";
+      ok += r.pass;
+    }
+    std::cout << ok << " of " << table().size() << " cases diagnosed correctly\n";
+  }
+};
+const auto* const kPrinter = ::testing::AddGlobalTestEnvironment(new TablePrinter);
+
+}  // namespace
