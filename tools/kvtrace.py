@@ -938,6 +938,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("output")
     p.add_argument("--dtype", choices=STORE_DTYPES, default="F32")
     p.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    p.add_argument("--snapshots-only", action="store_true",
+                   help="drop appended records and checksums, keep full cache snapshots "
+                        "(what an engine that can only dump past_key_values records)")
     p = sub.add_parser("fingerprint", help="the model fingerprint of a model directory")
     p.add_argument("directory")
     args = ap.parse_args(argv)
@@ -946,6 +949,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(info(read_trace(args.file), args.file))
         elif args.cmd == "roundtrip":
             t = read_trace(args.input)
+            if args.snapshots_only:
+                if not t.has_snapshots():
+                    raise TraceError(args.input, "cache_k", "--snapshots-only needs a trace with snapshots")
+                for st in t.steps:
+                    for rec in st.layers:
+                        rec.keys = rec.values = None
+                        rec.checksum_k = rec.checksum_v = None
             write_trace(t, args.output, dtype=args.dtype, overwrite=args.force)
             print(f"wrote {args.output}: {len(t.requests)} requests, {len(t.steps)} steps")
         elif args.cmd == "fingerprint":

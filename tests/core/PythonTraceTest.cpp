@@ -15,68 +15,18 @@
 #include <optional>
 #include <string>
 
+#include "PythonTools.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/TraceFile.hpp"
 
 using namespace kvscope;
+using namespace kvscope::test;
 namespace fs = std::filesystem;
 
 namespace {
 
-const char* kPython = "/usr/bin/python3";
-
-fs::path toolsDir() { return fs::weakly_canonical(fs::path(KVSCOPE_FIXTURES_DIR) / ".." / ".." / "tools"); }
-
-fs::path tempDir() {
-  auto d = fs::temp_directory_path() / ("kvscope-pytrace-" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct RunResult {
-  int status = -1;
-  std::string output;
-};
-
-// Runs a shell command, capturing stdout and stderr.
-RunResult run(const std::string& cmd) {
-  RunResult r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-RunResult python(const std::string& script, const std::string& args) {
-  return run(std::string(kPython) + " " + quote((toolsDir() / script).string()) + " " + args);
-}
-
-// Empty when the Python side can run, otherwise why not.
-std::string pythonUnavailable() {
-  if (!fs::exists(kPython)) return std::string(kPython) + " not found";
-  if (run(std::string(kPython) + " -c 'import numpy'").status != 0)
-    return std::string(kPython) + " has no numpy (apt-get install python3-numpy)";
-  if (!fs::exists(toolsDir() / "kvtrace.py")) return "tools/kvtrace.py not found at " + toolsDir().string();
-  return "";
-}
-
-#define SKIP_WITHOUT_PYTHON()                                                  \
-  do {                                                                         \
-    const std::string why = pythonUnavailable();                               \
-    if (!why.empty()) GTEST_SKIP() << "Python trace tools unavailable: " << why; \
-  } while (0)
 
 // tools/make_example_trace.py's formulas.
 float exampleKey(int64_t l, int64_t h, int64_t c, int64_t j, uint64_t version) {

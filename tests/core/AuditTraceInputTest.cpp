@@ -1,0 +1,155 @@
+// Trace-input mode: the audit on traces written by other engines' tooling
+// (tools/kvtrace.py), including full-snapshot traces without appended records or
+// checksums, and trace+trace mode without a model.
+#include <gtest/gtest.h>
+
+#include "PythonTools.hpp"
+#include "TestSupport.hpp"
+#include "kvscope/Auditor.hpp"
+#include "kvscope/Engine.hpp"
+#include "kvscope/TraceFile.hpp"
+
+using namespace kvscope;
+using namespace kvscope::test;
+
+namespace {
+
+Trace engineTrace(const std::string& model, const std::vector<std::string>& faults, bool snapshots, bool uncached = false,
+                  int requests = 2) {
+  auto m = Model::load(hfModel(model));
+  std::vector<RequestSpec> specs;
+  const std::vector<std::vector<int64_t>> prompts = {{0, 34, 86, 69, 301, 291, 938}, {0, 316, 284, 117, 309}};
+  for (int i = 0; i < requests; ++i) {
+    RequestSpec s;
+    s.promptIds = prompts[static_cast<size_t>(i)];
+    s.maxNewTokens = 6;
+    s.stopAtEos = false;
+    s.arrivalTick = i * 2;
+    specs.push_back(s);
+  }
+  EngineOptions o;
+  o.recordSnapshots = snapshots;
+  o.uncached = uncached;
+  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
+  return Engine(m).run(specs, o);
+}
+
+// Writes `t`, lets tools/kvtrace.py rewrite it (optionally as a snapshot-only trace) and
+// reads the Python-written file back.
+Trace throughPython(const Trace& t, const std::string& name, bool snapshotsOnly) {
+  const auto in = (tempDir() / (name + ".in.kvtrace")).string();
+  const auto out = (tempDir() / (name + ".py.kvtrace")).string();
+  TraceFile::write(t, in, true);
+  auto r = python("kvtrace.py", "roundtrip " + quote(in) + " " + quote(out) + " --force" + (snapshotsOnly ? " --snapshots-only" : ""));
+  EXPECT_EQ(r.status, 0) << r.output;
+  return TraceFile::read(out);
+}
+
+AuditReport auditWithModel(const std::string& model, const Trace& t) {
+  auto m = Model::load(hfModel(model));
+  return Auditor::audit(*m, t).report;
+}
+
+}  // namespace
+
+TEST(AuditTraceInput, PythonWrittenTracesGiveTheSameDiagnosis) {
+  SKIP_WITHOUT_PYTHON();
+  for (const std::string model : {"gpt2", "llama"}) {
+    Trace clean = throughPython(engineTrace(model, {}, false), model + "-clean", false);
+    auto cleanReport = auditWithModel(model, clean);
+    EXPECT_TRUE(cleanReport.clean()) << cleanReport.toText();
+    Trace faulty = throughPython(engineTrace(model, {"wrong_layer:layer=2,source=1", "cross_request:request=1,victim=0"}, false),
+                                 model + "-faulty", false);
+    auto rep = auditWithModel(model, faulty);
+    EXPECT_TRUE(rep.hasFinding("wrong_layer")) << rep.toText();
+    EXPECT_TRUE(rep.hasFinding("cross_request")) << rep.toText();
+  }
+}
+
+TEST(AuditTraceInput, FullSnapshotTracesWithoutRecordsOrChecksums) {
+  SKIP_WITHOUT_PYTHON();
+  struct Expect {
+    std::vector<std::string> faults;
+    std::string id;
+    int64_t step;
+  };
+  const std::vector<Expect> cases = {{{}, "", -1},
+                                     {{"wrong_layer:layer=1,source=0"}, "wrong_layer", 0},
+                                     {{"wrong_position:offset=2,step=2"}, "position", 2},
+                                     {{"duplicate_append:layer=1,step=2"}, "duplicate_append", 2},
+                                     {{"cross_request:request=1,victim=0"}, "cross_request", 2}};
+  int n = 0;
+  for (const auto& c : cases) {
+    Trace snap = throughPython(engineTrace("llama", c.faults, true), "snap" + std::to_string(n++), true);
+    ASSERT_TRUE(snap.hasSnapshots());
+    for (const auto& s : snap.steps)
+      for (const auto& l : s.layers) ASSERT_FALSE(l.keyChecksum.has_value());
+    auto rep = auditWithModel("llama", snap);
+    if (c.id.empty()) {
+      EXPECT_TRUE(rep.clean()) << rep.toText();
+      continue;
+    }
+    EXPECT_TRUE(rep.hasFinding(c.id)) << (c.faults.empty() ? "" : c.faults[0]) << "\n" << rep.toText();
+    EXPECT_EQ(rep.firstDivergence.step, c.step) << c.faults[0] << "\n" << rep.toText();
+  }
+}
+
+TEST(AuditTraceInput, TwoTracesWithoutAModel) {
+  SKIP_WITHOUT_PYTHON();
+  Trace reference = throughPython(engineTrace("llama", {}, false, /*uncached=*/true), "tt-ref", false);
+  EXPECT_EQ(reference.mode, "uncached");
+  Trace clean = throughPython(engineTrace("llama", {}, false), "tt-clean", false);
+  auto ok = Auditor::auditTraces(reference, clean).report;
+  EXPECT_TRUE(ok.clean()) << ok.toText();
+  EXPECT_EQ(ok.mode, "trace+trace");
+  Trace faulty = throughPython(engineTrace("llama", {"wrong_layer:layer=2,source=1"}, false), "tt-faulty", false);
+  auto bad = Auditor::auditTraces(reference, faulty).report;
+  EXPECT_TRUE(bad.hasFinding("wrong_layer")) << bad.toText();
+  EXPECT_EQ(bad.firstDivergence.layer, 2);
+  Trace shifted = throughPython(engineTrace("llama", {"wrong_position:offset=4,step=1"}, false), "tt-pos", false);
+  auto pos = Auditor::auditTraces(reference, shifted).report;
+  EXPECT_TRUE(pos.hasFinding("position")) << pos.toText();
+}
+
+TEST(AuditTraceInput, AnotherPromptsTraceIsRefusedAsReference) {
+  Trace reference = engineTrace("llama", {}, false, true, 1);
+  Trace cached = engineTrace("llama", {}, false, false, 1);
+  cached.requests[0].promptIds[1] = 35;
+  auto rep = Auditor::auditTraces(reference, cached).report;
+  EXPECT_TRUE(rep.hasFinding("reference")) << rep.toText();
+  EXPECT_EQ(rep.stages[0].status, StageStatus::Fail);
+}
+
+TEST(AuditTraceInput, PositionBeyondTheContextIsAContextLimitFinding) {
+  auto m = Model::load(hfModel("gpt2"));  // 64 positions
+  RequestSpec s;
+  s.promptIds.assign(60, 7);
+  s.maxNewTokens = 10;
+  s.stopAtEos = false;
+  Trace t = Engine(m).run({s}, {});
+  ASSERT_EQ(t.requests[0].stopReason, "context_limit");
+  auto fine = Auditor::audit(*m, t).report;
+  EXPECT_TRUE(fine.clean()) << fine.toText();
+  EXPECT_NE(fine.stopSummary.find("context_limit"), std::string::npos);
+  // Another engine fed the last token anyway, at a position that does not exist.
+  TraceStep extra = t.steps.back();
+  extra.step += 1;
+  extra.tick += 1;
+  extra.fedIds = {t.requests[0].generated.back()};
+  extra.positions = {64};
+  for (auto& l : extra.layers) l.cacheLength += 1;
+  t.steps.push_back(extra);
+  t.requests[0].generated.push_back(extra.chosenToken);
+  t.requests[0].stopReason = "max_new_tokens";
+  auto rep = Auditor::audit(*m, t).report;
+  EXPECT_TRUE(rep.hasFinding("context_limit")) << rep.toText();
+}
+
+TEST(AuditTraceInput, StaleTraceFromOtherWeightsFailsStageOne) {
+  Trace t = engineTrace("llama", {}, false, false, 1);
+  t.model.fingerprint = std::string(64, 'a');
+  auto rep = auditWithModel("llama", t);
+  EXPECT_TRUE(rep.hasFinding("reference")) << rep.toText();
+  EXPECT_EQ(rep.rootStage, 1);
+  EXPECT_EQ(rep.stages[1].status, StageStatus::NotRun);
+}
