@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "TestSupport.hpp"
@@ -40,4 +41,22 @@ TEST(AuditSmoke, WrongLayerAndCrossRequest) {
   std::cout << r.report.toText();
   EXPECT_TRUE(r.report.hasFinding("wrong_layer"));
   EXPECT_TRUE(r.report.hasFinding("cross_request"));
+}
+
+TEST(AuditSmoke, PerStepReferenceCrossCheckAgreesWithTeacherForcing) {
+  auto m = Model::load(test::hfModel("gpt2"));
+  RequestSpec s;
+  s.promptIds = {5, 6, 7, 8};
+  s.maxNewTokens = 5;
+  s.stopAtEos = false;
+  Trace t = Engine(m).run({s}, {});
+  AuditOptions o;
+  o.perStepReference = true;
+  auto r = Auditor::audit(*m, t, o);
+  const auto& checks = r.report.stages[3].checks;
+  auto it = std::find_if(checks.begin(), checks.end(), [](const std::string& c) { return c.rfind("cross-check: 9 per-step", 0) == 0; });
+  ASSERT_NE(it, checks.end()) << r.report.toText();
+  // The recomputes agree to float32 noise.
+  const double maxDiff = std::stod(it->substr(it->find("max diff ") + 9));
+  EXPECT_LT(maxDiff, 1e-4);
 }

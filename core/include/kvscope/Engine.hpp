@@ -37,6 +37,7 @@ struct WeightUpdateSpec {
 struct EngineOptions {
   std::vector<FaultSpec> faults;
   std::vector<WeightUpdateSpec> weightUpdates;
+  bool recordCache = true;       // per-step K/V records and checksums (off: plain generation)
   bool recordSnapshots = false;  // full per-step cache copies (O(T^2)); off by default
   bool recordChecksums = true;
   bool uncached = false;         // full-prefix recompute every step (the reference engine)

@@ -248,6 +248,28 @@ Finding referenceFinding(const std::string& explanation, std::map<std::string, d
   return b.finish().front();
 }
 
+// Cross-check of the teacher-forced reference: recompute every step's row with its own
+// full-prefix pass (one pass per step, the slow way) and compare.
+void perStepCrossCheck(const Model& model, AuditResult& result) {
+  double worst = 0;
+  int steps = 0;
+  for (const auto& ref : result.references) {
+    for (size_t p = 0; p < ref.ids.size(); ++p) {
+      std::vector<int64_t> prefix(ref.ids.begin(), ref.ids.begin() + static_cast<std::ptrdiff_t>(p) + 1);
+      if (static_cast<int64_t>(prefix.size()) > model.config().maxPositions) break;
+      ReferenceRun one = model.reference(prefix);
+      const int64_t V = one.logits.shape[1];
+      for (int64_t i = 0; i < V; ++i)
+        worst = std::max(worst, static_cast<double>(std::fabs(one.logits.data[static_cast<size_t>(static_cast<int64_t>(p) * V + i)] -
+                                                             ref.logits.data[static_cast<size_t>(static_cast<int64_t>(p) * V + i)])));
+      ++steps;
+    }
+  }
+  result.report.stages[3].checks.push_back("cross-check: " + std::to_string(steps) +
+                                           " per-step full-prefix recomputes agree with the teacher-forced reference (max diff " +
+                                           fmt(worst) + ")");
+}
+
 }  // namespace
 
 AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditOptions& options) {
@@ -307,8 +329,10 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
                                 : "the reference cannot be trusted: no cache can repair it";
   ReferenceSet refs(model, cached);
   AuditRun run(cached, refs, options, model.config().slidingWindow);
-  return run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
-                 cached.engine.rfind("kvscope", 0) == 0 ? "model+engine" : "model+trace");
+  AuditResult result = run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
+                               cached.engine.rfind("kvscope", 0) == 0 ? "model+engine" : "model+trace");
+  if (options.perStepReference && s1.status == StageStatus::Pass) perStepCrossCheck(model, result);
+  return result;
 }
 
 AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, const AuditOptions& options) {

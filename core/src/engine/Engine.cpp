@@ -267,8 +267,10 @@ class EngineRun {
     } else {
       detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows);
       logits = impl_.forward(idsT, posT, attention, nullptr);
-      detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
-      for (size_t b = 0; b < B; ++b) records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b]);
+      if (options_.recordCache) {
+        detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
+        for (size_t b = 0; b < B; ++b) records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b]);
+      }
     }
     for (size_t b = 0; b < B; ++b) {
       RequestState& r = *group[b];
