@@ -28,7 +28,6 @@ struct StepSnapshot {
   int64_t diffArgDim = -1;
 
   std::vector<double> layerMaxDiff;  // [layers] whole-cache max |cached - reference| (kind)
-  std::vector<double> layerMaxDiffOther;  // the same for the other kind (K when V shown)
 
   std::vector<float> logitDelta;   // [V] cached - reference logits row of the step
   double maxAbsLogitDelta = 0.0;

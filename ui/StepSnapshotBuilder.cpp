@@ -39,14 +39,79 @@ std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, u
   if (serial != cacheSerial_) {
     layerCache_.clear();
     cacheSerial_ = serial;
+    appendOnly_ = !result.trace.hasSnapshots();
   }
   const auto key = std::make_tuple(request, step, static_cast<int>(kind));
   auto it = layerCache_.find(key);
   if (it != layerCache_.end()) return it->second;
-  if (layerCache_.size() > 512) layerCache_.clear();
-  auto diffs = result.layerMaxDiff(request, step, kind);
+  if (layerCache_.size() > 4096) layerCache_.clear();
+  std::vector<double> diffs;
+  // Stepping forward one step is the common case: extend the previous step's maxima by
+  // the records this step appended instead of rebuilding every layer's whole cache.
+  bool done = false;
+  if (appendOnly_) {
+    int64_t previousStep = -1;
+    for (const TraceStep* st : result.trace.stepsOf(request)) {
+      if (st->step >= step) break;
+      previousStep = st->step;
+    }
+    auto prev = layerCache_.find(std::make_tuple(request, previousStep, static_cast<int>(kind)));
+    if (previousStep >= 0 && prev != layerCache_.end())
+      done = incrementalDiffs(result, request, step, kind, prev->second, &diffs);
+  }
+  if (!done) diffs = result.layerMaxDiff(request, step, kind);
   layerCache_.emplace(key, diffs);
   return diffs;
+}
+
+bool StepSnapshotBuilder::incrementalDiffs(const AuditResult& result, int64_t request, int64_t step,
+                                           KvKind kind, const std::vector<double>& previous,
+                                           std::vector<double>* out) {
+  const RequestReference* ref = result.referenceFor(request);
+  if (!ref) return false;
+  const int64_t layers = result.trace.model.numLayers;
+  if (static_cast<int64_t>(previous.size()) != layers) return false;
+  const TraceStep* current = nullptr;
+  int64_t before = 0;  // real tokens consumed before `step`
+  for (const TraceStep* st : result.trace.stepsOf(request)) {
+    if (st->step == step) {
+      current = st;
+      break;
+    }
+    before += st->realFedCount();
+  }
+  if (!current || static_cast<int64_t>(current->layers.size()) < layers) return false;
+  std::vector<double> diffs(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l) {
+    const double prevValue = previous[static_cast<size_t>(l)];
+    if (!std::isfinite(prevValue)) return false;  // shapes already differ: no shortcut
+    const auto& rec = current->layers[static_cast<size_t>(l)];
+    const FloatTensor& r = kind == KvKind::Keys ? rec.keys : rec.values;
+    const FloatTensor& full = kind == KvKind::Keys ? ref->keys[static_cast<size_t>(l)]
+                                                   : ref->values[static_cast<size_t>(l)];
+    if (r.shape.size() != 3 || full.shape.size() != 3) return false;
+    const int64_t h = r.shape[0], s = r.shape[1], d = r.shape[2];
+    if (full.shape[0] != h || full.shape[2] != d) return false;
+    // The same rule as AuditResult::cachedKv: the mask applies when it covers every entry.
+    const bool masked = static_cast<size_t>(s) == current->fedMask.size();
+    std::vector<int64_t> real;
+    for (int64_t j = 0; j < s; ++j)
+      if (!masked || current->fedMask[static_cast<size_t>(j)]) real.push_back(j);
+    const int64_t T = full.shape[1];
+    if (static_cast<int64_t>(real.size()) != current->realFedCount() ||
+        before + static_cast<int64_t>(real.size()) > T)
+      return false;  // the cache grew differently from the reference: full comparison
+    double m = prevValue;
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (size_t k = 0; k < real.size(); ++k) {
+        const float* a = r.data.data() + (hh * s + real[k]) * d;
+        const float* b = full.data.data() + (hh * T + before + static_cast<int64_t>(k)) * d;
+        for (int64_t j = 0; j < d; ++j) m = std::max(m, static_cast<double>(std::abs(a[j] - b[j])));
+      }
+    diffs[static_cast<size_t>(l)] = m;
+  }
+  *out = std::move(diffs);
+  return true;
 }
 
 std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOutput& output,
@@ -98,9 +163,6 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   }
 
   snap->layerMaxDiff = layerDiffs(result, outputSerial, s.request, s.step, s.kind);
-  snap->layerMaxDiffOther =
-      layerDiffs(result, outputSerial, s.request, s.step,
-                 s.kind == KvKind::Keys ? KvKind::Values : KvKind::Keys);
 
   // The step's logits row against the reference row for the same real prefix.
   const RequestReference* ref = result.referenceFor(s.request);

@@ -28,9 +28,15 @@ class StepSnapshotBuilder {
  private:
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
                                  int64_t step, KvKind kind);
+  /// layerMaxDiff(step) from layerMaxDiff(previous step) and the records `step` appended,
+  /// when the cache is append-only (no snapshots, shapes agree); false when not applicable.
+  static bool incrementalDiffs(const AuditResult& result, int64_t request, int64_t step,
+                               KvKind kind, const std::vector<double>& previous,
+                               std::vector<double>* out);
 
   std::mutex mutex_;  // build() is meant for one thread; the lock keeps misuse safe
   uint64_t cacheSerial_ = 0;
+  bool appendOnly_ = false;  // the cached trace has no snapshots: caches only grow
   std::map<std::tuple<int64_t, int64_t, int>, std::vector<double>> layerCache_;
 };
 

@@ -3,6 +3,7 @@
 #include <QFontMetrics>
 #include <QKeyEvent>
 #include <QMouseEvent>
+#include <QPaintEvent>
 #include <QPainter>
 
 #include <algorithm>
@@ -133,10 +134,10 @@ QSize TokenStripView::sizeHint() const {
 
 QSize TokenStripView::minimumSizeHint() const { return QSize(100, sizeHint().height()); }
 
-void TokenStripView::paintEvent(QPaintEvent*) {
+void TokenStripView::paintEvent(QPaintEvent* event) {
   QPainter p(this);
   p.setRenderHint(QPainter::Antialiasing);
-  p.fillRect(rect(), palette().base());
+  p.fillRect(event->rect(), palette().base());
   if (cells_.empty()) {
     p.setPen(palette().color(QPalette::PlaceholderText));
     p.drawText(rect(), Qt::AlignCenter, tr("No audit loaded — open a model or a trace and run the audit"));
@@ -147,8 +148,12 @@ void TokenStripView::paintEvent(QPaintEvent*) {
   small.setPointSizeF(std::max(6.0, font().pointSizeF() * 0.8));
   QFont bold = font();
   bold.setBold(true);
-  int64_t lastLabelled = -2;
-  for (const auto& c : cells_) {
+  const QRect exposed = event->rect().adjusted(-220, 0, 0, 0);  // step labels reach right
+  for (size_t i = 0; i < cells_.size(); ++i) {
+    const Cell& c = cells_[i];
+    const bool firstOfStep = i == 0 || cells_[i - 1].step != c.step;
+    if (c.rect.right() < exposed.left()) continue;
+    if (c.rect.left() > exposed.right()) break;  // cells are laid out left to right
     const bool isDiv = divergentStep_ >= 0 && c.step == divergentStep_;
     const bool after = divergentStep_ >= 0 && c.step > divergentStep_;
     const bool isCur = c.step == current && c.step >= 0;
@@ -174,8 +179,7 @@ void TokenStripView::paintEvent(QPaintEvent*) {
     p.setFont(small);
     p.setPen(isDiv ? QColor(Qt::white) : palette().color(QPalette::PlaceholderText));
     p.drawText(c.rect.adjusted(2, c.rect.height() / 2, -2, -2), Qt::AlignCenter, QString::number(c.tokenId));
-    if (c.step != lastLabelled && c.step >= 0) {
-      lastLabelled = c.step;
+    if (firstOfStep && c.step >= 0) {
       p.setPen(isDiv ? Theme::alarm() : palette().color(QPalette::PlaceholderText));
       p.setFont(isDiv || isCur ? bold : small);
       const QString label = stepLabel(c.step, isDiv);
