@@ -3,6 +3,7 @@
 #include <QCommandLineParser>
 #include <QTextStream>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -29,6 +30,8 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
   parser.addOptions({
       {QStringLiteral("audit"), QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
       {QStringLiteral("synthetic"), QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
+      {QStringLiteral("synthetic-clean"), QStringLiteral("With --synthetic: a clean run (no planted faults).")},
+      {QStringLiteral("synthetic-shape"), QStringLiteral("With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."), QStringLiteral("LxHxTxD")},
       {QStringLiteral("model"), QStringLiteral("Model directory."), QStringLiteral("DIR")},
       {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
       {QStringLiteral("reference-trace"), QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
@@ -48,7 +51,21 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
 
 bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, QString* error) {
   o->audit = p.isSet(QStringLiteral("audit"));
-  o->synthetic = p.isSet(QStringLiteral("synthetic"));
+  o->synthetic = p.isSet(QStringLiteral("synthetic")) || p.isSet(QStringLiteral("synthetic-clean")) ||
+                 p.isSet(QStringLiteral("synthetic-shape"));
+  o->syntheticClean = p.isSet(QStringLiteral("synthetic-clean"));
+  if (p.isSet(QStringLiteral("synthetic-shape"))) {
+    for (const QString& part : p.value(QStringLiteral("synthetic-shape")).split(QLatin1Char('x'))) {
+      bool ok = false;
+      const int v = part.toInt(&ok);
+      if (!ok || v < 1 || v > 4096) break;
+      o->syntheticShape << v;
+    }
+    if (o->syntheticShape.size() != 4 || o->syntheticShape[0] < 2 || o->syntheticShape[2] < 4) {
+      *error = QStringLiteral("--synthetic-shape: expected LxHxTxD with L >= 2 and T >= 4, e.g. 12x12x512x64");
+      return false;
+    }
+  }
   o->modelDir = p.value(QStringLiteral("model"));
   o->traceFile = p.value(QStringLiteral("trace"));
   o->referenceTraceFile = p.value(QStringLiteral("reference-trace"));
@@ -120,6 +137,24 @@ AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
   return s;
 }
 
+std::shared_ptr<const AuditJobOutput> HeadlessController::syntheticOutput(const HeadlessOptions& o) {
+  SyntheticAuditOptions so;
+  so.crossRequest = true;
+  so.divergent = !o.syntheticClean;
+  if (o.syntheticShape.size() == 4) {
+    so.layers = o.syntheticShape[0];
+    so.kvHeads = o.syntheticShape[1];
+    so.headDim = o.syntheticShape[3];
+    const int positions = o.syntheticShape[2];
+    so.promptLength = std::max(2, positions / 2);
+    so.steps = positions - so.promptLength + 1;
+    so.vocab = 4096;
+    so.plantLayer = std::max<int64_t>(1, so.layers * 2 / 3);
+    so.plantStep = std::max<int64_t>(1, so.steps / 3);
+  }
+  return std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(so));
+}
+
 int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJobFunction job,
                             std::vector<FaultInfo> catalog) {
   if (o.exportPng.isEmpty() && o.exportBundle.isEmpty()) {
@@ -141,9 +176,7 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
   std::shared_ptr<const AuditJobOutput> output;
   try {
     if (o.synthetic) {
-      SyntheticAuditOptions so;
-      so.crossRequest = true;
-      output = std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(so));
+      output = syntheticOutput(o);
     } else {
       output = std::make_shared<const AuditJobOutput>(window.engine()->runAuditNow(specFor(o)));
     }

@@ -6,7 +6,10 @@
 
 #include <QSize>
 #include <QString>
+#include <QList>
 #include <QStringList>
+
+#include <memory>
 
 #include <vector>
 
@@ -20,6 +23,8 @@ namespace kvscope::ui {
 struct HeadlessOptions {
   bool audit = false;            // --audit: headless mode
   bool synthetic = false;        // --synthetic: built-in synthetic data instead of an audit
+  bool syntheticClean = false;   // --synthetic-clean: ... without planted faults
+  QList<int> syntheticShape;     // --synthetic-shape LxHxTxD (layers, kv heads, positions, dim)
   QString modelDir;
   QString traceFile;
   QString referenceTraceFile;
@@ -46,6 +51,8 @@ class HeadlessController {
   static bool read(const QCommandLineParser& parser, HeadlessOptions* options, QString* error);
   /// The job spec the options describe.
   static AuditJobSpec specFor(const HeadlessOptions& options);
+  /// The synthetic output the --synthetic* options describe.
+  static std::shared_ptr<const AuditJobOutput> syntheticOutput(const HeadlessOptions& options);
 
   /// Runs headless mode; prints the headline and written files, errors on stderr.
   static int run(const HeadlessOptions& options, EngineController::AuditJobFunction job,

@@ -120,9 +120,9 @@ void InspectorWindow::buildCentre() {
   bottom->addWidget(overview_);
   bottom->addWidget(timeline_);
   bottom->addWidget(logits_);
-  bottom->setStretchFactor(0, 2);
+  bottom->setStretchFactor(0, 3);
   bottom->setStretchFactor(1, 3);
-  bottom->setStretchFactor(2, 3);
+  bottom->setStretchFactor(2, 4);
   auto* vertical = new QSplitter(Qt::Vertical, this);
   vertical->setObjectName(QStringLiteral("centreSplitter"));
   vertical->addWidget(heatmaps_);

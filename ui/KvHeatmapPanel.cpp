@@ -16,6 +16,11 @@
 
 namespace kvscope::ui {
 
+namespace {
+constexpr int64_t kFullViewPositions = 64;  // longer caches get a window
+constexpr int64_t kWindowPositions = 48;
+}  // namespace
+
 KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
     : QWidget(parent), context_(context) {
   layer_ = new QSpinBox(this);
@@ -163,6 +168,15 @@ void KvHeatmapPanel::paintSnapshot() {
     }
   }
   for (KvHeatmapView* v : {reference_, cached_, difference_}) v->setMarkedPositions(first, last);
+  // Long caches: show a window that ends just after the step's records, so the records
+  // this step appended are columns you can see, not one pixel of a 500-position strip.
+  const int64_t t = std::max(snap->cachedPositions, snap->referencePositions);
+  if (t > kFullViewPositions && last >= 0) {
+    const int64_t hi = std::min(t - 1, last + kWindowPositions / 8);
+    const int64_t lo = std::max<int64_t>(0, hi - kWindowPositions + 1);
+    for (KvHeatmapView* v : {reference_, cached_, difference_})
+      v->setVisiblePositions(static_cast<double>(lo), static_cast<double>(hi));
+  }
   note_->setText(QString::fromStdString(snap->note));
 }
 

@@ -24,6 +24,9 @@ QString roleTitle(KvHeatmapView::Role role) {
 KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), role_(role) {
   setMouseTracking(true);
   setMinimumSize(200, 170);
+  setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  axisRect()->setRangeDrag(Qt::Horizontal);
+  axisRect()->setRangeZoom(Qt::Horizontal);
   setNoAntialiasingOnDrag(true);
   plotLayout()->insertRow(0);
   title_ = new QCPTextElement(this, roleTitle(role), QFont(font().family(), font().pointSize() + 1, QFont::Bold));
@@ -45,7 +48,7 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   scale_->setMarginGroup(QCP::msBottom | QCP::msTop, group);
 
   marker_ = new QCPItemRect(this);
-  marker_->setPen(QPen(role == Role::Difference ? Theme::selection() : QColor(Qt::black), 2));
+  marker_->setPen(QPen(role == Role::Difference ? Theme::selection() : QColor(Qt::black), 1.5, Qt::DashLine));
   marker_->setBrush(Qt::NoBrush);
   marker_->setVisible(false);
   marker_->setSelectable(false);
@@ -96,6 +99,11 @@ void KvHeatmapView::setBuffer(const std::vector<float>& buffer, int64_t position
   replot(QCustomPlot::rpQueuedReplot);
 }
 
+void KvHeatmapView::setVisiblePositions(double first, double last) {
+  xAxis->setRange(first - 0.5, last + 0.5);
+  replot(QCustomPlot::rpQueuedReplot);
+}
+
 void KvHeatmapView::clearBuffer(const QString& message) {
   positions_ = 0;
   dims_ = 0;
@@ -111,8 +119,9 @@ void KvHeatmapView::setMarkedPositions(int64_t first, int64_t last) {
   if (first < 0 || last < first || positions_ == 0) {
     marker_->setVisible(false);
   } else {
-    marker_->topLeft->setCoords(static_cast<double>(first) - 0.5, -0.5);
-    marker_->bottomRight->setCoords(static_cast<double>(last) + 0.5, static_cast<double>(dims_) - 0.5);
+    // Dashed borders on the columns' edges, reaching above and below the map.
+    marker_->topLeft->setCoords(static_cast<double>(first) - 0.5, -1.0);
+    marker_->bottomRight->setCoords(static_cast<double>(last) + 0.5, static_cast<double>(dims_));
     marker_->setVisible(true);
   }
   replot(QCustomPlot::rpQueuedReplot);

@@ -29,6 +29,8 @@ class KvHeatmapView : public QCustomPlot {
   /// Outlines positions [first, last] (the records the current step appended); -1: none.
   void setMarkedPositions(int64_t first, int64_t last);
   void setGradient(const QCPColorGradient& gradient);
+  /// Shows positions [first, last] (the rest stays reachable by dragging / wheel zoom).
+  void setVisiblePositions(double first, double last);
 
   QCPColorMap* colorMap() const { return map_; }
   QCPColorScale* colorScale() const { return scale_; }

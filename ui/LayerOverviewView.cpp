@@ -59,10 +59,14 @@ LayerOverviewView::LayerOverviewView(SelectionContext* context, QWidget* parent)
   selected_->setPen(QPen(Theme::selection(), 3));
   selected_->setBrush(Qt::NoBrush);
   firstLabel_ = new QCPItemText(this);
-  firstLabel_->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+  firstLabel_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
+  firstLabel_->position->setType(QCPItemPosition::ptAxisRectRatio);
+  firstLabel_->position->setCoords(0.02, 0.02);
+  firstLabel_->setBrush(QColor(255, 255, 255, 220));
+  firstLabel_->setPadding(QMargins(3, 1, 3, 1));
   firstLabel_->setColor(Theme::alarm());
   firstLabel_->setFont(QFont(font().family(), font().pointSize(), QFont::Bold));
-  firstLabel_->setClipToAxisRect(false);
+
 
   connect(context_, &SelectionContext::snapshotChanged, this, [this] { refresh(); });
   connect(context_, &SelectionContext::selectionChanged, this, [this] { refresh(); });
@@ -116,14 +120,7 @@ void LayerOverviewView::refresh() {
   selected_->bottomRight->setCoords(static_cast<double>(sel.layer) + 0.45, kAxisFloor);
   firstLabel_->setVisible(firstDivergent_ >= 0);
   if (firstDivergent_ >= 0) {
-    firstLabel_->position->setCoords(static_cast<double>(firstDivergent_), shown(values_[static_cast<size_t>(firstDivergent_)]) * 1.5);
-    // Keep the label inside the plot next to the first or last bar.
-    const double n = static_cast<double>(values_.size());
-    const Qt::Alignment h = n > 1 && firstDivergent_ >= n - 1 - 0.01 ? Qt::AlignRight
-                            : firstDivergent_ == 0 && n > 1 ? Qt::AlignLeft
-                                                            : Qt::AlignHCenter;
-    firstLabel_->setPositionAlignment(h | Qt::AlignBottom);
-    firstLabel_->setText(tr("first divergent: layer %1").arg(firstDivergent_));
+    firstLabel_->setText(tr("first divergent: L%1").arg(firstDivergent_));
   }
   title_->setText(tr("Layers · step %1 · %2")
                       .arg(sel.step)

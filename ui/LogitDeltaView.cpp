@@ -95,6 +95,9 @@ void LogitDeltaView::rebuildSteps() {
     for (const auto& sn : r->report.steps)
       if (sn.request == request_) rows.push_back(&sn);
     std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->step < b->step; });
+    const double dot = rows.size() > 60 ? 4 : 8;
+    within_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::ok(), dot));
+    beyond_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::alarm(), dot + 1));
     for (const StepNumerics* sn : rows) {
       const auto x = static_cast<double>(sn->step);
       const double y = std::max(sn->maxLogitError, kLogFloor);

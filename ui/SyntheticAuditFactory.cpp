@@ -149,6 +149,13 @@ AuditJobOutput SyntheticAuditFactory::make(const SyntheticAuditOptions& o) {
                                  noise(l, h, p, j);
               rec.values.data[k] = kvValue(srcLayer, h, p + 3 * srcReq, j, KvKind::Values) +
                                    noise(l, h, p, j + 101);
+              if (wrongLayerHere && l > o.plantLayer) {
+                // Later layers see a changed hidden state: their new records drift too.
+                const float drift = 0.35f * std::sin(1.7f * static_cast<float>(j) + 0.3f * static_cast<float>(p) +
+                                                     static_cast<float>(l));
+                rec.keys.data[k] += drift;
+                rec.values.data[k] -= drift;
+              }
             }
         cacheLen[static_cast<size_t>(l)] += n;
         rec.cacheLength = cacheLen[static_cast<size_t>(l)];
@@ -160,7 +167,14 @@ AuditJobOutput SyntheticAuditFactory::make(const SyntheticAuditOptions& o) {
       const int64_t last = consumed - 1;
       for (int64_t v = 0; v < V; ++v) {
         float x = referenceLogit(r, last, v, V) + 10.0f * noise(r, s, v, 7);
-        if (wrongLayerHere) x += 3.699f * std::sin(0.7f * static_cast<float>(v) + static_cast<float>(s));
+        if (wrongLayerHere) {
+          // A broad shift plus a few tokens that move a lot (max 3.699, the method's figure).
+          const float fv = static_cast<float>(v);
+          float shift = 0.6f * std::sin(0.7f * fv + static_cast<float>(s)) * std::cos(0.13f * fv);
+          const int64_t every = std::max<int64_t>(7, std::min<int64_t>(97, V / 4));
+          if ((v + 5 * s) % every == 0) shift = (v % 2 ? -3.699f : 3.699f);
+          x += shift;
+        }
         if (mixedHere) x += 1.25f * std::cos(0.3f * static_cast<float>(v * (s + 1)));
         row[static_cast<size_t>(v)] = x;
       }

@@ -10,6 +10,8 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 #include "ui/RequestListModel.hpp"
 #include "ui/SelectionContext.hpp"
 #include "ui/Theme.hpp"
@@ -69,9 +71,9 @@ TokenStepperPanel::TokenStepperPanel(SelectionContext* context, QWidget* parent)
   scroll_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   scroll_->setFrameShape(QFrame::StyledPanel);
   scroll_->setFixedHeight(strip_->sizeHint().height() + scroll_->horizontalScrollBar()->sizeHint().height() + 4);
-  connect(strip_, &TokenStripView::currentRectChanged, this, [this](const QRect& r) {
-    if (!r.isEmpty()) scroll_->ensureVisible(r.center().x(), r.center().y(), r.width() / 2 + 60, 0);
-  });
+  // Centre the current step once the strip has its new size (queued: after layout).
+  connect(strip_, &TokenStripView::currentRectChanged, this,
+          [this] { QMetaObject::invokeMethod(this, [this] { revealCurrent(); }, Qt::QueuedConnection); });
 
   auto* top = new QHBoxLayout;
   top->setContentsMargins(0, 0, 0, 0);
@@ -100,6 +102,27 @@ TokenStepperPanel::TokenStepperPanel(SelectionContext* context, QWidget* parent)
 }
 
 QString TokenStepperPanel::stepDescription() const { return info_->text(); }
+
+void TokenStepperPanel::revealCurrent() {
+  const QRect r = strip_->stepRect(context_->selection().step);
+  if (r.isEmpty()) return;
+  QScrollBar* bar = scroll_->horizontalScrollBar();
+  const int viewport = scroll_->viewport()->width();
+  // Only move when the step is not comfortably inside the view.
+  const int left = bar->value(), right = left + viewport;
+  if (r.left() >= left + 40 && r.right() <= right - 40) return;
+  bar->setValue(std::clamp(r.center().x() - viewport / 2, bar->minimum(), bar->maximum()));
+}
+
+void TokenStepperPanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  revealCurrent();
+}
+
+void TokenStepperPanel::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  QMetaObject::invokeMethod(this, [this] { revealCurrent(); }, Qt::QueuedConnection);
+}
 
 void TokenStepperPanel::refresh() {
   const AuditResult* result = context_->result();

@@ -29,6 +29,12 @@ class TokenStepperPanel : public QWidget {
   QAction* previousAction() const { return previous_; }
   QAction* divergenceAction() const { return divergence_; }
   QString stepDescription() const;
+  /// Scrolls the strip so the current step is in view (centred when it was outside).
+  void revealCurrent();
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+  void showEvent(QShowEvent* event) override;
 
  private:
   void refresh();

@@ -4,6 +4,7 @@
 #include <QCommandLineParser>
 #include <QTextStream>
 
+#include <cstring>
 #include <memory>
 
 #include "kvscope/AuditJob.hpp"
@@ -12,7 +13,6 @@
 #include "ui/HeadlessController.hpp"
 #include "ui/InspectorWindow.hpp"
 #include "ui/RunSetupPanel.hpp"
-#include "ui/SyntheticAuditFactory.hpp"
 
 namespace {
 
@@ -37,6 +37,10 @@ std::vector<kvscope::FaultInfo> faultCatalog() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Headless mode renders offscreen unless the caller chose a platform.
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--audit") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+      qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("KVScope"));
   QApplication::setApplicationName(QStringLiteral("kvscope"));
@@ -72,10 +76,6 @@ int main(int argc, char** argv) {
   if (!options.referenceTraceFile.isEmpty()) window.setup()->setReferenceTraceFile(options.referenceTraceFile);
   if (!options.prompts.isEmpty()) window.setup()->setPrompts(options.prompts);
   window.show();
-  if (options.synthetic) {
-    kvscope::ui::SyntheticAuditOptions so;
-    so.crossRequest = true;
-    window.showOutput(std::make_shared<const kvscope::AuditJobOutput>(kvscope::ui::SyntheticAuditFactory::make(so)));
-  }
+  if (options.synthetic) window.showOutput(kvscope::ui::HeadlessController::syntheticOutput(options));
   return app.exec();
 }
