@@ -1,5 +1,7 @@
 #include "ui/SelectionContext.hpp"
 
+#include "ui/StepSnapshotBuilder.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -135,24 +137,9 @@ bool SelectionContext::selectFirstDivergence() {
   s.step = fd.step;
   if (fd.layer >= 0) s.layer = fd.layer;
   s = clamp(s);
-  // The head where the difference is largest at the divergent layer.
-  const FloatTensor cached = r->cachedKv(s.request, s.step, s.layer, s.kind);
-  const FloatTensor ref = r->referenceKv(s.request, s.step, s.layer, s.kind);
-  if (cached.shape.size() == 3 && cached.shape == ref.shape) {
-    const int64_t h = cached.shape[0], per = cached.shape[1] * cached.shape[2];
-    float best = -1.0f;
-    for (int64_t hh = 0; hh < h; ++hh) {
-      float m = 0.0f;
-      for (int64_t i = 0; i < per; ++i) {
-        const size_t k = static_cast<size_t>(hh * per + i);
-        m = std::max(m, std::abs(cached.data[k] - ref.data[k]));
-      }
-      if (m > best) {
-        best = m;
-        s.head = hh;
-      }
-    }
-  }
+  // The head where the step's own records differ most at the divergent layer.
+  const int64_t head = StepSnapshotBuilder::worstHead(*r, s.request, s.step, s.layer, s.kind);
+  if (head >= 0) s.head = head;
   const Selection previous = selection_;
   selection_ = s;
   Q_EMIT selectionChanged(selection_, previous);

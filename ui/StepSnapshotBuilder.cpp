@@ -33,6 +33,50 @@ int64_t StepSnapshotBuilder::referenceRow(const Trace& trace, int64_t request, i
   return found ? consumed - 1 : -1;
 }
 
+int64_t StepSnapshotBuilder::worstHead(const AuditResult& result, int64_t request, int64_t step,
+                                       int64_t layer, KvKind kind) {
+  const RequestReference* ref = result.referenceFor(request);
+  if (!ref || layer < 0 || static_cast<size_t>(layer) >= ref->keys.size()) return -1;
+  const TraceStep* current = nullptr;
+  int64_t before = 0;
+  for (const TraceStep* st : result.trace.stepsOf(request)) {
+    if (st->step == step) {
+      current = st;
+      break;
+    }
+    before += st->realFedCount();
+  }
+  if (!current || static_cast<size_t>(layer) >= current->layers.size()) return -1;
+  const auto& rec = current->layers[static_cast<size_t>(layer)];
+  const FloatTensor& r = kind == KvKind::Keys ? rec.keys : rec.values;
+  const FloatTensor& full = kind == KvKind::Keys ? ref->keys[static_cast<size_t>(layer)]
+                                                 : ref->values[static_cast<size_t>(layer)];
+  if (r.shape.size() != 3 || full.shape.size() != 3 || r.shape[0] != full.shape[0] ||
+      r.shape[2] != full.shape[2])
+    return -1;
+  const int64_t h = r.shape[0], s = r.shape[1], d = r.shape[2], T = full.shape[1];
+  const bool masked = static_cast<size_t>(s) == current->fedMask.size();
+  int64_t best = -1;
+  float bestDiff = -1.0f;
+  for (int64_t hh = 0; hh < h; ++hh) {
+    float m = 0.0f;
+    int64_t k = 0;
+    for (int64_t j = 0; j < s; ++j) {
+      if (masked && !current->fedMask[static_cast<size_t>(j)]) continue;
+      const int64_t p = before + k++;
+      if (p >= T) break;
+      for (int64_t x = 0; x < d; ++x)
+        m = std::max(m, std::abs(r.data[static_cast<size_t>((hh * s + j) * d + x)] -
+                                 full.data[static_cast<size_t>((hh * T + p) * d + x)]));
+    }
+    if (m > bestDiff) {
+      bestDiff = m;
+      best = hh;
+    }
+  }
+  return best;
+}
+
 std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, uint64_t serial,
                                                     int64_t request, int64_t step,
                                                     KvKind kind) {

@@ -24,6 +24,10 @@ class StepSnapshotBuilder {
   /// The reference logits row index for (request, step): real tokens consumed up to and
   /// including the step, minus one; -1 when the step is unknown.
   static int64_t referenceRow(const Trace& trace, int64_t request, int64_t step);
+  /// The kv head whose records appended at (request, step, layer) differ most from the
+  /// reference (cheap: only that step's records); -1 when they cannot be compared.
+  static int64_t worstHead(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
+                           KvKind kind);
 
  private:
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
