@@ -1,0 +1,81 @@
+// kvscope: the KV Scope desktop inspector. Interactive by default; with --audit it runs
+// headless (see HeadlessController) and exits 0 clean, 1 divergent, 2 input error.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTextStream>
+
+#include <cstring>
+#include <memory>
+
+#include "kvscope/AuditJob.hpp"
+#include "kvscope/Error.hpp"
+#include "kvscope/FaultSpec.hpp"
+#include "ui/HeadlessController.hpp"
+#include "ui/InspectorWindow.hpp"
+#include "ui/RunSetupPanel.hpp"
+
+namespace {
+
+kvscope::ui::EngineController::AuditJobFunction auditJob() {
+#ifdef KVSCOPE_HAVE_AUDIT_JOB
+  return [](const kvscope::AuditJobSpec& spec) { return kvscope::runAuditJob(spec); };
+#else
+  return [](const kvscope::AuditJobSpec&) -> kvscope::AuditJobOutput {
+    throw kvscope::UsageError("this build has no audit engine yet (runAuditJob is not in the core)");
+  };
+#endif
+}
+
+std::vector<kvscope::FaultInfo> faultCatalog() {
+#ifdef KVSCOPE_HAVE_FAULT_CATALOG
+  return kvscope::FaultSpec::catalog();
+#else
+  return {};
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Headless mode renders offscreen unless the caller chose a platform.
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--audit") == 0 && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
+      qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("KVScope"));
+  QApplication::setApplicationName(QStringLiteral("kvscope"));
+  QApplication::setApplicationDisplayName(QStringLiteral("KV Scope"));
+  QApplication::setApplicationVersion(QStringLiteral(KVSCOPE_UI_VERSION));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("KV Scope: audit cached LLM generation against an uncached reference."));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  kvscope::ui::HeadlessController::addOptions(parser);
+  if (!parser.parse(QApplication::arguments())) {
+    QTextStream(stderr) << "kvscope: " << parser.errorText() << Qt::endl;
+    return kvscope::ui::HeadlessController::InputError;
+  }
+  if (parser.isSet(QStringLiteral("help"))) parser.showHelp(0);
+  if (parser.isSet(QStringLiteral("version"))) parser.showVersion();
+  if (!parser.positionalArguments().isEmpty()) {
+    QTextStream(stderr) << "kvscope: unexpected argument '" << parser.positionalArguments().first() << "'" << Qt::endl;
+    return kvscope::ui::HeadlessController::InputError;
+  }
+  kvscope::ui::HeadlessOptions options;
+  QString error;
+  if (!kvscope::ui::HeadlessController::read(parser, &options, &error)) {
+    QTextStream(stderr) << "kvscope: " << error << Qt::endl;
+    return kvscope::ui::HeadlessController::InputError;
+  }
+  if (options.audit) return kvscope::ui::HeadlessController::run(options, auditJob(), faultCatalog());
+
+  kvscope::ui::InspectorWindow window(auditJob(), faultCatalog());
+  if (!options.modelDir.isEmpty()) window.openPath(options.modelDir);
+  if (!options.traceFile.isEmpty()) window.openPath(options.traceFile);
+  if (!options.referenceTraceFile.isEmpty()) window.setup()->setReferenceTraceFile(options.referenceTraceFile);
+  if (!options.prompts.isEmpty()) window.setup()->setPrompts(options.prompts);
+  window.show();
+  if (options.synthetic) window.showOutput(kvscope::ui::HeadlessController::syntheticOutput(options));
+  return app.exec();
+}

@@ -1,0 +1,233 @@
+// The inspector window on the synthetic audit: stepping changes the selection and the
+// heatmaps' colour-map data (read back cell by cell against cachedKv / referenceKv /
+// |difference|), the first divergence is highlighted and D jumps to it, clicking a layer
+// in the overview or a finding selects it, and settings persist.
+#include <QSettings>
+#include <QTableView>
+#include <QtTest>
+
+#include <cmath>
+
+#include "TestAudit.hpp"
+#include "ui/DiagnosisPanel.hpp"
+#include "ui/FindingsModel.hpp"
+#include "ui/HeadlineView.hpp"
+#include "ui/InspectorController.hpp"
+#include "ui/InspectorWindow.hpp"
+#include "ui/KvHeatmapPanel.hpp"
+#include "ui/KvHeatmapView.hpp"
+#include "ui/LayerOverviewView.hpp"
+#include "ui/LogitDeltaView.hpp"
+#include "ui/PositionTimelineView.hpp"
+#include "ui/SelectionContext.hpp"
+#include "ui/Theme.hpp"
+#include "ui/TokenStepperPanel.hpp"
+#include "ui/TokenStripView.hpp"
+
+using namespace kvscope;
+using namespace kvscope::ui;
+
+namespace {
+
+// Compares a heatmap's colour-map cells with a [h, t, d] tensor's head slice.
+void expectMapEquals(KvHeatmapView* view, const FloatTensor& t, int64_t head) {
+  QCOMPARE(t.shape.size(), size_t(3));
+  const int64_t T = t.shape[1], D = t.shape[2];
+  QCPColorMapData* data = view->colorMap()->data();
+  QCOMPARE(int64_t(data->keySize()), T);
+  QCOMPARE(int64_t(data->valueSize()), D);
+  for (int64_t p = 0; p < T; ++p)
+    for (int64_t j = 0; j < D; ++j) {
+      const double expected = static_cast<double>(t.data[static_cast<size_t>((head * T + p) * D + j)]);
+      if (data->cell(static_cast<int>(p), static_cast<int>(j)) != expected)
+        QFAIL(qPrintable(QStringLiteral("cell (%1, %2): %3 != %4")
+                             .arg(p).arg(j).arg(data->cell(static_cast<int>(p), static_cast<int>(j))).arg(expected)));
+    }
+}
+
+FloatTensor absDiff(const FloatTensor& a, const FloatTensor& b) {
+  FloatTensor d = a;
+  for (size_t i = 0; i < d.data.size(); ++i) d.data[i] = std::abs(a.data[i] - b.data[i]);
+  return d;
+}
+
+}  // namespace
+
+class InspectorViewsTest : public QObject {
+  Q_OBJECT
+
+ private:
+  std::unique_ptr<InspectorWindow> window_;
+  std::shared_ptr<const AuditJobOutput> output_;
+
+  SelectionContext* ctx() const { return window_->context(); }
+  void settle() {
+    QVERIFY(window_->controller()->waitUntilSettled(10000));
+    window_->flushPlots();
+  }
+
+ private Q_SLOTS:
+  void init() {
+    QSettings().clear();
+    window_ = std::make_unique<InspectorWindow>(nullptr, std::vector<FaultInfo>{});
+    window_->resize(1600, 1000);
+    window_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window_.get()));
+    output_ = test::makeTestOutput();
+    window_->showOutput(output_);
+    settle();
+  }
+
+  void cleanup() { window_.reset(); }
+
+  void opensAtTheFirstDivergence() {
+    const Selection s = ctx()->selection();
+    QCOMPARE(s.request, int64_t(0));
+    QCOMPARE(s.step, int64_t(3));
+    QCOMPARE(s.layer, int64_t(2));
+    QCOMPARE(window_->headline()->headline(),
+             QStringLiteral("Divergent: request 0, step 3, layer 2 \u2014 wrong_layer (layer 2 reads layer 1's K/V)"));
+  }
+
+  void steppingUpdatesSelectionAndHeatmapData() {
+    const AuditResult& r = output_->result;
+    ctx()->select(Selection{0, 0, 2, 1, KvKind::Values});
+    settle();
+    KvHeatmapPanel* maps = window_->heatmaps();
+    int64_t previousPositions = -1;
+    for (int64_t step = 0; step < 6; ++step) {
+      const Selection s = ctx()->selection();
+      QCOMPARE(s.step, step);
+      QCOMPARE(s.layer, int64_t(2));
+      QCOMPARE(s.head, int64_t(1));
+      const FloatTensor cached = r.cachedKv(0, step, 2, KvKind::Values);
+      const FloatTensor ref = r.referenceKv(0, step, 2, KvKind::Values);
+      expectMapEquals(maps->cachedView(), cached, 1);
+      expectMapEquals(maps->referenceView(), ref, 1);
+      expectMapEquals(maps->differenceView(), absDiff(cached, ref), 1);
+      QVERIFY(maps->cachedView()->positions() > previousPositions);  // the cache grew
+      previousPositions = maps->cachedView()->positions();
+      // Keyboard: Right goes to the next step.
+      QTest::keyClick(window_->stepper()->strip(), Qt::Key_Right);
+      settle();
+    }
+    QCOMPARE(ctx()->selection().step, int64_t(5));  // stays on the last step
+    QTest::keyClick(window_->stepper()->strip(), Qt::Key_Left);
+    settle();
+    QCOMPARE(ctx()->selection().step, int64_t(4));
+    QTest::keyClick(window_->stepper()->strip(), Qt::Key_P);
+    settle();
+    QCOMPARE(ctx()->selection().step, int64_t(3));
+    QTest::keyClick(window_->stepper()->strip(), Qt::Key_N);
+    settle();
+    QCOMPARE(ctx()->selection().step, int64_t(4));
+  }
+
+  void differenceIsZeroBeforeAndLargeAfterTheDivergence() {
+    KvHeatmapView* diff = window_->heatmaps()->differenceView();
+    ctx()->select(Selection{0, 2, 2, 0, KvKind::Keys});
+    settle();
+    QVERIFY(ctx()->snapshot()->diffMax < 1e-5f);
+    ctx()->setStep(3);
+    settle();
+    QVERIFY(ctx()->snapshot()->diffMax > 0.1f);
+    QCOMPARE(ctx()->snapshot()->diffArgPosition, int64_t(6));  // the record step 3 appended
+    // Tooltip text names position, dim and value.
+    diff->replot();
+    const double x = diff->xAxis->coordToPixel(6.0), y = diff->yAxis->coordToPixel(0.0);
+    const QString tip = diff->valueTextAt(QPoint(int(x), int(y)));
+    QVERIFY2(tip.startsWith(QStringLiteral("position 6, dim 0: ")), qPrintable(tip));
+  }
+
+  void firstDivergenceIsHighlightedAndDJumpsToIt() {
+    TokenStripView* strip = window_->stepper()->strip();
+    ctx()->select(Selection{0, 0, 0, 0, KvKind::Keys});
+    settle();
+    QCOMPARE(strip->divergentStep(), int64_t(3));
+    // The divergent step's cells are painted in the alarm colour.
+    const QRect cell = strip->stepRect(3);
+    QVERIFY(!cell.isEmpty());
+    const QImage image = strip->grab().toImage();
+    const qreal dpr = image.devicePixelRatio();
+    const QColor painted = image.pixelColor(QPoint(int((cell.left() + 5) * dpr), int((cell.top() + 5) * dpr)));
+    QCOMPARE(painted, Theme::alarm());
+    // D jumps to the first divergence (request, step, layer and the worst head).
+    strip->setFocus();
+    QTest::keyClick(strip, Qt::Key_D);
+    settle();
+    QCOMPARE(ctx()->selection().request, int64_t(0));
+    QCOMPARE(ctx()->selection().step, int64_t(3));
+    QCOMPARE(ctx()->selection().layer, int64_t(2));
+    // The overview marks layer 2 as the first divergent layer at this step.
+    QCOMPARE(window_->layerOverview()->firstDivergentLayer(), int64_t(2));
+    QVERIFY(window_->layerOverview()->values()[0] < LayerOverviewView::kNoiseFloor);
+    QVERIFY(window_->layerOverview()->values()[2] > 0.1);
+    // From another request, the window-wide shortcut (Ctrl+D) jumps back.
+    ctx()->select(Selection{1, 0, 0, 0, KvKind::Keys});
+    settle();
+    QVERIFY(QTest::qWaitForWindowActive(window_.get()));
+    QTest::keyClick(window_.get(), Qt::Key_D, Qt::ControlModifier);
+    settle();
+    QCOMPARE(ctx()->selection().request, int64_t(0));
+    QCOMPARE(ctx()->selection().step, int64_t(3));
+  }
+
+  void clickingALayerInTheOverviewSelectsIt() {
+    LayerOverviewView* overview = window_->layerOverview();
+    QCOMPARE(ctx()->selection().layer, int64_t(2));
+    QTest::mouseClick(overview, Qt::LeftButton, Qt::NoModifier, overview->layerCenter(1));
+    settle();
+    QCOMPARE(ctx()->selection().layer, int64_t(1));
+    QCOMPARE(window_->heatmaps()->cachedView()->colorMap()->data()->cell(0, 0),
+             double(output_->result.cachedKv(0, 3, 1, ctx()->selection().kind)
+                        .data[static_cast<size_t>(ctx()->selection().head * 7 * 8)]));
+    QTest::mouseClick(overview, Qt::LeftButton, Qt::NoModifier, overview->layerCenter(0));
+    settle();
+    QCOMPARE(ctx()->selection().layer, int64_t(0));
+  }
+
+  void clickingAFindingSelectsItsRequestStepLayer() {
+    DiagnosisPanel* diag = window_->diagnosis();
+    QCOMPARE(diag->findingsModel()->rowCount(), 2);
+    QTableView* view = diag->findingsView();
+    const QRect rect = view->visualRect(diag->findingsModel()->index(1, 0));
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, Qt::NoModifier, rect.center());
+    settle();
+    QCOMPARE(ctx()->selection().request, int64_t(1));
+    QCOMPARE(ctx()->selection().step, int64_t(2));
+    QCOMPARE(ctx()->selection().layer, int64_t(0));
+    QVERIFY(diag->evidenceText().contains(QStringLiteral("cross_request")));
+    QVERIFY(window_->stepper()->requestSelector()->currentText().startsWith(QStringLiteral("Request 1")));
+  }
+
+  void tokenClickSelectsStepAndPanelsFollow() {
+    TokenStripView* strip = window_->stepper()->strip();
+    QTest::mouseClick(strip, Qt::LeftButton, Qt::NoModifier, strip->stepRect(4).center());
+    settle();
+    QCOMPARE(ctx()->selection().step, int64_t(4));
+    QVERIFY(window_->stepper()->stepDescription().contains(QStringLiteral("step <b>4</b>")));
+    // The logit view shows the step's per-token deltas with the top tokens labelled.
+    LogitDeltaView* logits = window_->logits();
+    QCOMPARE(logits->labelledTokens().size(), size_t(LogitDeltaView::kLabelledTokens));
+    QCOMPARE(logits->tokenPlot()->graph(0)->dataCount(), 48);
+    // Timeline: expected and recorded positions for 6 steps, the arrival marker.
+    QCOMPARE(window_->timeline()->expectedGraph()->dataCount(), 6);
+    QCOMPARE(window_->timeline()->recordedGraph()->dataCount(), 6);
+    QVERIFY(window_->timeline()->eventMarkerCount() >= 1);
+  }
+
+  void settingsPersist() {
+    window_->heatmaps()->setGradientName(QStringLiteral("Thermal"));
+    window_->saveSettings();
+    QTemporaryDir dir;
+    QVERIFY(window_->openPath(dir.path()));
+    window_.reset();
+    InspectorWindow again(nullptr, {});
+    QCOMPARE(again.heatmaps()->gradientName(), QStringLiteral("Thermal"));
+    QVERIFY(!again.recentFiles().isEmpty());
+    QCOMPARE(again.recentFiles().first(), QFileInfo(dir.path()).absoluteFilePath());
+  }
+};
+
+QTEST_MAIN(InspectorViewsTest)
+#include "InspectorViewsTest.moc"

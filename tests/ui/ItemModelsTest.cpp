@@ -1,0 +1,136 @@
+// The item models behind the findings, stages, failure matrix and request tables, checked
+// with QAbstractItemModelTester (with data, empty, and across resets), plus the fault
+// panel's composition of fault specs.
+#include <QAbstractItemModelTester>
+#include <QGroupBox>
+#include <QSpinBox>
+#include <QtTest>
+
+#include "TestAudit.hpp"
+#include "ui/FailureMatrixModel.hpp"
+#include "ui/FaultPanel.hpp"
+#include "ui/FindingsModel.hpp"
+#include "ui/RequestListModel.hpp"
+#include "ui/StageListModel.hpp"
+
+using namespace kvscope;
+using namespace kvscope::ui;
+
+class ItemModelsTest : public QObject {
+  Q_OBJECT
+
+ private:
+  std::shared_ptr<const AuditJobOutput> output_ = test::makeTestOutput();
+  std::shared_ptr<const AuditReport> report() const {
+    return std::shared_ptr<const AuditReport>(output_, &output_->result.report);
+  }
+
+ private Q_SLOTS:
+  void findingsModelListsFindings() {
+    FindingsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.rowCount(), 0);
+    model.setReport(report());
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.columnCount(), int(FindingsModel::ColumnCount));
+    QCOMPARE(model.index(0, FindingsModel::IdColumn).data().toString(), QStringLiteral("wrong_layer"));
+    QCOMPARE(model.index(1, FindingsModel::IdColumn).data().toString(), QStringLiteral("cross_request"));
+    QCOMPARE(model.index(0, FindingsModel::MatrixRowColumn).data().toString(),
+             QStringLiteral("layer 1 matches, layer 2 differs"));
+    QVERIFY(model.index(0, FindingsModel::WhereColumn).data().toString().contains(QStringLiteral("layer 2")));
+    QCOMPARE(model.index(0, 0).data(FindingsModel::RequestRole).toLongLong(), 0);
+    QCOMPARE(model.index(0, 0).data(FindingsModel::StepRole).toLongLong(), 3);
+    QCOMPARE(model.index(0, 0).data(FindingsModel::LayerRole).toLongLong(), 2);
+    QCOMPARE(model.index(1, 0).data(FindingsModel::RequestRole).toLongLong(), 1);
+    QCOMPARE(model.index(0, 0).data(Qt::ToolTipRole).toString(), QStringLiteral("layer 2 reads layer 1's K/V"));
+    model.setReport(nullptr);
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void stageModelIsATreeOfSixStages() {
+    StageListModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setReport(report());
+    QCOMPARE(model.rowCount(), 6);
+    QCOMPARE(model.rootCauseRow(), 1);  // cache construction
+    const QModelIndex cache = model.index(1, 0);
+    QCOMPARE(cache.data().toString(), QStringLiteral("2. Cache construction"));
+    QCOMPARE(cache.data(StageListModel::StatusRole).toString(), QStringLiteral("fail"));
+    QVERIFY(cache.data(StageListModel::RootCauseRole).toBool());
+    QVERIFY(!cache.data(Qt::DecorationRole).value<QIcon>().isNull());
+    QCOMPARE(model.index(0, 0).data(StageListModel::StatusRole).toString(), QStringLiteral("pass"));
+    QVERIFY(model.rowCount(cache) >= 1);
+    const QModelIndex check = model.index(model.rowCount(cache) - 1, 0, cache);
+    QVERIFY(check.data().toString().startsWith(QStringLiteral("FAIL")));
+    QCOMPARE(model.parent(check), cache);
+    QCOMPARE(model.rowCount(check), 0);
+    model.setReport(nullptr);
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void failureMatrixHighlightsTheFiredRows() {
+    FailureMatrixModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.rowCount(), 8);  // the whole table from audit-method.md
+    for (int r = 0; r < 8; ++r) QVERIFY(!model.isMatched(r));
+    model.setReport(report());
+    QVERIFY(model.isMatched(1));  // layer 1 matches, layer 2 differs
+    QVERIFY(model.isMatched(3));  // a batch row changes when another request arrives
+    for (int r : {0, 2, 4, 5, 6, 7}) QVERIFY(!model.isMatched(r));
+    QCOMPARE(model.index(1, FailureMatrixModel::FindingColumn).data().toString(), QStringLiteral("wrong_layer"));
+    QVERIFY(model.index(1, 0).data(Qt::BackgroundRole).isValid());
+    QVERIFY(!model.index(0, 0).data(Qt::BackgroundRole).isValid());
+    QCOMPARE(model.index(7, FailureMatrixModel::FirstCheckColumn).data().toString(),
+             QStringLiteral("context limit reached"));
+    model.setFocusRow(1);
+    QVERIFY(model.index(1, 0).data(Qt::BackgroundRole).value<QColor>() !=
+            model.index(3, 0).data(Qt::BackgroundRole).value<QColor>());
+  }
+
+  void requestModelListsRequests() {
+    RequestListModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setOutput(output_);
+    QCOMPARE(model.rowCount(), 2);
+    QVERIFY(model.index(0, 0).data(RequestListModel::DivergentRole).toBool());
+    QCOMPARE(model.index(1, 0).data(RequestListModel::RequestIdRole).toLongLong(), 1);
+    QVERIFY(model.index(0, 0).data().toString().contains(QStringLiteral("step 3")));
+    QCOMPARE(model.index(0, RequestListModel::StepsColumn).data().toLongLong(), 6);
+    QCOMPARE(model.rowOf(1), 1);
+    QCOMPARE(model.rowOf(7), -1);
+    model.setOutput(nullptr);
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void faultPanelComposesSpecs() {
+    std::vector<FaultInfo> catalog = {
+        {"wrong_layer", "layer L reads layer S's cache", "layer 1 matches, layer 2 differs",
+         {{"layer", "layer that reads the wrong cache", "2"}, {"source", "layer it reads", "1"}}},
+        {"cross_request", "request R writes into request V's cache",
+         "a batch row changes when another request arrives",
+         {{"request", "writer", "1"}, {"victim", "victim", "0"}}},
+        {"duplicate_append", "appends the step's records twice", "cache length grows by two in one step", {}},
+    };
+    FaultPanel panel;
+    panel.setCatalog(catalog);
+    QSignalSpy spy(&panel, &FaultPanel::specsChanged);
+    QVERIFY(panel.specs().isEmpty());
+    const auto boxes = panel.findChildren<QGroupBox*>();
+    QCOMPARE(boxes.size(), 3);
+    boxes[0]->setChecked(true);
+    QCOMPARE(panel.specs(), QStringList{QStringLiteral("wrong_layer:layer=2,source=1")});
+    boxes[0]->findChildren<QSpinBox*>()[0]->setValue(5);
+    boxes[2]->setChecked(true);
+    QCOMPARE(panel.specs(), (QStringList{QStringLiteral("wrong_layer:layer=5,source=1"),
+                                         QStringLiteral("duplicate_append")}));
+    QVERIFY(spy.count() >= 3);
+    panel.clearSelection();
+    QVERIFY(panel.specs().isEmpty());
+    QVERIFY(panel.applySpec(QStringLiteral("cross_request:request=0,victim=1")));
+    QCOMPARE(panel.specs(), QStringList{QStringLiteral("cross_request:request=0,victim=1")});
+    QVERIFY(!panel.applySpec(QStringLiteral("no_such_fault")));
+  }
+};
+
+QTEST_MAIN(ItemModelsTest)
+#include "ItemModelsTest.moc"

@@ -1,0 +1,178 @@
+#include "ui/DiagnosisPanel.hpp"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QSplitter>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QTreeView>
+#include <QVBoxLayout>
+
+#include "ui/FailureMatrixModel.hpp"
+#include "ui/FindingsModel.hpp"
+#include "ui/SelectionContext.hpp"
+#include "ui/StageListModel.hpp"
+#include "ui/Theme.hpp"
+
+namespace kvscope::ui {
+
+namespace {
+
+QWidget* titled(const QString& title, QWidget* body, QWidget* parent) {
+  auto* box = new QWidget(parent);
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(1);
+  auto* label = new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), box);
+  layout->addWidget(label);
+  layout->addWidget(body, 1);
+  return box;
+}
+
+}  // namespace
+
+DiagnosisPanel::DiagnosisPanel(SelectionContext* context, QWidget* parent)
+    : QWidget(parent), context_(context) {
+  stages_ = new StageListModel(this);
+  findings_ = new FindingsModel(this);
+  matrix_ = new FailureMatrixModel(this);
+
+  verdict_ = new QLabel(this);
+  verdict_->setWordWrap(true);
+
+  stageView_ = new QTreeView(this);
+  stageView_->setModel(stages_);
+  stageView_->setRootIsDecorated(true);
+  stageView_->setUniformRowHeights(false);
+  stageView_->setWordWrap(true);
+  stageView_->setIconSize(QSize(18, 18));
+  stageView_->setHeaderHidden(true);
+  stageView_->header()->setStretchLastSection(true);
+  stageView_->header()->setSectionResizeMode(StageListModel::StageColumn, QHeaderView::ResizeToContents);
+  stageView_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  stageView_->setSelectionMode(QAbstractItemView::SingleSelection);
+
+  findingsView_ = new QTableView(this);
+  findingsView_->setModel(findings_);
+  findingsView_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  findingsView_->setSelectionMode(QAbstractItemView::SingleSelection);
+  findingsView_->verticalHeader()->hide();
+  findingsView_->horizontalHeader()->setStretchLastSection(true);
+  findingsView_->setWordWrap(false);
+  // The observation and first check are in the matrix and the evidence below.
+  findingsView_->setColumnHidden(FindingsModel::MatrixRowColumn, true);
+  findingsView_->setColumnHidden(FindingsModel::FirstCheckColumn, true);
+
+  evidence_ = new QTextBrowser(this);
+  evidence_->setOpenLinks(false);
+
+  matrixView_ = new QTableView(this);
+  matrixView_->setModel(matrix_);
+  matrixView_->verticalHeader()->hide();
+  matrixView_->setSelectionMode(QAbstractItemView::NoSelection);
+  matrixView_->setWordWrap(true);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::ObservationColumn, QHeaderView::Stretch);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::FirstCheckColumn, QHeaderView::Stretch);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::FindingColumn, QHeaderView::ResizeToContents);
+  matrixView_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+
+  auto* split = new QSplitter(Qt::Vertical, this);
+  split->addWidget(titled(tr("Stages (dependency order)"), stageView_, split));
+  split->addWidget(titled(tr("Findings (click to select)"), findingsView_, split));
+  split->addWidget(titled(tr("Evidence"), evidence_, split));
+  split->addWidget(titled(tr("Failure matrix"), matrixView_, split));
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  split->setStretchFactor(2, 2);
+  split->setStretchFactor(3, 4);
+  split->setChildrenCollapsible(false);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 2, 4, 2);
+  layout->addWidget(verdict_);
+  layout->addWidget(split, 1);
+
+  connect(findingsView_, &QAbstractItemView::clicked, this,
+          [this](const QModelIndex& index) { activateFinding(index.row()); });
+  connect(findingsView_, &QAbstractItemView::activated, this,
+          [this](const QModelIndex& index) { activateFinding(index.row()); });
+  connect(context_, &SelectionContext::outputChanged, this, [this] { refresh(); });
+  refresh();
+}
+
+QString DiagnosisPanel::evidenceText() const { return evidence_->toPlainText(); }
+
+void DiagnosisPanel::refresh() {
+  const auto& out = context_->output();
+  report_ = out ? std::shared_ptr<const AuditReport>(out, &out->result.report) : nullptr;
+  stages_->setReport(report_);
+  findings_->setReport(report_);
+  matrix_->setReport(report_);
+  // Checks span both columns under their stage.
+  for (int i = 0; i < stages_->rowCount(); ++i) {
+    const QModelIndex stage = stages_->index(i, 0);
+    for (int j = 0; j < stages_->rowCount(stage); ++j) stageView_->setFirstColumnSpanned(j, stage, true);
+  }
+  stageView_->expandAll();
+  findingsView_->resizeColumnsToContents();
+  if (!report_) {
+    verdict_->setText(tr("<i>No audit yet.</i>"));
+    evidence_->clear();
+    return;
+  }
+  const int root = stages_->rootCauseRow();
+  if (report_->clean()) {
+    verdict_->setText(tr("<b style='color:%1'>Clean</b> — every stage passed.").arg(Theme::ok().name()));
+  } else {
+    const QString rootText = root >= 0 ? tr("root stage: <b>%1</b>")
+                                             .arg(QString::fromStdString(report_->stages[static_cast<size_t>(root)].title).toHtmlEscaped())
+                                       : QString();
+    verdict_->setText(tr("<b style='color:%1'>Divergent</b> — %2 finding(s); %3")
+                          .arg(Theme::alarm().name())
+                          .arg(report_->findings.size())
+                          .arg(rootText));
+  }
+  if (!report_->findings.empty()) {
+    findingsView_->selectRow(0);
+    showEvidence(0);
+  } else {
+    evidence_->setHtml(tr("<p>No findings.</p><p>%1</p>").arg(QString::fromStdString(report_->stopSummary).toHtmlEscaped()));
+  }
+}
+
+void DiagnosisPanel::showEvidence(int row) {
+  const Finding* f = findings_->finding(row);
+  if (!f) return;
+  matrix_->setFocusRow(FailureMatrixModel::rowFor(*f));
+  QString html = QStringLiteral("<p><b style='color:%1'>%2</b> — %3</p>")
+                     .arg(Theme::alarm().name(), QString::fromStdString(f->id).toHtmlEscaped(),
+                          QString::fromStdString(f->explanation).toHtmlEscaped());
+  html += tr("<p>Observation: <i>%1</i><br>First check: <b>%2</b></p>")
+              .arg(QString::fromStdString(f->matrixRow).toHtmlEscaped(),
+                   QString::fromStdString(f->firstCheck).toHtmlEscaped());
+  html += tr("<p>Where: request %1, step %2, layer %3, position %4 · confidence %5%</p>")
+              .arg(f->request).arg(f->step).arg(f->layer).arg(f->position)
+              .arg(qRound(f->confidence * 100.0));
+  if (!f->evidence.empty()) {
+    html += QStringLiteral("<table cellspacing='0' cellpadding='2'>");
+    for (const auto& [name, value] : f->evidence)
+      html += QStringLiteral("<tr><td>%1</td><td align='right'><tt>%2</tt></td></tr>")
+                  .arg(QString::fromStdString(name).toHtmlEscaped())
+                  .arg(value, 0, 'g', 6);
+    html += QStringLiteral("</table>");
+  }
+  evidence_->setHtml(html);
+}
+
+void DiagnosisPanel::activateFinding(int row) {
+  const Finding* f = findings_->finding(row);
+  if (!f) return;
+  showEvidence(row);
+  Selection s = context_->selection();
+  if (f->request >= 0) s.request = f->request;
+  if (f->step >= 0) s.step = f->step;
+  if (f->layer >= 0) s.layer = f->layer;
+  context_->select(s);
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,57 @@
+// The diagnosis: the six stages as a checklist (the first failing one is the root), the
+// findings, the evidence of the selected finding in words and numbers, and the whole
+// failure matrix with the rows the findings fired highlighted. Clicking a finding selects
+// its request, step and layer.
+#pragma once
+
+#include <QWidget>
+
+#include <memory>
+
+#include "kvscope/AuditReport.hpp"
+
+class QLabel;
+class QTableView;
+class QTextBrowser;
+class QTreeView;
+
+namespace kvscope::ui {
+
+class FailureMatrixModel;
+class FindingsModel;
+class SelectionContext;
+class StageListModel;
+
+class DiagnosisPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit DiagnosisPanel(SelectionContext* context, QWidget* parent = nullptr);
+
+  FindingsModel* findingsModel() const { return findings_; }
+  StageListModel* stageModel() const { return stages_; }
+  FailureMatrixModel* matrixModel() const { return matrix_; }
+  QTableView* findingsView() const { return findingsView_; }
+  QTreeView* stageView() const { return stageView_; }
+  QTableView* matrixView() const { return matrixView_; }
+  QString evidenceText() const;
+  /// Shows a finding's evidence and selects its request/step/layer.
+  void activateFinding(int row);
+
+ private:
+  void refresh();
+  void showEvidence(int row);
+
+  SelectionContext* context_;
+  std::shared_ptr<const AuditReport> report_;
+  StageListModel* stages_;
+  FindingsModel* findings_;
+  FailureMatrixModel* matrix_;
+  QLabel* verdict_;
+  QTreeView* stageView_;
+  QTableView* findingsView_;
+  QTextBrowser* evidence_;
+  QTableView* matrixView_;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,63 @@
+// Exports: a widget (one view or the whole window) as PNG, SVG (QSvgGenerator) or PDF
+// (QPdfWriter), and a bug-report bundle (screenshot PNG, report JSON, Markdown summary)
+// into a folder. Existing files are never overwritten silently: the policy asks (GUI),
+// refuses (headless) or, only when the user said so, overwrites.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QStringList>
+
+#include <functional>
+
+namespace kvscope {
+struct AuditJobOutput;
+}
+
+class QWidget;
+
+namespace kvscope::ui {
+
+enum class ExportFormat { Png, Svg, Pdf };
+
+struct ExportOutcome {
+  bool ok = false;
+  QStringList written;   // absolute paths
+  QString error;         // why not (names the file)
+};
+
+class ExportController : public QObject {
+  Q_OBJECT
+
+ public:
+  enum class OverwritePolicy { Ask, Refuse, Overwrite };
+  /// Asked with the files that exist; returns true to overwrite them.
+  using AskOverwrite = std::function<bool(const QStringList& existing)>;
+
+  explicit ExportController(QObject* parent = nullptr);
+
+  void setOverwritePolicy(OverwritePolicy policy) { policy_ = policy; }
+  OverwritePolicy overwritePolicy() const { return policy_; }
+  void setAskOverwrite(AskOverwrite ask) { ask_ = std::move(ask); }
+
+  /// Format from the file suffix (.png/.svg/.pdf); false for anything else.
+  static bool formatForPath(const QString& path, ExportFormat* format);
+
+  ExportOutcome exportWidget(QWidget* widget, const QString& path) const;
+  ExportOutcome exportWidget(QWidget* widget, const QString& path, ExportFormat format) const;
+  /// screenshot.png, report.json and summary.md in `directory` (created when missing).
+  ExportOutcome exportBundle(QWidget* window, const AuditJobOutput& output, const QString& directory) const;
+
+  static QStringList bundleFileNames();
+
+ private:
+  bool mayWrite(const QStringList& paths, QString* error) const;
+  static bool writePng(QWidget* widget, const QString& path, QString* error);
+  static bool writeSvg(QWidget* widget, const QString& path, QString* error);
+  static bool writePdf(QWidget* widget, const QString& path, QString* error);
+
+  OverwritePolicy policy_ = OverwritePolicy::Refuse;
+  AskOverwrite ask_;
+};
+
+}  // namespace kvscope::ui

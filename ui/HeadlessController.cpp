@@ -1,0 +1,227 @@
+#include "ui/HeadlessController.hpp"
+
+#include <QCommandLineParser>
+#include <QTextStream>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "kvscope/Error.hpp"
+#include "ui/HeadlineView.hpp"
+#include "ui/InspectorController.hpp"
+#include "ui/FaultPanel.hpp"
+#include "ui/InspectorWindow.hpp"
+#include "ui/RunSetupPanel.hpp"
+#include "ui/SelectionContext.hpp"
+#include "ui/SyntheticAuditFactory.hpp"
+
+namespace kvscope::ui {
+
+namespace {
+
+void err(const QString& text) {
+  QTextStream(stderr) << "kvscope: " << text << Qt::endl;
+}
+
+}  // namespace
+
+void HeadlessController::addOptions(QCommandLineParser& parser) {
+  parser.addOptions({
+      {QStringLiteral("audit"), QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
+      {QStringLiteral("synthetic"), QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
+      {QStringLiteral("synthetic-clean"), QStringLiteral("With --synthetic: a clean run (no planted faults).")},
+      {QStringLiteral("synthetic-shape"), QStringLiteral("With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."), QStringLiteral("LxHxTxD")},
+      {QStringLiteral("model"), QStringLiteral("Model directory."), QStringLiteral("DIR")},
+      {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
+      {QStringLiteral("reference-trace"), QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
+      {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."), QStringLiteral("TEXT")},
+      {QStringLiteral("max-new"), QStringLiteral("Maximum new tokens (default 16)."), QStringLiteral("N")},
+      {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."), QStringLiteral("T")},
+      {QStringLiteral("top-k"), QStringLiteral("Top-k (0 = off)."), QStringLiteral("K")},
+      {QStringLiteral("top-p"), QStringLiteral("Top-p (1 = off)."), QStringLiteral("P")},
+      {QStringLiteral("seed"), QStringLiteral("Sampling seed."), QStringLiteral("SEED")},
+      {QStringLiteral("fault"), QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."), QStringLiteral("SPEC")},
+      {QStringLiteral("export-png"), QStringLiteral("Headless: write the window as PNG."), QStringLiteral("OUT.png")},
+      {QStringLiteral("export-bundle"), QStringLiteral("Headless: write screenshot.png, report.json, summary.md."), QStringLiteral("DIR")},
+      {QStringLiteral("select-divergence"), QStringLiteral("Select the first divergence before rendering.")},
+      {QStringLiteral("size"), QStringLiteral("Window size for headless rendering (default 1680x1050)."), QStringLiteral("WxH")},
+  });
+}
+
+bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, QString* error) {
+  o->audit = p.isSet(QStringLiteral("audit"));
+  o->synthetic = p.isSet(QStringLiteral("synthetic")) || p.isSet(QStringLiteral("synthetic-clean")) ||
+                 p.isSet(QStringLiteral("synthetic-shape"));
+  o->syntheticClean = p.isSet(QStringLiteral("synthetic-clean"));
+  if (p.isSet(QStringLiteral("synthetic-shape"))) {
+    for (const QString& part : p.value(QStringLiteral("synthetic-shape")).split(QLatin1Char('x'))) {
+      bool ok = false;
+      const int v = part.toInt(&ok);
+      if (!ok || v < 1 || v > 4096) break;
+      o->syntheticShape << v;
+    }
+    if (o->syntheticShape.size() != 4 || o->syntheticShape[0] < 2 || o->syntheticShape[2] < 4) {
+      *error = QStringLiteral("--synthetic-shape: expected LxHxTxD with L >= 2 and T >= 4, e.g. 12x12x512x64");
+      return false;
+    }
+  }
+  o->modelDir = p.value(QStringLiteral("model"));
+  o->traceFile = p.value(QStringLiteral("trace"));
+  o->referenceTraceFile = p.value(QStringLiteral("reference-trace"));
+  o->prompts = p.values(QStringLiteral("prompt"));
+  o->faults = p.values(QStringLiteral("fault"));
+  o->exportPng = p.value(QStringLiteral("export-png"));
+  o->exportBundle = p.value(QStringLiteral("export-bundle"));
+  o->selectDivergence = p.isSet(QStringLiteral("select-divergence"));
+  bool ok = true;
+  if (p.isSet(QStringLiteral("max-new"))) {
+    o->maxNew = p.value(QStringLiteral("max-new")).toInt(&ok);
+    if (!ok || o->maxNew < 1) {
+      *error = QStringLiteral("--max-new: expected a positive integer, got '%1'").arg(p.value(QStringLiteral("max-new")));
+      return false;
+    }
+  }
+  if (p.isSet(QStringLiteral("temperature"))) {
+    o->temperature = p.value(QStringLiteral("temperature")).toDouble(&ok);
+    if (!ok || o->temperature < 0) {
+      *error = QStringLiteral("--temperature: expected a number >= 0");
+      return false;
+    }
+  }
+  if (p.isSet(QStringLiteral("top-k"))) {
+    o->topK = p.value(QStringLiteral("top-k")).toInt(&ok);
+    if (!ok || o->topK < 0) {
+      *error = QStringLiteral("--top-k: expected an integer >= 0");
+      return false;
+    }
+  }
+  if (p.isSet(QStringLiteral("top-p"))) {
+    o->topP = p.value(QStringLiteral("top-p")).toDouble(&ok);
+    if (!ok || o->topP <= 0 || o->topP > 1) {
+      *error = QStringLiteral("--top-p: expected a number in (0, 1]");
+      return false;
+    }
+  }
+  if (p.isSet(QStringLiteral("seed"))) {
+    o->seed = p.value(QStringLiteral("seed")).toULongLong(&ok);
+    if (!ok) {
+      *error = QStringLiteral("--seed: expected a non-negative integer");
+      return false;
+    }
+  }
+  if (p.isSet(QStringLiteral("size"))) {
+    const QStringList wh = p.value(QStringLiteral("size")).split(QLatin1Char('x'));
+    bool okW = false, okH = false;
+    if (wh.size() == 2) o->size = QSize(wh[0].toInt(&okW), wh[1].toInt(&okH));
+    if (!okW || !okH || o->size.width() < 200 || o->size.height() < 200) {
+      *error = QStringLiteral("--size: expected WxH, e.g. 1680x1050");
+      return false;
+    }
+  }
+  return true;
+}
+
+AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
+  AuditJobSpec s;
+  s.modelDir = o.modelDir.toStdString();
+  s.traceFile = o.traceFile.toStdString();
+  s.referenceTraceFile = o.referenceTraceFile.toStdString();
+  for (const QString& p : o.prompts) s.prompts.push_back(p.toStdString());
+  s.maxNewTokens = o.maxNew;
+  s.policy.temperature = o.temperature;
+  if (o.topK > 0) s.policy.topK = o.topK;
+  if (o.topP < 1.0) s.policy.topP = o.topP;
+  s.policy.seed = o.seed;
+  for (const QString& f : o.faults) s.faults.push_back(f.toStdString());
+  return s;
+}
+
+std::shared_ptr<const AuditJobOutput> HeadlessController::syntheticOutput(const HeadlessOptions& o) {
+  SyntheticAuditOptions so;
+  so.crossRequest = true;
+  so.divergent = !o.syntheticClean;
+  if (o.syntheticShape.size() == 4) {
+    so.layers = o.syntheticShape[0];
+    so.kvHeads = o.syntheticShape[1];
+    so.headDim = o.syntheticShape[3];
+    const int positions = o.syntheticShape[2];
+    so.promptLength = std::max(2, positions / 2);
+    so.steps = positions - so.promptLength + 1;
+    so.vocab = 4096;
+    so.plantLayer = std::max<int64_t>(1, so.layers * 2 / 3);
+    so.plantStep = std::max<int64_t>(1, so.steps / 3);
+  }
+  return std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(so));
+}
+
+int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJobFunction job,
+                            std::vector<FaultInfo> catalog) {
+  if (o.exportPng.isEmpty() && o.exportBundle.isEmpty()) {
+    err(QStringLiteral("--audit needs --export-png OUT.png and/or --export-bundle DIR"));
+    return InputError;
+  }
+  if (!o.synthetic && o.modelDir.isEmpty() && o.traceFile.isEmpty()) {
+    err(QStringLiteral("--audit needs --model DIR and/or --trace FILE (or --synthetic)"));
+    return InputError;
+  }
+  InspectorWindow window(std::move(job), std::move(catalog));
+  window.exporter()->setOverwritePolicy(ExportController::OverwritePolicy::Refuse);
+  window.setup()->setModelDir(o.modelDir);
+  window.setup()->setTraceFile(o.traceFile);
+  window.setup()->setReferenceTraceFile(o.referenceTraceFile);
+  window.setup()->setPrompts(o.prompts);
+  for (const QString& f : o.faults) window.faults()->applySpec(f);
+
+  std::shared_ptr<const AuditJobOutput> output;
+  try {
+    if (o.synthetic) {
+      output = syntheticOutput(o);
+    } else {
+      output = std::make_shared<const AuditJobOutput>(window.engine()->runAuditNow(specFor(o)));
+    }
+  } catch (const kvscope::InputError& e) {
+    err(QString::fromStdString(e.what()));
+    return InputError;
+  } catch (const kvscope::UsageError& e) {
+    err(QString::fromStdString(e.what()));
+    return InputError;
+  } catch (const std::exception& e) {
+    err(QStringLiteral("internal error: %1").arg(QString::fromStdString(e.what())));
+    return InternalError;
+  }
+
+  window.resize(o.size);
+  window.show();
+  window.showOutput(output);
+  if (o.selectDivergence)
+    window.context()->selectFirstDivergence();
+  else
+    window.context()->select(Selection{});
+  if (!window.controller()->waitUntilSettled(60000)) {
+    err(QStringLiteral("internal error: the view did not settle"));
+    return InternalError;
+  }
+  int code = output->result.report.clean() ? Clean : Divergent;
+  QTextStream(stdout) << HeadlineView::headlineFor(output->result.report) << Qt::endl;
+  if (!o.exportPng.isEmpty()) {
+    const ExportOutcome out = window.exportWindow(o.exportPng);
+    if (!out.ok) {
+      err(out.error);
+      return InputError;
+    }
+    QTextStream(stdout) << "wrote " << out.written.join(QStringLiteral(", ")) << Qt::endl;
+  }
+  if (!o.exportBundle.isEmpty()) {
+    const ExportOutcome out = window.exportBundle(o.exportBundle);
+    if (!out.ok) {
+      err(out.error);
+      return InputError;
+    }
+    QTextStream(stdout) << "wrote " << out.written.join(QStringLiteral(", ")) << Qt::endl;
+  }
+  window.hide();
+  return code;
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,183 @@
+#include "ui/KvHeatmapPanel.hpp"
+
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QSignalBlocker>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ui/KvHeatmapView.hpp"
+#include "ui/SelectionContext.hpp"
+#include "ui/Theme.hpp"
+
+namespace kvscope::ui {
+
+namespace {
+constexpr int64_t kFullViewPositions = 64;  // longer caches get a window
+constexpr int64_t kWindowPositions = 48;
+}  // namespace
+
+KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
+    : QWidget(parent), context_(context) {
+  layer_ = new QSpinBox(this);
+  layer_->setPrefix(tr("layer "));
+  layer_->setToolTip(tr("Layer (also: click a bar in the layer overview)"));
+  head_ = new QSpinBox(this);
+  head_->setPrefix(tr("kv head "));
+  kind_ = new QComboBox(this);
+  kind_->addItem(tr("Keys (K)"));
+  kind_->addItem(tr("Values (V)"));
+  gradient_ = new QComboBox(this);
+  gradient_->addItems(gradientNames());
+  gradient_->setToolTip(tr("Colour map of the reference and cached heatmaps"));
+  note_ = new QLabel(this);
+  note_->setStyleSheet(QStringLiteral("color: %1; font-weight: bold;").arg(Theme::alarm().name()));
+
+  reference_ = new KvHeatmapView(KvHeatmapView::Role::Reference, this);
+  cached_ = new KvHeatmapView(KvHeatmapView::Role::Cached, this);
+  difference_ = new KvHeatmapView(KvHeatmapView::Role::Difference, this);
+
+  auto* controls = new QHBoxLayout;
+  controls->setContentsMargins(0, 0, 0, 0);
+  auto* heading = new QLabel(tr("<b>K/V cache after the step</b>"), this);
+  controls->addWidget(heading);
+  controls->addWidget(layer_);
+  controls->addWidget(head_);
+  controls->addWidget(kind_);
+  controls->addWidget(note_, 1);
+  controls->addWidget(new QLabel(tr("colours"), this));
+  controls->addWidget(gradient_);
+  auto* maps = new QHBoxLayout;
+  maps->setContentsMargins(0, 0, 0, 0);
+  maps->setSpacing(2);
+  maps->addWidget(reference_);
+  maps->addWidget(cached_);
+  maps->addWidget(difference_);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 2, 4, 2);
+  layout->setSpacing(2);
+  layout->addLayout(controls);
+  layout->addLayout(maps, 1);
+
+  connect(layer_, &QSpinBox::valueChanged, this, [this](int v) { context_->setLayer(v); });
+  connect(head_, &QSpinBox::valueChanged, this, [this](int v) { context_->setHead(v); });
+  connect(kind_, &QComboBox::currentIndexChanged, this,
+          [this](int i) { context_->setKind(i == 0 ? KvKind::Keys : KvKind::Values); });
+  connect(gradient_, &QComboBox::currentTextChanged, this, [this](const QString& name) {
+    const QCPColorGradient g = gradientByName(name);
+    reference_->setGradient(g);
+    cached_->setGradient(g);
+    Q_EMIT gradientChanged(name);
+  });
+  connect(context_, &SelectionContext::outputChanged, this, [this] {
+    syncControls();
+    if (!context_->output()) {
+      for (KvHeatmapView* v : {reference_, cached_, difference_}) v->clearBuffer(tr("no audit"));
+    }
+  });
+  connect(context_, &SelectionContext::selectionChanged, this, [this] { syncControls(); });
+  connect(context_, &SelectionContext::snapshotChanged, this, [this] { paintSnapshot(); });
+  syncControls();
+}
+
+QStringList KvHeatmapPanel::gradientNames() {
+  return {QStringLiteral("Polar"), QStringLiteral("Spectrum"), QStringLiteral("Jet"),
+          QStringLiteral("Thermal"), QStringLiteral("Grayscale"), QStringLiteral("Geography")};
+}
+
+QCPColorGradient KvHeatmapPanel::gradientByName(const QString& name) {
+  if (name == QLatin1String("Spectrum")) return QCPColorGradient(QCPColorGradient::gpSpectrum);
+  if (name == QLatin1String("Jet")) return QCPColorGradient(QCPColorGradient::gpJet);
+  if (name == QLatin1String("Thermal")) return QCPColorGradient(QCPColorGradient::gpThermal);
+  if (name == QLatin1String("Grayscale")) return QCPColorGradient(QCPColorGradient::gpGrayscale);
+  if (name == QLatin1String("Geography")) return QCPColorGradient(QCPColorGradient::gpGeography);
+  return QCPColorGradient(QCPColorGradient::gpPolar);
+}
+
+QString KvHeatmapPanel::gradientName() const { return gradient_->currentText(); }
+
+void KvHeatmapPanel::setGradientName(const QString& name) {
+  const int i = gradient_->findText(name);
+  if (i >= 0) gradient_->setCurrentIndex(i);
+}
+
+void KvHeatmapPanel::syncControls() {
+  const Selection& s = context_->selection();
+  const QSignalBlocker b1(layer_), b2(head_), b3(kind_);
+  layer_->setRange(0, static_cast<int>(std::max<int64_t>(0, context_->numLayers() - 1)));
+  head_->setRange(0, static_cast<int>(std::max<int64_t>(0, context_->numKvHeads() - 1)));
+  layer_->setValue(static_cast<int>(s.layer));
+  head_->setValue(static_cast<int>(s.head));
+  kind_->setCurrentIndex(s.kind == KvKind::Keys ? 0 : 1);
+  const AuditResult* r = context_->result();
+  const bool divergentLayer = r && r->report.firstDivergence.present &&
+                              r->report.firstDivergence.layer == s.layer &&
+                              r->report.firstDivergence.request == s.request;
+  layer_->setStyleSheet(divergentLayer ? QStringLiteral("QSpinBox { color: white; background: %1; font-weight: bold; }")
+                                             .arg(Theme::alarm().name())
+                                       : QString());
+}
+
+void KvHeatmapPanel::paintSnapshot() {
+  const auto& snap = context_->snapshot();
+  if (!snap) return;
+  const Selection& s = snap->selection;
+  const QString what = tr("layer %1 · head %2 · %3 · step %4")
+                           .arg(s.layer)
+                           .arg(s.head)
+                           .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"))
+                           .arg(s.step);
+  const double m = std::max(1e-6, static_cast<double>(snap->valueAbsMax));
+  const QCPRange valueRange(-m, m);
+  if (snap->reference.empty())
+    reference_->clearBuffer(tr("no reference"));
+  else
+    reference_->setBuffer(snap->reference, snap->referencePositions, snap->headDim, valueRange, what);
+  if (snap->cached.empty())
+    cached_->clearBuffer(tr("no records"));
+  else
+    cached_->setBuffer(snap->cached, snap->cachedPositions, snap->headDim, valueRange, what);
+  if (snap->absDiff.empty()) {
+    difference_->clearBuffer(tr("no comparison"));
+  } else {
+    // A floor keeps fp32 noise (1e-7) from lighting the whole map up.
+    const double upper = std::max(static_cast<double>(snap->diffMax), 1e-4 * std::max(1.0, m));
+    const int64_t t = std::min(snap->cachedPositions, snap->referencePositions);
+    const QString sub = snap->diffMax > 1e-4 * std::max(1.0, m)
+                            ? tr("max %1 at pos %2, dim %3").arg(snap->diffMax, 0, 'g', 3)
+                                  .arg(snap->diffArgPosition).arg(snap->diffArgDim)
+                            : tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2);
+    difference_->setBuffer(snap->absDiff, t, snap->headDim, QCPRange(0.0, upper), sub);
+  }
+  // Outline the records the selected step appended.
+  int64_t first = -1, last = -1;
+  if (const AuditResult* r = context_->result()) {
+    int64_t consumed = 0;
+    for (const TraceStep* st : r->trace.stepsOf(s.request)) {
+      const int64_t n = st->realFedCount();
+      if (st->step == s.step) {
+        first = consumed;
+        last = consumed + n - 1;
+        break;
+      }
+      consumed += n;
+    }
+  }
+  for (KvHeatmapView* v : {reference_, cached_, difference_}) v->setMarkedPositions(first, last);
+  // Long caches: show a window that ends just after the step's records, so the records
+  // this step appended are columns you can see, not one pixel of a 500-position strip.
+  const int64_t t = std::max(snap->cachedPositions, snap->referencePositions);
+  if (t > kFullViewPositions && last >= 0) {
+    const int64_t hi = std::min(t - 1, last + kWindowPositions / 8);
+    const int64_t lo = std::max<int64_t>(0, hi - kWindowPositions + 1);
+    for (KvHeatmapView* v : {reference_, cached_, difference_})
+      v->setVisiblePositions(static_cast<double>(lo), static_cast<double>(hi));
+  }
+  note_->setText(QString::fromStdString(snap->note));
+}
+
+}  // namespace kvscope::ui

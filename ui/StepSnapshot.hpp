@@ -1,0 +1,38 @@
+// The data every per-step panel paints, computed on the engine thread for one selection
+// from the immutable audit output: copies, never pointers into the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ui/Selection.hpp"
+
+namespace kvscope::ui {
+
+struct StepSnapshot {
+  uint64_t outputSerial = 0;      // SelectionContext::outputSerial() it was computed for
+  Selection selection;
+
+  // The selected layer and head of the cache after the step. Buffers are [t, d] row-major
+  // (index = position * headDim + dim): positions across, head dimensions down.
+  int64_t headDim = 0;
+  int64_t cachedPositions = 0;     // t of the cached path
+  int64_t referencePositions = 0;  // t of the reference (0: no reference)
+  std::vector<float> cached;       // [cachedPositions, headDim]
+  std::vector<float> reference;    // [referencePositions, headDim]
+  std::vector<float> absDiff;      // [min(t_cached, t_ref), headDim]
+  float valueAbsMax = 0.0f;        // max |x| over cached and reference (shared colour range)
+  float diffMax = 0.0f;            // max of absDiff
+  int64_t diffArgPosition = -1;    // where diffMax sits
+  int64_t diffArgDim = -1;
+
+  std::vector<double> layerMaxDiff;  // [layers] whole-cache max |cached - reference| (kind)
+
+  std::vector<float> logitDelta;   // [V] cached - reference logits row of the step
+  double maxAbsLogitDelta = 0.0;
+
+  std::string note;                // why something is missing or shapes differ ("" = fine)
+};
+
+}  // namespace kvscope::ui
