@@ -17,22 +17,10 @@
 namespace {
 
 kvscope::ui::EngineController::AuditJobFunction auditJob() {
-#ifdef KVSCOPE_HAVE_AUDIT_JOB
   return [](const kvscope::AuditJobSpec& spec) { return kvscope::runAuditJob(spec); };
-#else
-  return [](const kvscope::AuditJobSpec&) -> kvscope::AuditJobOutput {
-    throw kvscope::UsageError("this build has no audit engine yet (runAuditJob is not in the core)");
-  };
-#endif
 }
 
-std::vector<kvscope::FaultInfo> faultCatalog() {
-#ifdef KVSCOPE_HAVE_FAULT_CATALOG
-  return kvscope::FaultSpec::catalog();
-#else
-  return {};
-#endif
-}
+std::vector<kvscope::FaultInfo> faultCatalog() { return kvscope::FaultSpec::catalog(); }
 
 }  // namespace
 
