@@ -6,9 +6,9 @@
 
 namespace kvscope::detail {
 
-void FindingBuilder::add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
-                         int64_t position, double confidence, std::string explanation,
-                         std::map<std::string, double> evidence) {
+Finding FindingBuilder::make(const std::string& id, int64_t request, int64_t step, int64_t layer,
+                             int64_t position, double confidence, std::string explanation,
+                             std::map<std::string, double> evidence) {
   Finding f;
   const auto& row = FailureMatrix::row(id);
   f.id = id;
@@ -21,7 +21,13 @@ void FindingBuilder::add(const std::string& id, int64_t request, int64_t step, i
   f.confidence = confidence;
   f.explanation = std::move(explanation);
   f.evidence = std::move(evidence);
-  addExisting(f, tick);
+  return f;
+}
+
+void FindingBuilder::add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
+                         int64_t position, double confidence, std::string explanation,
+                         std::map<std::string, double> evidence) {
+  addExisting(make(id, request, step, layer, position, confidence, std::move(explanation), std::move(evidence)), tick);
 }
 
 void FindingBuilder::addExisting(const Finding& f, int64_t tick) {

@@ -12,6 +12,10 @@ namespace kvscope::detail {
 
 class FindingBuilder {
  public:
+  /// A finding with the failure-matrix row and first check filled in for `id`.
+  static Finding make(const std::string& id, int64_t request, int64_t step, int64_t layer,
+                      int64_t position, double confidence, std::string explanation,
+                      std::map<std::string, double> evidence);
   /// Adds a finding (row text filled in from the failure matrix). `tick` orders findings.
   void add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
            int64_t position, double confidence, std::string explanation,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "audit/FindingBuilder.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FailureMatrix.hpp"
 #include "kvscope/PolicyReplay.hpp"
@@ -12,17 +13,7 @@ namespace kvscope::detail {
 namespace {
 Finding makeFinding(const std::string& id, int64_t request, int64_t step, double confidence,
                     std::string explanation, std::map<std::string, double> evidence) {
-  Finding f;
-  const auto& row = FailureMatrix::row(id);
-  f.id = id;
-  f.matrixRow = row.observation;
-  f.firstCheck = row.firstCheck;
-  f.request = request;
-  f.step = step;
-  f.confidence = confidence;
-  f.explanation = std::move(explanation);
-  f.evidence = std::move(evidence);
-  return f;
+  return FindingBuilder::make(id, request, step, -1, -1, confidence, std::move(explanation), std::move(evidence));
 }
 }  // namespace
 
@@ -150,27 +141,21 @@ StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, st
     if (req.stopReason == "context_limit" && ok)
       line << " (the next token would need position " << streamEnd << " of " << trace.model.maxPositions << ": refused correctly)";
     // Positions beyond the context that were fed anyway.
+    bool contextFlagged = false;
     for (const TraceStep* s : trace.stepsOf(req.id))
       for (int64_t p : s->positions)
         if (trace.model.maxPositions > 0 && p >= trace.model.maxPositions) {
           ok = false;
-          line << "; step " << s->step << " fed position " << p << " beyond the " << trace.model.maxPositions << "-position context";
-          Finding f;
-          const auto& row = FailureMatrix::row("context_limit");
-          f.id = "context_limit";
-          f.matrixRow = row.observation;
-          f.firstCheck = row.firstCheck;
-          f.request = req.id;
-          f.step = s->step;
-          f.position = p;
-          f.confidence = 1.0;
-          f.explanation = "a token was fed at position " + std::to_string(p) + " but the model has only " +
-                          std::to_string(trace.model.maxPositions) + " position rows: the engine must refuse before the lookup";
-          f.evidence = {{"position", static_cast<double>(p)}, {"max_positions", static_cast<double>(trace.model.maxPositions)}};
-          findings.push_back(f);
-          goto next;
+          if (!contextFlagged) {
+            line << "; step " << s->step << " fed position " << p << " beyond the " << trace.model.maxPositions << "-position context";
+            findings.push_back(FindingBuilder::make(
+                "context_limit", req.id, s->step, -1, p, 1.0,
+                "a token was fed at position " + std::to_string(p) + " but the model has only " +
+                    std::to_string(trace.model.maxPositions) + " position rows: the engine must refuse before the lookup",
+                {{"position", static_cast<double>(p)}, {"max_positions", static_cast<double>(trace.model.maxPositions)}}));
+            contextFlagged = true;
+          }
         }
-  next:
     if (!ok) ++problems;
     st.checks.push_back((ok ? "ok: " : "FAIL: ") + line.str());
     all << line.str() << (ok ? " (correct)" : "") << ". ";
