@@ -13,15 +13,11 @@ DEMO="$BUILD_DIR/demo-model"
 if [[ ! -f "$DEMO/config.json" ]]; then
   "$CLI" make-demo "$DEMO" >/dev/null || exit 2
 fi
-ARGS=(--model "$DEMO"
-      --prompt "The cache must hold exactly one record per layer and position."
-      --prompt "A second request arrives."
-      --arrival 0 --arrival 3 --max-new 12
-      --fault wrong_layer:layer=2,source=1
-      --fault cross_request:request=1,victim=0)
+source "$ROOT/scripts/demo-args.sh"
+ARGS=(--model "$DEMO" "${DEMO_ARGS[@]}")
 "$CLI" --version
 if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x "$GUI" && -z "${KVSCOPE_DEMO_CLI:-}" ]]; then
-  exec "$GUI" "${ARGS[@]}"
+  exec "$GUI" "${ARGS[@]}" --run
 fi
 "$CLI" audit "${ARGS[@]}"
 status=$?
