@@ -92,8 +92,11 @@ TEST(Engine, LeftPaddedBatchMatchesTransformersBatchFixture) {
   const auto* prefill = trace.stepsOf(1)[0];
   ASSERT_FALSE(prefill->fedMask.empty());
   int64_t expected = 0;
-  for (size_t j = 0; j < prefill->positions.size(); ++j)
-    if (prefill->fedMask[j]) EXPECT_EQ(prefill->positions[j], expected++);
+  for (size_t j = 0; j < prefill->positions.size(); ++j) {
+    if (prefill->fedMask[j]) {
+      EXPECT_EQ(prefill->positions[j], expected++);
+    }
+  }
 }
 
 TEST(Engine, CacheIsPreallocatedAndGrowsByOnePerDecodeStep) {
