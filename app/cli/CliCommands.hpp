@@ -15,5 +15,7 @@ void registerPolicyCommand(CLI::App& app, CliContext& ctx);  // commands/PolicyC
 /// `make-demo DIR`: writes a random-weight HuggingFace checkpoint (commands/MakeDemoCommand.cpp).
 void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
 void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
+/// `reference`: one uncached pass over a prompt (commands/ReferenceCommand.cpp).
+void registerReferenceCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   cli::registerPolicyCommand(app, ctx);
   cli::registerMakeDemoCommand(app, ctx);
   cli::registerTokenizeCommand(app, ctx);
+  cli::registerReferenceCommand(app, ctx);
 
   try {
     app.parse(argc, argv);
