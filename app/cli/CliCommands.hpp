@@ -17,5 +17,8 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
 void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
 /// `reference`: one uncached pass over a prompt (commands/ReferenceCommand.cpp).
 void registerReferenceCommand(CLI::App& app, CliContext& ctx);
+/// `generate`: the built-in cached engine with faults, recording a trace
+/// (commands/GenerateCommand.cpp).
+void registerGenerateCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

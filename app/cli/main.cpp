@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   cli::registerMakeDemoCommand(app, ctx);
   cli::registerTokenizeCommand(app, ctx);
   cli::registerReferenceCommand(app, ctx);
+  cli::registerGenerateCommand(app, ctx);
 
   try {
     app.parse(argc, argv);
