@@ -37,7 +37,8 @@ class TensorLoader {
       throw InputError(file.path(), name,
                        "shape " + shapeText(e.shape) + " does not fit the config, which needs [" +
                            std::to_string(minRows) + " (or more), " + std::to_string(cols) +
-                           "] (vocab_size " + std::to_string(minRows) + ")");
+                           "] (vocab_size " + std::to_string(minRows) +
+                           ", config: " + ck_.config().sourceFile + ")");
     return toFloat(file, e);
   }
 
