@@ -144,6 +144,32 @@ TEST(CliBadInput, ConfigMissingARequiredField) {
   expectRejected(dir, {dir + "/config.json", "num_hidden_layers"});
 }
 
+TEST(CliBadInput, ConfigLayerCountBeyondTheWeights) {
+  // Sizing anything by a wrong count (here a billion layers) must not run out of memory.
+  for (const char* count : {"3", "1000000000"}) {
+    const std::string dir = goodCheckpoint(std::string("layers-") + count);
+    json cfg = json::parse(test::readBytes(dir + "/config.json"));
+    cfg["num_hidden_layers"] = std::stoll(count);
+    test::writeBytes(dir + "/config.json", cfg.dump(2));
+    expectRejected(dir, {dir + "/config.json", "field 'num_hidden_layers'",
+                         "model.layers." + std::to_string(std::stoll(count) - 1)});
+  }
+}
+
+TEST(CliBadInput, ConfigRopeValuesThatWouldGiveNaN) {
+  const std::string dir = goodCheckpoint("rope-theta");
+  json cfg = json::parse(test::readBytes(dir + "/config.json"));
+  cfg["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", -1.0}};
+  test::writeBytes(dir + "/config.json", cfg.dump(2));
+  expectRejected(dir, {dir + "/config.json", "field 'rope_parameters.rope_theta'"});
+
+  cfg["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"factor", 2.0},
+                            {"low_freq_factor", 2.0}, {"high_freq_factor", 2.0},
+                            {"original_max_position_embeddings", 16}};
+  test::writeBytes(dir + "/config.json", cfg.dump(2));
+  expectRejected(dir, {dir + "/config.json", "field 'rope_parameters.high_freq_factor'"});
+}
+
 TEST(CliBadInput, ConfigThatIsNotJson) {
   const std::string dir = goodCheckpoint("config-json");
   test::writeBytes(dir + "/config.json", "{\"model_type\": \"llama\", ");
