@@ -11,10 +11,18 @@ std::string printable(const std::string& s) {
   std::ostringstream os;
   for (unsigned char c : s) {
     switch (c) {
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      case '\r': os << "\\r"; break;
-      case '\\': os << "\\\\"; break;
+      case '\n':
+        os << "\\n";
+        break;
+      case '\t':
+        os << "\\t";
+        break;
+      case '\r':
+        os << "\\r";
+        break;
+      case '\\':
+        os << "\\\\";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           os << "\\x" << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(c)
@@ -50,7 +58,8 @@ std::vector<int64_t> parseIdList(const std::string& text, const std::string& opt
     out.push_back(v);
   }
   if (out.empty()) throw UsageError(option + " is empty (expected ids like 1,2,3)");
-  if (text.find_last_not_of(" \t") != std::string::npos && text[text.find_last_not_of(" \t")] == ',')
+  if (text.find_last_not_of(" \t") != std::string::npos &&
+      text[text.find_last_not_of(" \t")] == ',')
     throw UsageError(option + " '" + text + "': empty entry after the last comma");
   return out;
 }

@@ -40,18 +40,17 @@ ModelSession ModelSession::open(const std::string& dir, bool requireTokenizer) {
   const int64_t tokenizerIds = s.tokenizer_->vocabSize();
   const int64_t rows = s.model_->embeddingRows();
   if (tokenizerIds > rows) {
-    throw InputError(s.tokenizerFile_, "vocabulary",
-                     "the tokenizer produces ids up to " + std::to_string(tokenizerIds - 1) +
-                         " (" + std::to_string(tokenizerIds) +
-                         " ids) but the model's embedding has only " + std::to_string(rows) +
-                         " rows (" + cfg.sourceFile + ": vocab_size " +
-                         std::to_string(cfg.vocabSize) +
-                         "); the tokenizer does not belong to these weights");
+    throw InputError(
+        s.tokenizerFile_, "vocabulary",
+        "the tokenizer produces ids up to " + std::to_string(tokenizerIds - 1) + " (" +
+            std::to_string(tokenizerIds) + " ids) but the model's embedding has only " +
+            std::to_string(rows) + " rows (" + cfg.sourceFile + ": vocab_size " +
+            std::to_string(cfg.vocabSize) + "); the tokenizer does not belong to these weights");
   }
   if (rows > tokenizerIds) {
     s.notes_.push_back("the embedding has " + std::to_string(rows) + " rows and the tokenizer " +
-                       std::to_string(tokenizerIds) + " ids: rows " +
-                       std::to_string(tokenizerIds) + ".." + std::to_string(rows - 1) +
+                       std::to_string(tokenizerIds) + " ids: rows " + std::to_string(tokenizerIds) +
+                       ".." + std::to_string(rows - 1) +
                        " are padding no text encodes to (config vocab_size " +
                        std::to_string(cfg.vocabSize) + ")");
   }

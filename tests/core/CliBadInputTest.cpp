@@ -7,10 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CliRunner.hpp"
 #include "ScratchCheckpoint.hpp"
@@ -51,7 +50,8 @@ void expectRejected(const std::string& dir, const std::vector<std::string>& ment
   EXPECT_EQ(r.exitCode, 2) << r;
   EXPECT_TRUE(r.out.empty()) << r;
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r;
-  for (const auto& m : mentions) EXPECT_NE(r.err.find(m), std::string::npos) << "'" << m << "' in\n" << r;
+  for (const auto& m : mentions)
+    EXPECT_NE(r.err.find(m), std::string::npos) << "'" << m << "' in\n" << r;
   EXPECT_TRUE(snapshot(dir) == before) << "files in " << dir << " changed";
 }
 
@@ -61,7 +61,8 @@ std::string weights(const std::string& dir) { return dir + "/model.safetensors";
 
 TEST(CliBadInput, GoodCheckpointRunsForContrast) {
   const std::string dir = goodCheckpoint("good");
-  const test::CliRun r = test::runKvscopeCli({"reference", "--model", dir, "--ids", "1,2,3", "--json"});
+  const test::CliRun r =
+      test::runKvscopeCli({"reference", "--model", dir, "--ids", "1,2,3", "--json"});
   ASSERT_TRUE(r.exitedWith(0)) << r;
   EXPECT_EQ(json::parse(r.out).at("ids"), json({1, 2, 3}));
 }
@@ -114,9 +115,8 @@ TEST(CliBadInput, OutOfRangeOffsets) {
 
 TEST(CliBadInput, UnknownDtype) {
   const std::string dir = goodCheckpoint("dtype");
-  test::editSafetensorsHeader(weights(dir), [](json& h) {
-    h["model.layers.1.mlp.up_proj.weight"]["dtype"] = "F12";
-  });
+  test::editSafetensorsHeader(
+      weights(dir), [](json& h) { h["model.layers.1.mlp.up_proj.weight"]["dtype"] = "F12"; });
   expectRejected(dir, {weights(dir), "field 'model.layers.1.mlp.up_proj.weight.dtype'", "F12"});
 }
 
@@ -132,8 +132,8 @@ TEST(CliBadInput, ConfigHiddenSizeDisagreesWithTheTensors) {
   json cfg = json::parse(test::readBytes(dir + "/config.json"));
   cfg["hidden_size"] = 48;  // the tensors are 32 wide
   test::writeBytes(dir + "/config.json", cfg.dump(2));
-  expectRejected(dir, {weights(dir), "field 'model.embed_tokens.weight'", "shape",
-                       dir + "/config.json"});
+  expectRejected(
+      dir, {weights(dir), "field 'model.embed_tokens.weight'", "shape", dir + "/config.json"});
 }
 
 TEST(CliBadInput, ConfigMissingARequiredField) {
@@ -163,9 +163,9 @@ TEST(CliBadInput, ConfigRopeValuesThatWouldGiveNaN) {
   test::writeBytes(dir + "/config.json", cfg.dump(2));
   expectRejected(dir, {dir + "/config.json", "field 'rope_parameters.rope_theta'"});
 
-  cfg["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"factor", 2.0},
-                            {"low_freq_factor", 2.0}, {"high_freq_factor", 2.0},
-                            {"original_max_position_embeddings", 16}};
+  cfg["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 10000.0},
+                            {"factor", 2.0},           {"low_freq_factor", 2.0},
+                            {"high_freq_factor", 2.0}, {"original_max_position_embeddings", 16}};
   test::writeBytes(dir + "/config.json", cfg.dump(2));
   expectRejected(dir, {dir + "/config.json", "field 'rope_parameters.high_freq_factor'"});
 }

@@ -43,8 +43,9 @@ inline std::string readWholeFile(const std::filesystem::path& p) {
 inline CliRun runKvscopeCli(const std::vector<std::string>& args) {
   namespace fs = std::filesystem;
   static std::atomic<int> counter{0};
-  const fs::path base = fs::temp_directory_path() / ("kvscope-cli-run-" + std::to_string(::getpid()) +
-                                                     "-" + std::to_string(counter++));
+  const fs::path base =
+      fs::temp_directory_path() /
+      ("kvscope-cli-run-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   const std::string outPath = base.string() + ".out", errPath = base.string() + ".err";
 
   std::vector<std::string> argv{KVSCOPE_CLI_PATH};

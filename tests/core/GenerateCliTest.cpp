@@ -4,10 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CliRunner.hpp"
 #include "ScratchCheckpoint.hpp"
@@ -43,9 +42,9 @@ TEST(GenerateCli, GreedyJsonMatchesTransformersGenerate) {
     SCOPED_TRACE(name);
     const json prompt = golden(name)["prompts"][1];
     const auto want = ints(prompt["generate"]["cache"]);
-    const test::CliRun r = test::runKvscopeCli(
-        {"generate", "--model", test::hfModel(name), "--prompt", prompt["text"], "--max-new",
-         std::to_string(want.size()), "--json"});
+    const test::CliRun r =
+        test::runKvscopeCli({"generate", "--model", test::hfModel(name), "--prompt", prompt["text"],
+                             "--max-new", std::to_string(want.size()), "--json"});
     ASSERT_TRUE(r.exitedWith(0)) << r;
     const json out = json::parse(r.out);
     ASSERT_EQ(out.at("requests").size(), 1u);
@@ -80,10 +79,26 @@ TEST(GenerateCli, TraceIsWrittenReadableAndNeverOverwritten) {
   const std::string dir = test::scratchDir(kTag, "trace").string();
   fs::create_directories(dir);
   const std::string path = dir + "/run.kvtrace";
-  const test::CliRun r =
-      generate({"--prompt", "Audit the cache", "--prompt", "Short one", "--prompt", "Late",
-                "--arrival", "0", "--arrival", "0", "--arrival", "2", "--batch", "--max-new",
-                "4", "--trace", path, "--fault", "wrong_layer:layer=2,source=1", "--json"});
+  const test::CliRun r = generate({"--prompt",
+                                   "Audit the cache",
+                                   "--prompt",
+                                   "Short one",
+                                   "--prompt",
+                                   "Late",
+                                   "--arrival",
+                                   "0",
+                                   "--arrival",
+                                   "0",
+                                   "--arrival",
+                                   "2",
+                                   "--batch",
+                                   "--max-new",
+                                   "4",
+                                   "--trace",
+                                   path,
+                                   "--fault",
+                                   "wrong_layer:layer=2,source=1",
+                                   "--json"});
   ASSERT_TRUE(r.exitedWith(0)) << r;
   const json out = json::parse(r.out);
   EXPECT_EQ(out.at("trace"), path);
@@ -111,7 +126,8 @@ TEST(GenerateCli, SnapshotsUncachedAndWeightUpdatesReachTheTrace) {
   const std::string dir = test::scratchDir(kTag, "options").string();
   fs::create_directories(dir);
   const std::string snap = dir + "/snap.kvtrace";
-  test::CliRun r = generate({"--prompt", "Audit", "--max-new", "3", "--snapshots", "--trace", snap});
+  test::CliRun r =
+      generate({"--prompt", "Audit", "--max-new", "3", "--snapshots", "--trace", snap});
   ASSERT_TRUE(r.exitedWith(0)) << r;
   EXPECT_NE(r.out.find("request 0"), std::string::npos) << r;
   EXPECT_TRUE(TraceFile::read(snap).hasSnapshots());
@@ -131,9 +147,9 @@ TEST(GenerateCli, SnapshotsUncachedAndWeightUpdatesReachTheTrace) {
 }
 
 TEST(GenerateCli, SampledRunsAreReproducibleFromTheSeed) {
-  const std::vector<std::string> args = {"--prompt", "Audit", "--max-new", "6", "--temperature",
-                                         "1.5", "--top-k", "50", "--top-p", "0.95", "--seed",
-                                         "7", "--json"};
+  const std::vector<std::string> args = {
+      "--prompt", "Audit", "--max-new", "6", "--temperature", "1.5", "--top-k", "50",
+      "--top-p",  "0.95",  "--seed",    "7", "--json"};
   const test::CliRun a = generate(args), b = generate(args);
   ASSERT_TRUE(a.exitedWith(0)) << a;
   ASSERT_TRUE(b.exitedWith(0)) << b;
@@ -149,7 +165,8 @@ TEST(GenerateCli, HelpDocumentsEveryFault) {
   for (const auto& f : FaultSpec::catalog()) {
     EXPECT_NE(r.out.find("  " + f.name + ": "), std::string::npos) << f.name;
     for (const auto& p : f.parameters)
-      EXPECT_NE(r.out.find(p.name + "=" + p.defaultValue), std::string::npos) << f.name << " " << p.name;
+      EXPECT_NE(r.out.find(p.name + "=" + p.defaultValue), std::string::npos)
+          << f.name << " " << p.name;
   }
 }
 

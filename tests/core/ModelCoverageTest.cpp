@@ -168,9 +168,9 @@ TEST(ModelCoverage, DynamicRopeScalesOnlyBeyondTheOriginalContext) {
   const auto dynamic = writeAndLoad("dyn-dynamic", spec);
   const auto shortIds = someIds(8), longIds = someIds(20);
   EXPECT_EQ(plain->reference(shortIds).logits, dynamic->reference(shortIds).logits);
-  EXPECT_GT(FloatTensor::maxAbsDiff(plain->reference(longIds).logits,
-                                    dynamic->reference(longIds).logits),
-            1e-4f);
+  EXPECT_GT(
+      FloatTensor::maxAbsDiff(plain->reference(longIds).logits, dynamic->reference(longIds).logits),
+      1e-4f);
 }
 
 TEST(ModelCoverage, Qwen2QkvBiasesAreLoadedAndUsed) {
@@ -246,7 +246,8 @@ TEST(ModelCoverage, MistralWindowSeesOnlyTheLastWTokens) {
     EXPECT_TRUE(closeTo(test::rows(logits, p, 1), lastRow(windowed->reference(tail).logits), 1e-4f))
         << "p=" << p;
     if (p < W)
-      EXPECT_TRUE(closeTo(test::rows(logits, p, 1), test::rows(fullLogits, p, 1), 1e-6f)) << "p=" << p;
+      EXPECT_TRUE(closeTo(test::rows(logits, p, 1), test::rows(fullLogits, p, 1), 1e-6f))
+          << "p=" << p;
     else
       EXPECT_GT(FloatTensor::maxAbsDiff(test::rows(logits, p, 1), test::rows(fullLogits, p, 1)),
                 1e-4f)
@@ -289,7 +290,8 @@ TEST(ModelCoverage, Qwen2WindowAppliesOnlyFromMaxWindowLayers) {
 }
 
 TEST(ModelCoverage, GqaHeadDimOverrideLoadsAndRuns) {
-  for (const Architecture arch : {Architecture::Llama, Architecture::Qwen2, Architecture::Mistral}) {
+  for (const Architecture arch :
+       {Architecture::Llama, Architecture::Qwen2, Architecture::Mistral}) {
     SCOPED_TRACE(architectureName(arch));
     CheckpointSpec spec = test::smallSpec(arch);
     spec.headDim = 16;  // hidden 32 / 4 heads would be 8

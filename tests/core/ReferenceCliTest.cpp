@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CliRunner.hpp"
 #include "ScratchCheckpoint.hpp"
@@ -36,8 +35,9 @@ TEST(ReferenceCli, JsonMatchesTheInProcessReferenceForEveryFixture) {
   for (const std::string name : {"llama", "gpt2"}) {
     SCOPED_TRACE(name);
     const json prompt = golden(name)["prompts"][0];
-    const test::CliRun r = test::runKvscopeCli({"reference", "--model", test::hfModel(name),
-                                                "--prompt", prompt["text"], "--json", "--top", "5"});
+    const test::CliRun r =
+        test::runKvscopeCli({"reference", "--model", test::hfModel(name), "--prompt",
+                             prompt["text"], "--json", "--top", "5"});
     ASSERT_TRUE(r.exitedWith(0)) << r;
     const json out = json::parse(r.out);
     const auto ids = prompt["ids"].get<std::vector<int64_t>>();
@@ -164,12 +164,12 @@ TEST(ReferenceCli, IdsWorkWithoutATokenizerButPromptsDoNot) {
 TEST(ReferenceCli, UsageErrorsExitWithCode2) {
   const std::string model = test::hfModel("llama");
   const std::vector<std::vector<std::string>> cases = {
-      {"reference", "--model", model},                                    // neither
-      {"reference", "--model", model, "--ids", "1", "--prompt", "hi"},   // both
+      {"reference", "--model", model},                                  // neither
+      {"reference", "--model", model, "--ids", "1", "--prompt", "hi"},  // both
       {"reference", "--model", model, "--ids", "1,,2"},
       {"reference", "--model", model, "--ids", "1,2,"},
       {"reference", "--model", model, "--ids", "1", "--top", "-1"},
-      {"reference", "--ids", "1"},                                        // no model
+      {"reference", "--ids", "1"},  // no model
   };
   for (const auto& args : cases) {
     const test::CliRun r = test::runKvscopeCli(args);

@@ -12,9 +12,8 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "kvscope/CheckpointSpec.hpp"
 #include "kvscope/CheckpointWriter.hpp"
@@ -37,8 +36,8 @@ inline const scratch_fs::path& scratchRoot(const std::string& tag) {
   static std::map<std::string, Root> roots;
   Root& r = roots[tag];
   if (r.path.empty())
-    r.path = scratch_fs::temp_directory_path() /
-             ("kvscope-" + tag + "-" + std::to_string(::getpid()));
+    r.path =
+        scratch_fs::temp_directory_path() / ("kvscope-" + tag + "-" + std::to_string(::getpid()));
   return r.path;
 }
 

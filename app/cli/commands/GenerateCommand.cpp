@@ -10,10 +10,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CliCommands.hpp"
 #include "CliText.hpp"
@@ -53,7 +52,8 @@ WeightUpdateSpec parseWeightUpdate(const std::string& text) {
   const auto first = text.find(':'), last = text.rfind(':');
   const std::string form = "--weight-update '" + text + "': ";
   if (first == std::string::npos || first == last)
-    throw UsageError(form + "expected TICK:TENSOR:SCALE, e.g. 3:model.layers.0.self_attn.k_proj.weight:0.05");
+    throw UsageError(
+        form + "expected TICK:TENSOR:SCALE, e.g. 3:model.layers.0.self_attn.k_proj.weight:0.05");
   WeightUpdateSpec u;
   const std::string tick = text.substr(0, first), scale = text.substr(last + 1);
   u.tensor = text.substr(first + 1, last - first - 1);
@@ -154,10 +154,12 @@ void printText(const Trace& trace, const ModelSession& session, const std::strin
 
 void runGenerate(const GenerateOptions& o, CliContext& ctx) {
   // Everything that needs no model is checked first.
-  if (o.maxNew < 1) throw UsageError("--max-new must be at least 1, got " + std::to_string(o.maxNew));
+  if (o.maxNew < 1)
+    throw UsageError("--max-new must be at least 1, got " + std::to_string(o.maxNew));
   if (!o.arrivals.empty() && o.arrivals.size() != o.prompts.size())
     throw UsageError("--arrival given " + std::to_string(o.arrivals.size()) + " times for " +
-                     std::to_string(o.prompts.size()) + " prompts (give one tick per prompt, or none)");
+                     std::to_string(o.prompts.size()) +
+                     " prompts (give one tick per prompt, or none)");
   for (int64_t a : o.arrivals)
     if (a < 0) throw UsageError("--arrival ticks must be >= 0, got " + std::to_string(a));
   const SamplingPolicy policy = policyFrom(o);
@@ -169,8 +171,9 @@ void runGenerate(const GenerateOptions& o, CliContext& ctx) {
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
-      throw InputError(o.trace, "", "--trace: the file already exists; refusing to overwrite it "
-                                    "(remove it or choose another name)");
+      throw InputError(o.trace, "",
+                       "--trace: the file already exists; refusing to overwrite it "
+                       "(remove it or choose another name)");
   }
 
   const ModelSession session = ModelSession::open(o.model, /*requireTokenizer=*/true);
@@ -196,14 +199,17 @@ void runGenerate(const GenerateOptions& o, CliContext& ctx) {
                     {"text", session.tokenizer()->decode(r.generated)},
                     {"stop_reason", r.stopReason},
                     {"arrival_tick", r.arrivalTick},
-                    {"batch_group", r.batchGroup >= 0 ? nlohmann::json(r.batchGroup)
-                                                      : nlohmann::json(nullptr)},
+                    {"batch_group",
+                     r.batchGroup >= 0 ? nlohmann::json(r.batchGroup) : nlohmann::json(nullptr)},
                     {"policy", r.policy}});
   }
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : trace.events)
-    events.push_back({{"tick", e.tick}, {"kind", e.kind}, {"detail", e.detail},
-                      {"tensor", e.tensor}, {"weights_version", e.weightsVersion}});
+    events.push_back({{"tick", e.tick},
+                      {"kind", e.kind},
+                      {"detail", e.detail},
+                      {"tensor", e.tensor},
+                      {"weights_version", e.weightsVersion}});
   nlohmann::json j;
   j["engine"] = trace.engine;
   j["mode"] = trace.mode;
@@ -229,26 +235,34 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
       ->required()
       ->allow_extra_args(false);
   cmd->add_option("--max-new", o->maxNew, "Tokens to generate per request (at most)")->required();
-  cmd->add_option("--fault", o->faults, "Inject a fault: NAME[:key=value,...] (see below); repeatable")
+  cmd->add_option("--fault", o->faults,
+                  "Inject a fault: NAME[:key=value,...] (see below); repeatable")
       ->allow_extra_args(false);
-  cmd->add_option("--trace", o->trace, "Write the recorded trace to a new file (never replaces one)");
-  cmd->add_flag("--json", o->json,
-                "Print JSON: requests (id, prompt_ids, generated, text, stop_reason), faults, trace");
-  cmd->add_option("--temperature", o->temperature, "Sampling temperature >= 0; 0 = greedy (default)");
+  cmd->add_option("--trace", o->trace,
+                  "Write the recorded trace to a new file (never replaces one)");
+  cmd->add_flag(
+      "--json", o->json,
+      "Print JSON: requests (id, prompt_ids, generated, text, stop_reason), faults, trace");
+  cmd->add_option("--temperature", o->temperature,
+                  "Sampling temperature >= 0; 0 = greedy (default)");
   o->topKOpt = cmd->add_option("--top-k", o->topK, "Keep the k highest logits (ties kept), k >= 1");
   o->topPOpt = cmd->add_option("--top-p", o->topP, "Nucleus mass in (0, 1]");
-  cmd->add_option("--seed", o->seed, "Per-request generator seed (default 0; each request has its own generator)");
+  cmd->add_option("--seed", o->seed,
+                  "Per-request generator seed (default 0; each request has its own generator)");
   cmd->add_option("--arrival", o->arrivals,
                   "Engine tick at which each prompt's request joins, one per --prompt in order "
                   "(default: all at tick 0)")
       ->allow_extra_args(false);
   cmd->add_flag("--batch", o->batch,
                 "Prefill and decode prompts that arrive at the same tick as one left-padded batch");
-  cmd->add_flag("--snapshots", o->snapshots, "Record full per-step cache copies in the trace (O(T^2))");
-  cmd->add_flag("--uncached", o->uncached, "Recompute the full prefix every step (the reference engine)");
-  cmd->add_option("--weight-update", o->weightUpdates,
-                  "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "
-                  "repeatable")
+  cmd->add_flag("--snapshots", o->snapshots,
+                "Record full per-step cache copies in the trace (O(T^2))");
+  cmd->add_flag("--uncached", o->uncached,
+                "Recompute the full prefix every step (the reference engine)");
+  cmd->add_option(
+         "--weight-update", o->weightUpdates,
+         "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "
+         "repeatable")
       ->allow_extra_args(false);
   cmd->footer("\n" + FaultSpec::helpText());
   cmd->callback([o, &ctx]() { runGenerate(*o, ctx); });

@@ -9,12 +9,11 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "CliCommands.hpp"
 #include "CliText.hpp"
@@ -55,7 +54,8 @@ std::vector<Candidate> topCandidates(const std::vector<float>& row, int64_t n) {
   const size_t k = std::min(order.size(), static_cast<size_t>(std::max<int64_t>(n, 0)));
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
                     [&](int64_t a, int64_t b) {
-                      const float la = row[static_cast<size_t>(a)], lb = row[static_cast<size_t>(b)];
+                      const float la = row[static_cast<size_t>(a)],
+                                  lb = row[static_cast<size_t>(b)];
                       return la > lb || (la == lb && a < b);
                     });
   std::vector<Candidate> out;
@@ -90,8 +90,10 @@ void writeDump(const ReferenceRun& run, const Model& model, const std::string& p
 void refuseExisting(const std::string& path, const std::string& option) {
   std::error_code ec;
   if (std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
-    throw InputError(path, "", option + ": the file already exists; refusing to overwrite it "
-                                        "(remove it or choose another name)");
+    throw InputError(path, "",
+                     option +
+                         ": the file already exists; refusing to overwrite it "
+                         "(remove it or choose another name)");
 }
 
 void runReference(const ReferenceOptions& o, CliContext& ctx) {
@@ -127,7 +129,8 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
     if (session.tokenizer()) {
       nlohmann::json toks = nlohmann::json::array();
       for (size_t i = 0; i < idList.size(); ++i)
-        toks.push_back(i < tokens.size() ? nlohmann::json(tokens[i]) : tokenJson(session, idList[i]));
+        toks.push_back(i < tokens.size() ? nlohmann::json(tokens[i])
+                                         : tokenJson(session, idList[i]));
       j["tokens"] = toks;
     }
     j["fingerprint"] = model.fingerprint();
@@ -137,7 +140,9 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
     j["last_logits"] = last;
     nlohmann::json topJson = nlohmann::json::array();
     for (const auto& c : top)
-      topJson.push_back({{"id", c.id}, {"token", tokenJson(session, c.id)}, {"logit", c.logit},
+      topJson.push_back({{"id", c.id},
+                         {"token", tokenJson(session, c.id)},
+                         {"logit", c.logit},
                          {"probability", c.probability}});
     j["top"] = topJson;
     j["notes"] = session.notes();
@@ -153,25 +158,31 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
             << cfg.headDim << ", vocab " << cfg.vocabSize << ")\n"
             << "stored dtype: " << model.storedDtype() << " (computed in float32)\n"
             << "fingerprint:  " << model.fingerprint() << "\n";
-  if (session.tokenizer()) std::cout << "tokenizer:    " << session.tokenizer()->description() << "\n";
+  if (session.tokenizer())
+    std::cout << "tokenizer:    " << session.tokenizer()->description() << "\n";
   for (const auto& n : session.notes()) std::cout << "note: " << n << "\n";
   std::cout << "\n" << T << " tokens:\n";
-  std::cout << std::setw(6) << "pos" << "  " << std::setw(8) << "id" << "  token\n";
+  std::cout << std::setw(6) << "pos"
+            << "  " << std::setw(8) << "id"
+            << "  token\n";
   for (size_t i = 0; i < idList.size(); ++i) {
-    const auto text = i < tokens.size() ? std::optional<std::string>(tokens[i]) : session.tokenText(idList[i]);
+    const auto text =
+        i < tokens.size() ? std::optional<std::string>(tokens[i]) : session.tokenText(idList[i]);
     std::cout << std::setw(6) << i << "  " << std::setw(8) << idList[i] << "  "
               << (text ? "'" + printable(*text) + "'" : std::string("-")) << "\n";
   }
   std::cout << "\nnext token after position " << T - 1 << ": top " << top.size() << " of " << V
             << "\n";
-  std::cout << std::setw(6) << "rank" << "  " << std::setw(8) << "id" << "  " << std::setw(12)
-            << "logit" << "  " << std::setw(12) << "probability" << "  token\n";
+  std::cout << std::setw(6) << "rank"
+            << "  " << std::setw(8) << "id"
+            << "  " << std::setw(12) << "logit"
+            << "  " << std::setw(12) << "probability"
+            << "  token\n";
   for (size_t i = 0; i < top.size(); ++i) {
     const auto text = session.tokenText(top[i].id);
-    std::cout << std::setw(6) << i + 1 << "  " << std::setw(8) << top[i].id << "  "
-              << std::setw(12) << std::setprecision(6) << top[i].logit << "  " << std::setw(12)
-              << top[i].probability << "  "
-              << (text ? "'" + printable(*text) + "'" : std::string("-")) << "\n";
+    std::cout << std::setw(6) << i + 1 << "  " << std::setw(8) << top[i].id << "  " << std::setw(12)
+              << std::setprecision(6) << top[i].logit << "  " << std::setw(12) << top[i].probability
+              << "  " << (text ? "'" + printable(*text) + "'" : std::string("-")) << "\n";
   }
   if (!o.dump.empty())
     std::cout << "\ndump: " << o.dump << " (logits [" << T << ", " << V << "], "
