@@ -16,5 +16,10 @@ void registerPolicyCommand(CLI::App& app, CliContext& ctx);  // commands/PolicyC
 void registerMakeDemoCommand(CLI::App& app, CliContext& ctx);
 void registerTokenizeCommand(CLI::App& app, CliContext& ctx);
 void registerAuditCommand(CLI::App& app, CliContext& ctx);  // commands/AuditCommand.cpp
+/// `reference`: one uncached pass over a prompt (commands/ReferenceCommand.cpp).
+void registerReferenceCommand(CLI::App& app, CliContext& ctx);
+/// `generate`: the built-in cached engine with faults, recording a trace
+/// (commands/GenerateCommand.cpp).
+void registerGenerateCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

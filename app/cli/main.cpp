@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   cli::registerMakeDemoCommand(app, ctx);
   cli::registerTokenizeCommand(app, ctx);
   cli::registerAuditCommand(app, ctx);
+  cli::registerReferenceCommand(app, ctx);
+  cli::registerGenerateCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

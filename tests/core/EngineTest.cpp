@@ -92,8 +92,11 @@ TEST(Engine, LeftPaddedBatchMatchesTransformersBatchFixture) {
   const auto* prefill = trace.stepsOf(1)[0];
   ASSERT_FALSE(prefill->fedMask.empty());
   int64_t expected = 0;
-  for (size_t j = 0; j < prefill->positions.size(); ++j)
-    if (prefill->fedMask[j]) EXPECT_EQ(prefill->positions[j], expected++);
+  for (size_t j = 0; j < prefill->positions.size(); ++j) {
+    if (prefill->fedMask[j]) {
+      EXPECT_EQ(prefill->positions[j], expected++);
+    }
+  }
 }
 
 TEST(Engine, CacheIsPreallocatedAndGrowsByOnePerDecodeStep) {
@@ -172,4 +175,27 @@ TEST(Engine, UncachedModeMatchesCachedLogits) {
       EXPECT_TRUE(closeTo(FloatTensor({cached.steps[i].layers[l].keys.numel()}, cached.steps[i].layers[l].keys.data),
                           FloatTensor({uncached.steps[i].layers[l].keys.numel()}, uncached.steps[i].layers[l].keys.data), 1e-4f));
   }
+}
+
+// A weight update rebuilds each batched request's cache alone (without pads); the requests
+// then decode alone instead of rejoining a batch whose cache lengths no longer line up.
+TEST(Engine, BatchedRequestsSurviveAWeightUpdate) {
+  auto model = Model::load(test::hfModel("llama"));
+  RequestSpec a, b;
+  a.promptIds = {0, 34, 86, 69, 301, 291, 938};
+  b.promptIds = {0, 316, 284};
+  for (RequestSpec* s : {&a, &b}) {
+    s->maxNewTokens = 5;
+    s->stopAtEos = false;
+  }
+  EngineOptions o;
+  o.weightUpdates.push_back({2, "model.norm.weight", 0.1f, 0});
+  std::vector<std::vector<int64_t>> solo;
+  for (const RequestSpec& s : {a, b})
+    solo.push_back(Engine(Model::load(test::hfModel("llama"))).run({s}, o).requests[0].generated);
+  a.batchGroup = b.batchGroup = 0;
+  const Trace batched = Engine(model).run({a, b}, o);
+  ASSERT_EQ(batched.requests.size(), 2u);
+  EXPECT_EQ(batched.requests[0].generated, solo[0]);
+  EXPECT_EQ(batched.requests[1].generated, solo[1]);
 }

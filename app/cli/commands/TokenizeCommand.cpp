@@ -5,12 +5,12 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "CliCommands.hpp"
+#include "CliText.hpp"
 #include "kvscope/Tokenizer.hpp"
 
 namespace kvscope::cli {
@@ -23,26 +23,6 @@ struct TokenizeOptions {
   bool json = false;
   bool noSpecial = false;
 };
-
-// Control characters and backslashes escaped so a token reads on one line.
-std::string printable(const std::string& s) {
-  std::ostringstream os;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      case '\r': os << "\\r"; break;
-      case '\\': os << "\\\\"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          os << "\\x" << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(c) << std::dec;
-        } else {
-          os << static_cast<char>(c);
-        }
-    }
-  }
-  return os.str();
-}
 
 void runTokenize(const TokenizeOptions& o) {
   std::error_code ec;

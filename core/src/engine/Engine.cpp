@@ -150,7 +150,9 @@ class EngineRun {
     std::vector<std::vector<RequestState*>> out;
     std::map<int64_t, size_t> byGroup;
     for (auto* r : members) {
-      const bool batched = r->spec.batchGroup >= 0 && !r->needsRebuild && !options_.uncached;
+      // A rebuilt cache holds no pads, so its length no longer lines up with the group's.
+      const bool batched = r->spec.batchGroup >= 0 && !r->needsRebuild && !r->leftBatch &&
+                           !options_.uncached;
       if (batched && byGroup.count(r->spec.batchGroup)) {
         out[byGroup[r->spec.batchGroup]].push_back(r);
         continue;
@@ -203,6 +205,7 @@ class EngineRun {
         if (r.needsRebuild) {
           events[b].push_back("cache_reset");
           r.needsRebuild = false;
+          r.leftBatch = r.spec.batchGroup >= 0;
         }
         std::fill(r.lengths.begin(), r.lengths.end(), 0);
         r.valid.clear();

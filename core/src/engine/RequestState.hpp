@@ -26,6 +26,7 @@ struct RequestState {
   bool arrived = false;
   bool done = false;
   bool needsRebuild = false;         // weights changed; cache must be rebuilt before use
+  bool leftBatch = false;            // rebuilt alone (no pads): decodes alone from then on
   std::string stopReason = "running";
 };
 

@@ -1,5 +1,6 @@
 #include "kvscope/ModelConfig.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -88,7 +89,15 @@ RopeConfig parseRope(const ConfigReader& r) {
   }
   rope.theta = r.doubleOr("rope_theta", 10000.0);
   rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", 1.0);
-  if (!params) return rope;
+  // A non-positive base makes every inverse frequency NaN (silently NaN logits).
+  auto checkTheta = [&](const std::string& field) {
+    if (!(rope.theta > 0) || !std::isfinite(rope.theta))
+      throw InputError(r.file(), field, "must be a positive number, found " + std::to_string(rope.theta));
+  };
+  if (!params) {
+    checkTheta("rope_theta");
+    return rope;
+  }
   if (!params->is_object()) throw InputError(r.file(), where, "expected an object");
   // transformers 5 may key rope_parameters by layer type; use the full-attention entry.
   const json* p = params;
@@ -107,6 +116,7 @@ RopeConfig parseRope(const ConfigReader& r) {
   else if (p->contains("type") && (*p)["type"].is_string())
     rope.type = (*p)["type"].get<std::string>();
   rope.theta = num("rope_theta", rope.theta);
+  checkTheta(p->contains("rope_theta") ? where + ".rope_theta" : std::string("rope_theta"));
   rope.factor = num("factor", 1.0);
   rope.lowFreqFactor = num("low_freq_factor", 1.0);
   rope.highFreqFactor = num("high_freq_factor", 4.0);
@@ -123,6 +133,10 @@ RopeConfig parseRope(const ConfigReader& r) {
   if (rope.type == "llama3" && rope.originalMaxPositions <= 0)
     throw InputError(r.file(), where + ".original_max_position_embeddings",
                      "required for llama3 RoPE scaling");
+  if (rope.type == "llama3" && !(rope.highFreqFactor > rope.lowFreqFactor))
+    throw InputError(r.file(), where + ".high_freq_factor",
+                     "must exceed low_freq_factor for llama3 RoPE scaling (the smoothing divides "
+                     "by their difference)");
   return rope;
 }
 

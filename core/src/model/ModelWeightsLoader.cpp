@@ -1,4 +1,5 @@
 // ModelImpl::loadWeights: maps checkpoint tensors into torch tensors with shape checks.
+#include <algorithm>
 #include <cstdint>
 
 #include "kvscope/Error.hpp"
@@ -37,7 +38,8 @@ class TensorLoader {
       throw InputError(file.path(), name,
                        "shape " + shapeText(e.shape) + " does not fit the config, which needs [" +
                            std::to_string(minRows) + " (or more), " + std::to_string(cols) +
-                           "] (vocab_size " + std::to_string(minRows) + ")");
+                           "] (vocab_size " + std::to_string(minRows) +
+                           ", config: " + ck_.config().sourceFile + ")");
     return toFloat(file, e);
   }
 
@@ -73,6 +75,17 @@ void ModelImpl::loadWeights() {
   TensorLoader L(*checkpoint);
   const int64_t H = c.hiddenSize, I = c.intermediateSize, d = c.headDim;
   const int64_t nh = c.numHeads, nkv = c.numKvHeads;
+  // The config's layer count must be backed by tensors before anything is sized by it (a
+  // wrong num_hidden_layers would otherwise ask for billions of layer slots).
+  const bool gpt2 = c.architecture == Architecture::Gpt2;
+  const std::string lastLayer =
+      (gpt2 ? "transformer.h." : "model.layers.") + std::to_string(c.numLayers - 1) + ".";
+  const auto names = checkpoint->tensorNames();
+  if (std::none_of(names.begin(), names.end(),
+                   [&](const std::string& n) { return n.rfind(lastLayer, 0) == 0; }))
+    throw InputError(c.sourceFile, gpt2 ? "n_layer" : "num_hidden_layers",
+                     std::to_string(c.numLayers) + " layers, but the weights hold no '" +
+                         lastLayer + "*' tensors (" + checkpoint->directory() + ")");
   layers.resize(static_cast<size_t>(c.numLayers));
   byName.clear();
   auto track = [&](const std::string& name, torch::Tensor& t) {

@@ -1,0 +1,271 @@
+// kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
+//     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
+//     [--top-p P] [--seed S] [--arrival TICK ...] [--batch] [--snapshots] [--uncached]
+//     [--weight-update TICK:TENSOR:SCALE ...]
+// Runs the built-in cached engine (optionally with injected faults) and records a trace
+// that `audit` can check against the uncached reference.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "CliCommands.hpp"
+#include "CliText.hpp"
+#include "ModelSession.hpp"
+#include "kvscope/Engine.hpp"
+#include "kvscope/Error.hpp"
+#include "kvscope/FaultSpec.hpp"
+#include "kvscope/TraceFile.hpp"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::vector<std::string> prompts;
+  int64_t maxNew = 0;
+  std::vector<std::string> faults;
+  std::string trace;
+  bool json = false;
+  double temperature = 0.0;
+  int64_t topK = 0;
+  double topP = 1.0;
+  uint64_t seed = 0;
+  std::vector<int64_t> arrivals;
+  bool batch = false;
+  bool snapshots = false;
+  bool uncached = false;
+  std::vector<std::string> weightUpdates;
+  CLI::Option* topKOpt = nullptr;
+  CLI::Option* topPOpt = nullptr;
+};
+
+// TICK:TENSOR:SCALE. Tensor names hold dots, never colons, so the first and the last colon
+// split the three parts.
+WeightUpdateSpec parseWeightUpdate(const std::string& text) {
+  const auto first = text.find(':'), last = text.rfind(':');
+  const std::string form = "--weight-update '" + text + "': ";
+  if (first == std::string::npos || first == last)
+    throw UsageError(
+        form + "expected TICK:TENSOR:SCALE, e.g. 3:model.layers.0.self_attn.k_proj.weight:0.05");
+  WeightUpdateSpec u;
+  const std::string tick = text.substr(0, first), scale = text.substr(last + 1);
+  u.tensor = text.substr(first + 1, last - first - 1);
+  size_t used = 0;
+  try {
+    u.tick = std::stoll(tick, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (tick.empty() || used != tick.size() || u.tick < 0)
+    throw UsageError(form + "TICK '" + tick + "' is not a non-negative integer");
+  double s = 0.0;
+  try {
+    s = std::stod(scale, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (scale.empty() || used != scale.size() || !std::isfinite(s))
+    throw UsageError(form + "SCALE '" + scale + "' is not a finite number");
+  u.scale = static_cast<float>(s);
+  if (u.tensor.empty()) throw UsageError(form + "TENSOR is empty");
+  return u;
+}
+
+void checkWeightName(const Model& model, const WeightUpdateSpec& u) {
+  const auto names = model.weightNames();
+  if (std::find(names.begin(), names.end(), u.tensor) != names.end()) return;
+  std::string some;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) some += (i ? ", " : "") + names[i];
+  throw UsageError("--weight-update: the model has no weight tensor '" + u.tensor +
+                   "' (names are checkpoint tensor names such as " + some + ")");
+}
+
+SamplingPolicy policyFrom(const GenerateOptions& o) {
+  SamplingPolicy p;
+  p.temperature = o.temperature;
+  if (o.topKOpt->count() > 0) p.topK = o.topK;
+  if (o.topPOpt->count() > 0) p.topP = o.topP;
+  p.seed = o.seed;
+  p.validate();  // UsageError -> exit 2
+  return p;
+}
+
+// One request per prompt. With --batch, prompts that arrive at the same tick (two or more)
+// share a batch group: one left-padded prefill and batched decode.
+std::vector<RequestSpec> buildRequests(const GenerateOptions& o, const ModelSession& session,
+                                       const SamplingPolicy& policy) {
+  std::map<int64_t, int64_t> perTick;
+  for (size_t i = 0; i < o.prompts.size(); ++i) perTick[o.arrivals.empty() ? 0 : o.arrivals[i]]++;
+  std::map<int64_t, int64_t> groupOfTick;
+  for (const auto& [tick, count] : perTick)
+    if (o.batch && count > 1) groupOfTick[tick] = static_cast<int64_t>(groupOfTick.size());
+
+  std::vector<RequestSpec> out;
+  for (size_t i = 0; i < o.prompts.size(); ++i) {
+    RequestSpec r;
+    r.promptText = o.prompts[i];
+    r.promptIds = session.encode(o.prompts[i]).ids;
+    session.checkIds(r.promptIds, "--prompt " + std::to_string(i));
+    r.maxNewTokens = o.maxNew;
+    r.policy = policy;
+    r.arrivalTick = o.arrivals.empty() ? 0 : o.arrivals[i];
+    auto g = groupOfTick.find(r.arrivalTick);
+    if (g != groupOfTick.end()) r.batchGroup = g->second;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void printText(const Trace& trace, const ModelSession& session, const std::string& tracePath) {
+  std::cout << "engine: " << trace.engine << " (" << trace.mode << "), model "
+            << trace.model.architecture << " " << trace.model.storedDtype << "\n";
+  for (const auto& n : session.notes()) std::cout << "note: " << n << "\n";
+  if (!trace.faults.empty()) {
+    std::cout << "faults:";
+    for (const auto& f : trace.faults) std::cout << " " << f;
+    std::cout << "\n";
+  }
+  for (const auto& e : trace.events)
+    if (e.kind == "weight_update")
+      std::cout << "tick " << e.tick << ": weight update of " << e.tensor << " (scale " << e.scale
+                << ") -> weights v" << e.weightsVersion << ", " << e.detail << "\n";
+  for (const auto& r : trace.requests) {
+    std::cout << "\nrequest " << r.id << " (arrives at tick " << r.arrivalTick;
+    if (r.batchGroup >= 0) std::cout << ", batch group " << r.batchGroup;
+    std::cout << ", " << r.policy.describe() << ")\n"
+              << "  prompt:    '" << printable(r.promptText) << "' (" << r.promptIds.size()
+              << " tokens)\n"
+              << "  generated:";
+    for (int64_t id : r.generated) std::cout << " " << id;
+    std::cout << "\n  text:      '" << printable(session.tokenizer()->decode(r.generated)) << "'\n"
+              << "  stop:      " << r.stopReason << " after " << r.generated.size() << " tokens\n";
+  }
+  if (!tracePath.empty())
+    std::cout << "\ntrace: " << tracePath << " (" << trace.steps.size() << " steps"
+              << (trace.hasSnapshots() ? ", with cache snapshots" : "") << ")\n";
+}
+
+void runGenerate(const GenerateOptions& o, CliContext& ctx) {
+  // Everything that needs no model is checked first.
+  if (o.maxNew < 1)
+    throw UsageError("--max-new must be at least 1, got " + std::to_string(o.maxNew));
+  if (!o.arrivals.empty() && o.arrivals.size() != o.prompts.size())
+    throw UsageError("--arrival given " + std::to_string(o.arrivals.size()) + " times for " +
+                     std::to_string(o.prompts.size()) +
+                     " prompts (give one tick per prompt, or none)");
+  for (int64_t a : o.arrivals)
+    if (a < 0) throw UsageError("--arrival ticks must be >= 0, got " + std::to_string(a));
+  const SamplingPolicy policy = policyFrom(o);
+  EngineOptions options;
+  for (const auto& f : o.faults) options.faults.push_back(FaultSpec::parse(f));
+  for (const auto& w : o.weightUpdates) options.weightUpdates.push_back(parseWeightUpdate(w));
+  options.recordSnapshots = o.snapshots;
+  options.uncached = o.uncached;
+  if (!o.trace.empty()) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
+      throw InputError(o.trace, "",
+                       "--trace: the file already exists; refusing to overwrite it "
+                       "(remove it or choose another name)");
+  }
+
+  const ModelSession session = ModelSession::open(o.model, /*requireTokenizer=*/true);
+  for (const auto& u : options.weightUpdates) checkWeightName(*session.model(), u);
+  const std::vector<RequestSpec> requests = buildRequests(o, session, policy);
+
+  Engine engine(session.model());
+  const Trace trace = engine.run(requests, options);
+  if (!o.trace.empty()) TraceFile::write(trace, o.trace, /*overwrite=*/false);
+
+  if (!o.json) {
+    printText(trace, session, o.trace);
+    ctx.exitCode = 0;
+    return;
+  }
+  for (const auto& n : session.notes()) std::cerr << "note: " << n << "\n";
+  nlohmann::json reqs = nlohmann::json::array();
+  for (const auto& r : trace.requests) {
+    reqs.push_back({{"id", r.id},
+                    {"prompt", r.promptText},
+                    {"prompt_ids", r.promptIds},
+                    {"generated", r.generated},
+                    {"text", session.tokenizer()->decode(r.generated)},
+                    {"stop_reason", r.stopReason},
+                    {"arrival_tick", r.arrivalTick},
+                    {"batch_group",
+                     r.batchGroup >= 0 ? nlohmann::json(r.batchGroup) : nlohmann::json(nullptr)},
+                    {"policy", r.policy}});
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : trace.events)
+    events.push_back({{"tick", e.tick},
+                      {"kind", e.kind},
+                      {"detail", e.detail},
+                      {"tensor", e.tensor},
+                      {"weights_version", e.weightsVersion}});
+  nlohmann::json j;
+  j["engine"] = trace.engine;
+  j["mode"] = trace.mode;
+  j["requests"] = reqs;
+  j["faults"] = trace.faults;
+  j["events"] = events;
+  j["trace"] = o.trace.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.trace);
+  std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  ctx.exitCode = 0;
+}
+
+}  // namespace
+
+void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate",
+      "Generate with the built-in cached engine (optionally injecting faults) and record a "
+      "trace for the audit");
+  cmd->add_option("--model", o->model, "Model directory (config.json, *.safetensors, tokenizer)")
+      ->required();
+  cmd->add_option("--prompt", o->prompts, "Prompt text; repeat for several requests")
+      ->required()
+      ->allow_extra_args(false);
+  cmd->add_option("--max-new", o->maxNew, "Tokens to generate per request (at most)")->required();
+  cmd->add_option("--fault", o->faults,
+                  "Inject a fault: NAME[:key=value,...] (see below); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--trace", o->trace,
+                  "Write the recorded trace to a new file (never replaces one)");
+  cmd->add_flag(
+      "--json", o->json,
+      "Print JSON: requests (id, prompt_ids, generated, text, stop_reason), faults, trace");
+  cmd->add_option("--temperature", o->temperature,
+                  "Sampling temperature >= 0; 0 = greedy (default)");
+  o->topKOpt = cmd->add_option("--top-k", o->topK, "Keep the k highest logits (ties kept), k >= 1");
+  o->topPOpt = cmd->add_option("--top-p", o->topP, "Nucleus mass in (0, 1]");
+  cmd->add_option("--seed", o->seed,
+                  "Per-request generator seed (default 0; each request has its own generator)");
+  cmd->add_option("--arrival", o->arrivals,
+                  "Engine tick at which each prompt's request joins, one per --prompt in order "
+                  "(default: all at tick 0)")
+      ->allow_extra_args(false);
+  cmd->add_flag("--batch", o->batch,
+                "Prefill and decode prompts that arrive at the same tick as one left-padded batch");
+  cmd->add_flag("--snapshots", o->snapshots,
+                "Record full per-step cache copies in the trace (O(T^2))");
+  cmd->add_flag("--uncached", o->uncached,
+                "Recompute the full prefix every step (the reference engine)");
+  cmd->add_option(
+         "--weight-update", o->weightUpdates,
+         "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "
+         "repeatable")
+      ->allow_extra_args(false);
+  cmd->footer("\n" + FaultSpec::helpText());
+  cmd->callback([o, &ctx]() { runGenerate(*o, ctx); });
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,208 @@
+// kvscope-cli generate: greedy output against transformers' goldens (single and
+// left-padded batch), the trace file, faults, weight updates and the usage errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "CliRunner.hpp"
+#include "ScratchCheckpoint.hpp"
+#include "TestSupport.hpp"
+#include "kvscope/FaultSpec.hpp"
+#include "kvscope/Tokenizer.hpp"
+#include "kvscope/TraceFile.hpp"
+
+using namespace kvscope;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const char* kTag = "cli-generate";
+
+json golden(const std::string& model) {
+  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
+  return json::parse(in);
+}
+
+std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
+
+test::CliRun generate(std::vector<std::string> args) {
+  args.insert(args.begin(), {"generate", "--model", test::hfModel("llama")});
+  return test::runKvscopeCli(args);
+}
+
+}  // namespace
+
+TEST(GenerateCli, GreedyJsonMatchesTransformersGenerate) {
+  for (const std::string name : {"llama", "gpt2"}) {
+    SCOPED_TRACE(name);
+    const json prompt = golden(name)["prompts"][1];
+    const auto want = ints(prompt["generate"]["cache"]);
+    const test::CliRun r =
+        test::runKvscopeCli({"generate", "--model", test::hfModel(name), "--prompt", prompt["text"],
+                             "--max-new", std::to_string(want.size()), "--json"});
+    ASSERT_TRUE(r.exitedWith(0)) << r;
+    const json out = json::parse(r.out);
+    ASSERT_EQ(out.at("requests").size(), 1u);
+    const json& req = out.at("requests")[0];
+    EXPECT_EQ(req.at("id"), 0);
+    EXPECT_EQ(ints(req.at("prompt_ids")), ints(prompt["ids"]));
+    EXPECT_EQ(ints(req.at("generated")), want);
+    EXPECT_EQ(req.at("stop_reason"), "max_new_tokens");
+    const auto tok = Tokenizer::loadFromDirectory(test::hfModel(name));
+    EXPECT_EQ(req.at("text"), tok->decode(want));
+    EXPECT_TRUE(out.at("faults").empty());
+    EXPECT_TRUE(out.at("trace").is_null());
+  }
+}
+
+TEST(GenerateCli, BatchedPromptsMatchTheLeftPaddedGolden) {
+  const json batch = golden("llama")["batch"];
+  const auto want = batch["generated"];
+  const test::CliRun r =
+      generate({"--prompt", batch["prompts"][0], "--prompt", batch["prompts"][1], "--batch",
+                "--max-new", std::to_string(want[0].size()), "--json"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const json out = json::parse(r.out);
+  ASSERT_EQ(out.at("requests").size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(ints(out["requests"][i].at("generated")), ints(want[i])) << i;
+    EXPECT_EQ(out["requests"][i].at("batch_group"), 0) << i;
+  }
+}
+
+TEST(GenerateCli, TraceIsWrittenReadableAndNeverOverwritten) {
+  const std::string dir = test::scratchDir(kTag, "trace").string();
+  fs::create_directories(dir);
+  const std::string path = dir + "/run.kvtrace";
+  const test::CliRun r = generate({"--prompt",
+                                   "Audit the cache",
+                                   "--prompt",
+                                   "Short one",
+                                   "--prompt",
+                                   "Late",
+                                   "--arrival",
+                                   "0",
+                                   "--arrival",
+                                   "0",
+                                   "--arrival",
+                                   "2",
+                                   "--batch",
+                                   "--max-new",
+                                   "4",
+                                   "--trace",
+                                   path,
+                                   "--fault",
+                                   "wrong_layer:layer=2,source=1",
+                                   "--json"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const json out = json::parse(r.out);
+  EXPECT_EQ(out.at("trace"), path);
+  EXPECT_EQ(out.at("faults"), json({"wrong_layer:layer=2,request=-1,source=1,step=0"}));
+  EXPECT_EQ(out["requests"][0].at("batch_group"), 0);
+  EXPECT_EQ(out["requests"][1].at("batch_group"), 0);
+  EXPECT_TRUE(out["requests"][2].at("batch_group").is_null());  // alone at tick 2
+
+  const Trace trace = TraceFile::read(path);
+  ASSERT_EQ(trace.requests.size(), 3u);
+  EXPECT_EQ(trace.faults, out.at("faults").get<std::vector<std::string>>());
+  EXPECT_EQ(trace.requests[2].arrivalTick, 2);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(trace.requests[i].generated, ints(out["requests"][i].at("generated"))) << i;
+  EXPECT_FALSE(trace.hasSnapshots());
+
+  const std::string before = test::readBytes(path);
+  const test::CliRun again = generate({"--prompt", "x", "--max-new", "1", "--trace", path});
+  EXPECT_TRUE(again.exitedWith(2)) << again;
+  EXPECT_NE(again.err.find(path), std::string::npos) << again;
+  EXPECT_EQ(test::readBytes(path), before);
+}
+
+TEST(GenerateCli, SnapshotsUncachedAndWeightUpdatesReachTheTrace) {
+  const std::string dir = test::scratchDir(kTag, "options").string();
+  fs::create_directories(dir);
+  const std::string snap = dir + "/snap.kvtrace";
+  test::CliRun r =
+      generate({"--prompt", "Audit", "--max-new", "3", "--snapshots", "--trace", snap});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_NE(r.out.find("request 0"), std::string::npos) << r;
+  EXPECT_TRUE(TraceFile::read(snap).hasSnapshots());
+
+  r = generate({"--prompt", "Audit", "--max-new", "3", "--uncached", "--json"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_EQ(json::parse(r.out).at("mode"), "uncached");
+
+  r = generate({"--prompt", "Audit", "--max-new", "4", "--json", "--weight-update",
+                "2:model.layers.1.self_attn.k_proj.weight:0.5"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const json events = json::parse(r.out).at("events");
+  ASSERT_EQ(events.size(), 1u) << events;
+  EXPECT_EQ(events[0].at("kind"), "weight_update");
+  EXPECT_EQ(events[0].at("tick"), 2);
+  EXPECT_EQ(events[0].at("tensor"), "model.layers.1.self_attn.k_proj.weight");
+}
+
+TEST(GenerateCli, SampledRunsAreReproducibleFromTheSeed) {
+  const std::vector<std::string> args = {
+      "--prompt", "Audit", "--max-new", "6", "--temperature", "1.5", "--top-k", "50",
+      "--top-p",  "0.95",  "--seed",    "7", "--json"};
+  const test::CliRun a = generate(args), b = generate(args);
+  ASSERT_TRUE(a.exitedWith(0)) << a;
+  ASSERT_TRUE(b.exitedWith(0)) << b;
+  const json ra = json::parse(a.out)["requests"][0];
+  EXPECT_EQ(ra.at("generated"), json::parse(b.out)["requests"][0].at("generated"));
+  EXPECT_EQ(ra.at("policy").at("seed"), 7);
+}
+
+TEST(GenerateCli, HelpDocumentsEveryFault) {
+  const test::CliRun r = test::runKvscopeCli({"generate", "--help"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_NE(r.out.find("NAME[:key=value"), std::string::npos) << r;
+  for (const auto& f : FaultSpec::catalog()) {
+    EXPECT_NE(r.out.find("  " + f.name + ": "), std::string::npos) << f.name;
+    for (const auto& p : f.parameters)
+      EXPECT_NE(r.out.find(p.name + "=" + p.defaultValue), std::string::npos)
+          << f.name << " " << p.name;
+  }
+}
+
+TEST(GenerateCli, BadFaultsPoliciesAndOptionsExitWithCode2) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string mention;
+  };
+  const std::vector<Case> cases = {
+      {{"--fault", "no_such_fault"}, "unknown fault 'no_such_fault'"},
+      {{"--fault", "wrong_layer:depth=2"}, "bad parameter 'depth=2'"},
+      {{"--fault", "wrong_layer:layer=x"}, "needs an integer"},
+      {{"--fault", "wrong_layer:layer=9"}, "not a layer of this model"},
+      {{"--temperature", "-1"}, "temperature"},
+      {{"--temperature", "1", "--top-p", "1.5"}, "top"},
+      {{"--temperature", "1", "--top-k", "0"}, "top"},
+      {{"--arrival", "0", "--arrival", "1"}, "--arrival"},
+      {{"--arrival", "-1"}, "--arrival"},
+      {{"--weight-update", "1:model.nope.weight:0.1"}, "model.nope.weight"},
+      {{"--weight-update", "x:model.norm.weight:0.1"}, "TICK"},
+      {{"--weight-update", "1:model.norm.weight"}, "TICK:TENSOR:SCALE"},
+      {{"--weight-update", "1:model.norm.weight:big"}, "SCALE"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"--prompt", "Audit", "--max-new", "2"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const test::CliRun r = generate(args);
+    EXPECT_TRUE(r.exitedWith(2)) << r;
+    EXPECT_TRUE(r.out.empty()) << r;
+    EXPECT_NE(r.err.find(c.mention), std::string::npos) << "'" << c.mention << "' in\n" << r;
+  }
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--prompt", "Audit"},  // no --max-new
+        std::vector<std::string>{"--max-new", "2"},     // no --prompt
+        std::vector<std::string>{"--prompt", "Audit", "--max-new", "0"}}) {
+    const test::CliRun r = generate(args);
+    EXPECT_TRUE(r.exitedWith(2)) << r;
+  }
+}
