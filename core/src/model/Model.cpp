@@ -23,13 +23,14 @@ torch::Tensor fromFloatTensor(const FloatTensor& t) {
 }  // namespace detail
 
 namespace {
-// Intra-op threads: for small models the cost of waking threads exceeds the work of a
-// decode step (measured here: 22 ms with 1 thread vs ~1 s with 2 for 40 steps of the
-// 64-wide fixtures), so they run single-threaded. OMP_NUM_THREADS always wins.
+// Intra-op threads: below ~2k hidden units the cost of waking threads exceeds the work of a
+// decode step (measured on the 2-core CI machine: 40 steps of the 64-wide fixtures take
+// 22 ms with 1 thread and ~1 s with 2; a GPT-2-small decode is 1.8x slower with 2), so
+// such models run single-threaded. OMP_NUM_THREADS always wins.
 void configureThreads(int64_t hiddenSize) {
   if (std::getenv("OMP_NUM_THREADS")) return;
   const unsigned n = std::thread::hardware_concurrency();
-  torch::set_num_threads(hiddenSize >= 512 && n > 1 ? static_cast<int>(n) : 1);
+  torch::set_num_threads(hiddenSize >= 2048 && n > 1 ? static_cast<int>(n) : 1);
 }
 
 // Collects per-layer K/V and hidden states of batch row 0.
