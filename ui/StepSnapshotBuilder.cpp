@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace kvscope::ui {
 
@@ -68,6 +69,56 @@ int64_t StepSnapshotBuilder::worstHead(const AuditResult& result, int64_t reques
       for (int64_t x = 0; x < d; ++x)
         m = std::max(m, std::abs(r.data[static_cast<size_t>((hh * s + j) * d + x)] -
                                  full.data[static_cast<size_t>((hh * T + p) * d + x)]));
+    }
+    if (m > bestDiff) {
+      bestDiff = m;
+      best = hh;
+    }
+  }
+  return best;
+}
+
+bool StepSnapshotBuilder::rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer,
+                                       KvKind kind) {
+  if (layer < 0) return false;
+  std::vector<std::vector<float>> heads;  // per head, [t, d] as the engine's cache row holds it
+  std::optional<uint64_t> recorded;
+  for (const TraceStep* st : trace.stepsOf(request)) {
+    if (st->step > step) break;
+    if (static_cast<size_t>(layer) >= st->layers.size()) return false;
+    const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
+    const FloatTensor& r = kind == KvKind::Keys ? rec.keys : rec.values;
+    if (r.shape.size() != 3) return false;
+    const int64_t h = r.shape[0], n = r.shape[1], d = r.shape[2];
+    if (heads.empty()) heads.resize(static_cast<size_t>(h));
+    if (static_cast<int64_t>(heads.size()) != h) return false;
+    for (int64_t hh = 0; hh < h; ++hh)
+      heads[static_cast<size_t>(hh)].insert(heads[static_cast<size_t>(hh)].end(), r.data.begin() + hh * n * d,
+                                            r.data.begin() + (hh + 1) * n * d);
+    if (st->step == step) recorded = kind == KvKind::Keys ? rec.keyChecksum : rec.valueChecksum;
+  }
+  if (!recorded) return false;
+  std::vector<float> row;
+  for (const auto& head : heads) row.insert(row.end(), head.begin(), head.end());
+  return traceChecksum(row.data(), row.size()) != *recorded;
+}
+
+int64_t StepSnapshotBuilder::worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
+                                            int64_t layer, KvKind kind) {
+  const FloatTensor a = result.cachedKv(request, step, layer, kind);
+  const FloatTensor b = result.referenceKv(request, step, layer, kind);
+  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[2])
+    return -1;
+  const int64_t h = a.shape[0], ta = a.shape[1], tb = b.shape[1], d = a.shape[2];
+  const int64_t t = std::min(ta, tb);
+  int64_t best = -1;
+  float bestDiff = 0.0f;
+  for (int64_t hh = 0; hh < h; ++hh) {
+    float m = 0.0f;
+    for (int64_t p = 0; p < t; ++p) {
+      const float* x = a.data.data() + (hh * ta + p) * d;
+      const float* y = b.data.data() + (hh * tb + p) * d;
+      for (int64_t j = 0; j < d; ++j) m = std::max(m, std::abs(x[j] - y[j]));
     }
     if (m > bestDiff) {
       bestDiff = m;
@@ -204,6 +255,13 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
     if (snap->cachedPositions != snap->referencePositions)
       snap->note = "cache length differs: cached " + std::to_string(snap->cachedPositions) +
                    " positions, reference " + std::to_string(snap->referencePositions);
+  }
+
+  snap->rowRewritten = rowRewritten(result.trace, s.request, s.step, s.layer, s.kind);
+  if (snap->rowRewritten) {
+    const std::string what = "the engine's checksum of this cache row does not match its records: rows were "
+                             "overwritten after they were appended";
+    snap->note = snap->note.empty() ? what : snap->note + "; " + what;
   }
 
   snap->layerMaxDiff = layerDiffs(result, outputSerial, s.request, s.step, s.kind);

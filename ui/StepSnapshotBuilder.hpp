@@ -28,6 +28,14 @@ class StepSnapshotBuilder {
   /// reference (cheap: only that step's records); -1 when they cannot be compared.
   static int64_t worstHead(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
                            KvKind kind);
+  /// The kv head whose whole cache after (request, step) at `layer` differs most from the
+  /// reference (earlier rows included, e.g. rows another request overwrote); -1 when there
+  /// is nothing to compare or no head differs.
+  /// True when (request, step, layer) records a checksum of the cache row (kind) that the
+  /// appended records, pads included, do not reproduce.
+  static bool rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer, KvKind kind);
+  static int64_t worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
+                                int64_t layer, KvKind kind);
 
  private:
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
