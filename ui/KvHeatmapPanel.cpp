@@ -196,7 +196,14 @@ void KvHeatmapPanel::paintSnapshot() {
       v->setVisiblePositions(0.0, static_cast<double>(t - 1 + kEdgeGap));
   }
   const QString note = QString::fromStdString(snap->note);
-  note_->setText(snap->rowRewritten ? tr("\u26A0 cache row overwritten after its records were appended (checksum)") : note);
+  QString shown = note;
+  if (snap->rowRewritten)
+    shown = snap->cachedFromReplay
+                ? tr("\u26A0 this cache row was overwritten after its records were appended: Cached shows the row "
+                     "rebuilt from every write into its slot (checksum verified)")
+                : tr("\u26A0 this cache row was overwritten after its records were appended (checksum); the trace "
+                     "does not show by what");
+  note_->setText(shown);
   note_->setToolTip(note);
   note_->setVisible(!note_->text().isEmpty());
 }

@@ -36,6 +36,9 @@ struct StepSnapshot {
   /// matches its appended records: rows were overwritten after they were appended (by
   /// another request or batch row), which the records themselves cannot show.
   bool rowRewritten = false;
+  /// With rowRewritten: `cached` is that row rebuilt from every write into its slot
+  /// (CacheRowReplay; it reproduces the recorded checksum) instead of the own records.
+  bool cachedFromReplay = false;
 
   std::string note;                // why something is missing or shapes differ ("" = fine)
 };

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
+#include <limits>
+
+#include "ui/CacheRowReplay.hpp"
 
 namespace kvscope::ui {
 
@@ -78,34 +80,24 @@ int64_t StepSnapshotBuilder::worstHead(const AuditResult& result, int64_t reques
   return best;
 }
 
-bool StepSnapshotBuilder::rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer,
-                                       KvKind kind) {
-  if (layer < 0) return false;
-  std::vector<std::vector<float>> heads;  // per head, [t, d] as the engine's cache row holds it
-  std::optional<uint64_t> recorded;
-  for (const TraceStep* st : trace.stepsOf(request)) {
-    if (st->step > step) break;
-    if (static_cast<size_t>(layer) >= st->layers.size()) return false;
-    const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
-    const FloatTensor& r = kind == KvKind::Keys ? rec.keys : rec.values;
-    if (r.shape.size() != 3) return false;
-    const int64_t h = r.shape[0], n = r.shape[1], d = r.shape[2];
-    if (heads.empty()) heads.resize(static_cast<size_t>(h));
-    if (static_cast<int64_t>(heads.size()) != h) return false;
-    for (int64_t hh = 0; hh < h; ++hh)
-      heads[static_cast<size_t>(hh)].insert(heads[static_cast<size_t>(hh)].end(), r.data.begin() + hh * n * d,
-                                            r.data.begin() + (hh + 1) * n * d);
-    if (st->step == step) recorded = kind == KvKind::Keys ? rec.keyChecksum : rec.valueChecksum;
+FloatTensor StepSnapshotBuilder::cachedSide(const AuditResult& result, int64_t request, int64_t step,
+                                            int64_t layer, KvKind kind, bool* rewritten, bool* replayed) {
+  *rewritten = CacheRowReplay::rowRewritten(result.trace, request, step, layer, kind);
+  *replayed = false;
+  if (*rewritten) {
+    FloatTensor row = CacheRowReplay::replay(result.trace, request, step, layer, kind);
+    if (!row.empty()) {
+      *replayed = true;
+      return row;
+    }
   }
-  if (!recorded) return false;
-  std::vector<float> row;
-  for (const auto& head : heads) row.insert(row.end(), head.begin(), head.end());
-  return traceChecksum(row.data(), row.size()) != *recorded;
+  return result.cachedKv(request, step, layer, kind);
 }
 
 int64_t StepSnapshotBuilder::worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
                                             int64_t layer, KvKind kind) {
-  const FloatTensor a = result.cachedKv(request, step, layer, kind);
+  bool rewritten = false, replayed = false;
+  const FloatTensor a = cachedSide(result, request, step, layer, kind, &rewritten, &replayed);
   const FloatTensor b = result.referenceKv(request, step, layer, kind);
   if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[2])
     return -1;
@@ -155,6 +147,15 @@ std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, u
       done = incrementalDiffs(result, request, step, kind, prev->second, &diffs);
   }
   if (!done) diffs = result.layerMaxDiff(request, step, kind);
+  // Rows overwritten after their records were appended: compare what the row held.
+  for (size_t l = 0; l < diffs.size(); ++l) {
+    const auto layer = static_cast<int64_t>(l);
+    if (!CacheRowReplay::rowRewritten(result.trace, request, step, layer, kind)) continue;
+    const FloatTensor row = CacheRowReplay::replay(result.trace, request, step, layer, kind);
+    const FloatTensor ref = result.referenceKv(request, step, layer, kind);
+    if (row.empty() || ref.empty()) continue;
+    diffs[l] = row.shape == ref.shape ? FloatTensor::maxAbsDiff(row, ref) : std::numeric_limits<double>::infinity();
+  }
   layerCache_.emplace(key, diffs);
   return diffs;
 }
@@ -219,7 +220,8 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   snap->selection = selection;
   const Selection& s = selection;
 
-  const FloatTensor cachedT = result.cachedKv(s.request, s.step, s.layer, s.kind);
+  const FloatTensor cachedT =
+      cachedSide(result, s.request, s.step, s.layer, s.kind, &snap->rowRewritten, &snap->cachedFromReplay);
   const FloatTensor refT = result.referenceKv(s.request, s.step, s.layer, s.kind);
   int64_t dCached = 0, dRef = 0;
   snap->cached = headSlice(cachedT, s.head, &snap->cachedPositions, &dCached);
@@ -257,10 +259,13 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
                    " positions, reference " + std::to_string(snap->referencePositions);
   }
 
-  snap->rowRewritten = rowRewritten(result.trace, s.request, s.step, s.layer, s.kind);
   if (snap->rowRewritten) {
-    const std::string what = "the engine's checksum of this cache row does not match its records: rows were "
-                             "overwritten after they were appended";
+    const std::string what =
+        snap->cachedFromReplay
+            ? "the engine's cache row was overwritten after its records were appended; 'Cached' shows the row "
+              "rebuilt from every write into its slot (it reproduces the recorded checksum)"
+            : "the engine's checksum of this cache row does not match its records: rows were overwritten after "
+              "they were appended, by writes the trace does not show";
     snap->note = snap->note.empty() ? what : snap->note + "; " + what;
   }
 

@@ -29,15 +29,17 @@ class StepSnapshotBuilder {
   static int64_t worstHead(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
                            KvKind kind);
   /// The kv head whose whole cache after (request, step) at `layer` differs most from the
-  /// reference (earlier rows included, e.g. rows another request overwrote); -1 when there
-  /// is nothing to compare or no head differs.
-  /// True when (request, step, layer) records a checksum of the cache row (kind) that the
-  /// appended records, pads included, do not reproduce.
-  static bool rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer, KvKind kind);
+  /// reference (earlier rows included, e.g. rows another request overwrote, rebuilt by
+  /// CacheRowReplay when the checksum says so); -1 when nothing compares or differs.
   static int64_t worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
                                 int64_t layer, KvKind kind);
 
  private:
+  /// The cached side after (request, step) at `layer`: the engine's row rebuilt by
+  /// CacheRowReplay when the checksum says it was overwritten (`replayed` true), else the
+  /// request's own records (AuditResult::cachedKv).
+  static FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
+                                KvKind kind, bool* rewritten, bool* replayed);
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
                                  int64_t step, KvKind kind);
   /// layerMaxDiff(step) from layerMaxDiff(previous step) and the records `step` appended,
