@@ -2,6 +2,7 @@
 
 #include <QCommandLineParser>
 #include <QObject>
+#include <QStatusBar>
 #include <QTextStream>
 
 #include <algorithm>
@@ -289,6 +290,7 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
     err(QStringLiteral("internal error: the view did not settle"));
     return InternalError;
   }
+  window.statusBar()->showMessage(QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
   int code = output->result.report.clean() ? Clean : Divergent;
   QTextStream(stdout) << HeadlineView::headlineFor(output->result.report) << Qt::endl;
   if (!o.exportPng.isEmpty()) {
