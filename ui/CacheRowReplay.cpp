@@ -28,7 +28,8 @@ bool CacheRowReplay::rowRewritten(const Trace& trace, int64_t request, int64_t s
                                   KvKind kind) {
   const TraceStep* target = findStep(trace, request, step);
   if (!target || layer < 0 || static_cast<size_t>(layer) >= target->layers.size()) return false;
-  const std::optional<uint64_t> recorded = checksumOf(target->layers[static_cast<size_t>(layer)], kind);
+  const std::optional<uint64_t> recorded =
+      checksumOf(target->layers[static_cast<size_t>(layer)], kind);
   if (!recorded) return false;  // nothing to check against (most traces from other engines)
   std::vector<std::vector<float>> heads;  // per head, [t, d] as the engine's row holds it
   for (const TraceStep* st : trace.stepsOf(request)) {
@@ -40,7 +41,8 @@ bool CacheRowReplay::rowRewritten(const Trace& trace, int64_t request, int64_t s
     if (heads.empty()) heads.resize(static_cast<size_t>(h));
     if (static_cast<int64_t>(heads.size()) != h) return false;
     for (int64_t hh = 0; hh < h; ++hh)
-      heads[static_cast<size_t>(hh)].insert(heads[static_cast<size_t>(hh)].end(), r.data.begin() + hh * n * d,
+      heads[static_cast<size_t>(hh)].insert(heads[static_cast<size_t>(hh)].end(),
+                                            r.data.begin() + hh * n * d,
                                             r.data.begin() + (hh + 1) * n * d);
   }
   std::vector<float> row;
@@ -48,7 +50,8 @@ bool CacheRowReplay::rowRewritten(const Trace& trace, int64_t request, int64_t s
   return traceChecksum(row.data(), row.size()) != *recorded;
 }
 
-FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t step, int64_t layer, KvKind kind) {
+FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t step, int64_t layer,
+                                   KvKind kind) {
   const TraceStep* target = findStep(trace, request, step);
   if (!target || layer < 0 || static_cast<size_t>(layer) >= target->layers.size()) return {};
   const TraceLayerRecord& targetRec = target->layers[static_cast<size_t>(layer)];

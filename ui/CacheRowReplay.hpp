@@ -18,11 +18,13 @@ class CacheRowReplay {
  public:
   /// True when (request, step, layer) records a checksum of its cache row (kind) that the
   /// request's own appended records, pads included, do not reproduce.
-  static bool rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer, KvKind kind);
+  static bool rowRewritten(const Trace& trace, int64_t request, int64_t step, int64_t layer,
+                           KvKind kind);
   /// The row [h_kv, t, d] after (request, step) at `layer`, rebuilt from the records of
   /// every request written to the same slot up to that step, pads removed like
   /// AuditResult::cachedKv; empty unless the rebuilt row reproduces the recorded checksum.
-  static FloatTensor replay(const Trace& trace, int64_t request, int64_t step, int64_t layer, KvKind kind);
+  static FloatTensor replay(const Trace& trace, int64_t request, int64_t step, int64_t layer,
+                            KvKind kind);
 };
 
 }  // namespace kvscope::ui

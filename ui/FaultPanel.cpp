@@ -116,17 +116,21 @@ bool FaultPanel::applySpec(const QString& spec, QString* error) {
         if (names.back() == key) index = i;
       }
       if (index == e.params.size())
-        return fail(tr("%1 has no parameter '%2' (parameters: %3)").arg(name, key, names.join(QStringLiteral(", "))));
+        return fail(tr("%1 has no parameter '%2' (parameters: %3)")
+                        .arg(name, key, names.join(QStringLiteral(", "))));
       if (!ok || !kv.contains(QLatin1Char('=')))
-        return fail(tr("%1: expected an integer, got '%2'").arg(key, kv.section(QLatin1Char('='), 1).trimmed()));
+        return fail(tr("%1: expected an integer, got '%2'")
+                        .arg(key, kv.section(QLatin1Char('='), 1).trimmed()));
       values.emplace_back(index, value);
     }
     e.box->setChecked(true);
     for (const auto& [index, value] : values) e.params[index]->setValue(value);
     return true;
   }
-  return fail(known.isEmpty() ? tr("unknown fault '%1' (this build has no fault catalog)").arg(name)
-                              : tr("unknown fault '%1' (known: %2)").arg(name, known.join(QStringLiteral(", "))));
+  return fail(
+      known.isEmpty()
+          ? tr("unknown fault '%1' (this build has no fault catalog)").arg(name)
+          : tr("unknown fault '%1' (known: %2)").arg(name, known.join(QStringLiteral(", "))));
 }
 
 void FaultPanel::clearSelection() {

@@ -10,9 +10,9 @@
 #include <exception>
 
 #include "kvscope/Error.hpp"
+#include "ui/FaultPanel.hpp"
 #include "ui/HeadlineView.hpp"
 #include "ui/InspectorController.hpp"
-#include "ui/FaultPanel.hpp"
 #include "ui/InspectorWindow.hpp"
 #include "ui/RunSetupPanel.hpp"
 #include "ui/SelectionContext.hpp"
@@ -30,27 +30,51 @@ void err(const QString& text) {
 
 void HeadlessController::addOptions(QCommandLineParser& parser) {
   parser.addOptions({
-      {QStringLiteral("audit"), QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
-      {QStringLiteral("synthetic"), QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
-      {QStringLiteral("synthetic-clean"), QStringLiteral("With --synthetic: a clean run (no planted faults).")},
-      {QStringLiteral("synthetic-shape"), QStringLiteral("With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."), QStringLiteral("LxHxTxD")},
+      {QStringLiteral("audit"),
+       QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
+      {QStringLiteral("synthetic"),
+       QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
+      {QStringLiteral("synthetic-clean"),
+       QStringLiteral("With --synthetic: a clean run (no planted faults).")},
+      {QStringLiteral("synthetic-shape"),
+       QStringLiteral(
+           "With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."),
+       QStringLiteral("LxHxTxD")},
       {QStringLiteral("model"), QStringLiteral("Model directory."), QStringLiteral("DIR")},
       {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
-      {QStringLiteral("reference-trace"), QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
-      {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."), QStringLiteral("TEXT")},
-      {QStringLiteral("arrival"), QStringLiteral("Arrival tick of the matching --prompt (repeatable; default 0)."), QStringLiteral("TICK")},
-      {QStringLiteral("max-new"), QStringLiteral("Maximum new tokens (default 16)."), QStringLiteral("N")},
-      {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."), QStringLiteral("T")},
+      {QStringLiteral("reference-trace"),
+       QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
+      {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."),
+       QStringLiteral("TEXT")},
+      {QStringLiteral("arrival"),
+       QStringLiteral("Arrival tick of the matching --prompt (repeatable; default 0)."),
+       QStringLiteral("TICK")},
+      {QStringLiteral("max-new"), QStringLiteral("Maximum new tokens (default 16)."),
+       QStringLiteral("N")},
+      {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."),
+       QStringLiteral("T")},
       {QStringLiteral("top-k"), QStringLiteral("Top-k (0 = off)."), QStringLiteral("K")},
       {QStringLiteral("top-p"), QStringLiteral("Top-p (1 = off)."), QStringLiteral("P")},
       {QStringLiteral("seed"), QStringLiteral("Sampling seed."), QStringLiteral("SEED")},
-      {QStringLiteral("fault"), QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."), QStringLiteral("SPEC")},
-      {QStringLiteral("export-png"), QStringLiteral("Headless: write the window as PNG."), QStringLiteral("OUT.png")},
-      {QStringLiteral("export-bundle"), QStringLiteral("Headless: write screenshot.png, report.json, summary.md."), QStringLiteral("DIR")},
-      {QStringLiteral("select-divergence"), QStringLiteral("Select the first divergence before rendering.")},
-      {QStringLiteral("select-finding"), QStringLiteral("Select a finding (its id, e.g. cross_request, or its 0-based row) before rendering."), QStringLiteral("ID")},
-      {QStringLiteral("run"), QStringLiteral("Interactive: start the audit as soon as the window opens.")},
-      {QStringLiteral("size"), QStringLiteral("Window size for headless rendering (default 1680x1050)."), QStringLiteral("WxH")},
+      {QStringLiteral("fault"),
+       QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."),
+       QStringLiteral("SPEC")},
+      {QStringLiteral("export-png"), QStringLiteral("Headless: write the window as PNG."),
+       QStringLiteral("OUT.png")},
+      {QStringLiteral("export-bundle"),
+       QStringLiteral("Headless: write screenshot.png, report.json, summary.md."),
+       QStringLiteral("DIR")},
+      {QStringLiteral("select-divergence"),
+       QStringLiteral("Select the first divergence before rendering.")},
+      {QStringLiteral("select-finding"),
+       QStringLiteral(
+           "Select a finding (its id, e.g. cross_request, or its 0-based row) before rendering."),
+       QStringLiteral("ID")},
+      {QStringLiteral("run"),
+       QStringLiteral("Interactive: start the audit as soon as the window opens.")},
+      {QStringLiteral("size"),
+       QStringLiteral("Window size for headless rendering (default 1680x1050)."),
+       QStringLiteral("WxH")},
   });
 }
 
@@ -95,7 +119,8 @@ bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, Q
     o->arrivals << tick;
   }
   if (o->arrivals.size() > o->prompts.size()) {
-    *error = QStringLiteral("--arrival: %1 ticks for %2 prompt(s); give at most one --arrival per --prompt")
+    *error = QStringLiteral(
+                 "--arrival: %1 ticks for %2 prompt(s); give at most one --arrival per --prompt")
                  .arg(o->arrivals.size())
                  .arg(o->prompts.size());
     return false;
@@ -163,7 +188,8 @@ AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
   return s;
 }
 
-bool HeadlessController::configure(InspectorWindow& window, const HeadlessOptions& o, QString* error) {
+bool HeadlessController::configure(InspectorWindow& window, const HeadlessOptions& o,
+                                   QString* error) {
   window.setup()->setSpec(specFor(o));
   window.faults()->clearSelection();
   for (const QString& f : o.faults) {
@@ -176,7 +202,8 @@ bool HeadlessController::configure(InspectorWindow& window, const HeadlessOption
   return true;
 }
 
-bool HeadlessController::startInteractive(InspectorWindow& window, const HeadlessOptions& o, QString* error) {
+bool HeadlessController::startInteractive(InspectorWindow& window, const HeadlessOptions& o,
+                                          QString* error) {
   // Paths go through openPath so that they land in the recent files.
   if (!o.modelDir.isEmpty() && !window.openPath(o.modelDir)) {
     *error = QStringLiteral("--model: no such directory '%1'").arg(o.modelDir);
@@ -204,8 +231,8 @@ bool HeadlessController::startInteractive(InspectorWindow& window, const Headles
     } else {
       // Once: the first audit that finishes selects the finding.
       auto connection = std::make_shared<QMetaObject::Connection>();
-      *connection = QObject::connect(window.controller(), &InspectorController::auditSucceeded, &window,
-                                     [connection, select] {
+      *connection = QObject::connect(window.controller(), &InspectorController::auditSucceeded,
+                                     &window, [connection, select] {
                                        QObject::disconnect(*connection);
                                        select();
                                      });
@@ -290,7 +317,8 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
     err(QStringLiteral("internal error: the view did not settle"));
     return InternalError;
   }
-  window.statusBar()->showMessage(QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
+  window.statusBar()->showMessage(
+      QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
   int code = output->result.report.clean() ? Clean : Divergent;
   QTextStream(stdout) << HeadlineView::headlineFor(output->result.report) << Qt::endl;
   if (!o.exportPng.isEmpty()) {

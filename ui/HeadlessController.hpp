@@ -35,7 +35,7 @@ struct HeadlessOptions {
   QString traceFile;
   QString referenceTraceFile;
   QStringList prompts;
-  QList<qlonglong> arrivals;     // --arrival TICK, one per prompt (missing: tick 0)
+  QList<qlonglong> arrivals;  // --arrival TICK, one per prompt (missing: tick 0)
   int maxNew = 16;
   double temperature = 0.0;
   int topK = 0;
@@ -45,8 +45,8 @@ struct HeadlessOptions {
   QString exportPng;
   QString exportBundle;
   bool selectDivergence = false;
-  QString selectFinding;         // --select-finding ID (a finding id or its 0-based row)
-  bool run = false;              // --run: interactive mode starts the audit at once
+  QString selectFinding;  // --select-finding ID (a finding id or its 0-based row)
+  bool run = false;       // --run: interactive mode starts the audit at once
   QSize size = QSize(1680, 1050);
 };
 

@@ -172,8 +172,10 @@ void KvHeatmapPanel::paintSnapshot() {
     const double upper = std::max(static_cast<double>(snap->diffMax), 1e-4 * std::max(1.0, m));
     const int64_t t = std::min(snap->cachedPositions, snap->referencePositions);
     QString sub = snap->diffMax > 1e-4 * std::max(1.0, m)
-                      ? tr("max %1 at pos %2, dim %3").arg(snap->diffMax, 0, 'g', 3)
-                            .arg(snap->diffArgPosition).arg(snap->diffArgDim)
+                      ? tr("max %1 at pos %2, dim %3")
+                            .arg(snap->diffMax, 0, 'g', 3)
+                            .arg(snap->diffArgPosition)
+                            .arg(snap->diffArgDim)
                       : tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2);
     difference_->setBuffer(snap->absDiff, t, snap->headDim, QCPRange(0.0, upper), sub);
   }
@@ -184,7 +186,8 @@ void KvHeatmapPanel::paintSnapshot() {
   if (t > kFullViewPositions && last >= 0) {
     // About 8 pixels a column, so that one new record is a column you can see.
     const int px = reference_->axisRect()->width();
-    const int64_t window = px > 0 ? std::clamp<int64_t>(px / 8, 16, kWindowPositions) : kWindowPositions;
+    const int64_t window =
+        px > 0 ? std::clamp<int64_t>(px / 8, 16, kWindowPositions) : kWindowPositions;
     const int64_t hi = std::min(t - 1 + kEdgeGap, last + std::max<int64_t>(kEdgeGap, window / 8));
     const int64_t lo = std::max<int64_t>(0, hi - window + 1);
     for (KvHeatmapView* v : {reference_, cached_, difference_})
@@ -199,9 +202,11 @@ void KvHeatmapPanel::paintSnapshot() {
   QString shown = note;
   if (snap->rowRewritten)
     shown = snap->cachedFromReplay
-                ? tr("\u26A0 this cache row was overwritten after its records were appended: Cached shows the row "
+                ? tr("\u26A0 this cache row was overwritten after its records were appended: "
+                     "Cached shows the row "
                      "rebuilt from every write into its slot (checksum verified)")
-                : tr("\u26A0 this cache row was overwritten after its records were appended (checksum); the trace "
+                : tr("\u26A0 this cache row was overwritten after its records were appended "
+                     "(checksum); the trace "
                      "does not show by what");
   note_->setText(shown);
   note_->setToolTip(note);

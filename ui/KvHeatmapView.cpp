@@ -58,7 +58,8 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   marker_ = new QCPItemRect(this);
   // The records the step appended: a solid frame in a colour that neither map uses (the
   // polar map runs blue-black-red, the difference white-red).
-  marker_->setPen(QPen(role == Role::Difference ? Theme::selection() : QColor(0x00, 0xE6, 0x76), 2.5));
+  marker_->setPen(
+      QPen(role == Role::Difference ? Theme::selection() : QColor(0x00, 0xE6, 0x76), 2.5));
   marker_->setBrush(Qt::NoBrush);
   marker_->setVisible(false);
   marker_->setSelectable(false);
@@ -145,7 +146,8 @@ void KvHeatmapView::setMarkedPositions(int64_t first, int64_t last) {
     marker_->topLeft->setCoords(static_cast<double>(first) - 0.75, -1.0);
     marker_->bottomRight->setCoords(static_cast<double>(last) + 0.75, static_cast<double>(dims_));
     marker_->setVisible(true);
-    pointer_->position->setCoords((static_cast<double>(first) + static_cast<double>(last)) / 2.0, -0.5);
+    pointer_->position->setCoords((static_cast<double>(first) + static_cast<double>(last)) / 2.0,
+                                  -0.5);
     pointer_->setVisible(true);
   }
   replot(QCustomPlot::rpQueuedReplot);

@@ -177,7 +177,8 @@ void LogitDeltaView::paintTokens() {
   std::iota(order.begin(), order.end(), size_t{0});
   // The largest deltas, skipping ones whose label would sit on top of a larger one's.
   const size_t candidates = std::min<size_t>(kLabelledTokens * 6, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates), order.end(),
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates),
+                    order.end(),
                     [&d](size_t a, size_t b) { return std::abs(d[a]) > std::abs(d[b]); });
   const bool significant = snap->maxAbsLogitDelta > 1e-4;
   const auto apart = static_cast<std::ptrdiff_t>(std::max<size_t>(1, d.size() / 8));
@@ -185,8 +186,10 @@ void LogitDeltaView::paintTokens() {
     const size_t i = order[k];
     bool crowded = false;
     for (int64_t j : labelled_)
-      crowded = crowded || (std::abs(static_cast<std::ptrdiff_t>(i) - static_cast<std::ptrdiff_t>(j)) < apart &&
-                            (d[i] >= 0) == (d[static_cast<size_t>(j)] >= 0));
+      crowded =
+          crowded ||
+          (std::abs(static_cast<std::ptrdiff_t>(i) - static_cast<std::ptrdiff_t>(j)) < apart &&
+           (d[i] >= 0) == (d[static_cast<size_t>(j)] >= 0));
     if (crowded) continue;
     labelled_.push_back(static_cast<int64_t>(i));
     auto* label = new QCPItemText(tokens_);

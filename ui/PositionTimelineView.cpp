@@ -143,8 +143,9 @@ void PositionTimelineView::rebuild() {
         }
       if (!at) continue;
       const bool sameRow = other.slot == at->slot;
-      const QString text = sameRow ? tr("req %1 arrives (tick %2), same row").arg(other.request).arg(other.tick)
-                                   : tr("req %1 arrives (tick %2)").arg(other.request).arg(other.tick);
+      const QString text =
+          sameRow ? tr("req %1 arrives (tick %2), same row").arg(other.request).arg(other.tick)
+                  : tr("req %1 arrives (tick %2)").arg(other.request).arg(other.tick);
       marker(static_cast<double>(at->step), text, sameRow ? Theme::alarm() : Theme::selection());
     }
   }

@@ -45,8 +45,9 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   prompts_->setMaximumHeight(90);
   arrivals_ = new QLineEdit(this);
   arrivals_->setPlaceholderText(tr("e.g. 0, 3 (one per prompt; empty: all at 0)"));
-  arrivals_->setToolTip(tr("Engine tick at which each prompt's request arrives, in prompt order.\n"
-                           "A later arrival joins a running batch (the cross-request faults need one)."));
+  arrivals_->setToolTip(
+      tr("Engine tick at which each prompt's request arrives, in prompt order.\n"
+         "A later arrival joins a running batch (the cross-request faults need one)."));
   arrivalError_ = new QLabel(this);
   arrivalError_->setObjectName(QStringLiteral("arrivalError"));
   arrivalError_->setWordWrap(true);
@@ -145,14 +146,17 @@ void RunSetupPanel::setSpec(const AuditJobSpec& s) {
   for (const auto& p : s.prompts) prompts << QString::fromStdString(p);
   setPrompts(prompts);
   setArrivalTicks(s.arrivalTicks);
-  maxNew_->setValue(static_cast<int>(std::clamp<int64_t>(s.maxNewTokens, maxNew_->minimum(), maxNew_->maximum())));
+  maxNew_->setValue(static_cast<int>(
+      std::clamp<int64_t>(s.maxNewTokens, maxNew_->minimum(), maxNew_->maximum())));
   temperature_->setValue(s.policy.temperature);
   topK_->setValue(s.policy.topK ? static_cast<int>(*s.policy.topK) : 0);
   topP_->setValue(s.policy.topP ? *s.policy.topP : 1.0);
-  seed_->setValue(static_cast<int>(std::min<uint64_t>(s.policy.seed, static_cast<uint64_t>(seed_->maximum()))));
+  seed_->setValue(
+      static_cast<int>(std::min<uint64_t>(s.policy.seed, static_cast<uint64_t>(seed_->maximum()))));
 }
 
-bool RunSetupPanel::parseArrivalTicks(const QString& text, std::vector<int64_t>* ticks, QString* error) {
+bool RunSetupPanel::parseArrivalTicks(const QString& text, std::vector<int64_t>* ticks,
+                                      QString* error) {
   ticks->clear();
   static const QRegularExpression separators(QStringLiteral("[,;\\s]+"));
   for (const QString& part : text.split(separators, Qt::SkipEmptyParts)) {
@@ -196,7 +200,8 @@ bool RunSetupPanel::validate(QString* error) const {
 void RunSetupPanel::checkArrivals() {
   QString error;
   const bool ok = validate(&error);
-  arrivals_->setStyleSheet(ok ? QString() : QStringLiteral("QLineEdit { border: 2px solid #C62828; }"));
+  arrivals_->setStyleSheet(ok ? QString()
+                              : QStringLiteral("QLineEdit { border: 2px solid #C62828; }"));
   arrivalError_->setText(ok ? QString() : error);
   arrivalError_->setVisible(!ok);
 }

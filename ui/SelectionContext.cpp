@@ -153,7 +153,8 @@ void SelectionContext::selectLocation(int64_t request, int64_t step, int64_t lay
   if (layer >= 0) s.layer = layer;
   s = clamp(s);
   if (const AuditResult* r = result()) {
-    const int64_t head = StepSnapshotBuilder::worstCacheHead(*r, s.request, s.step, s.layer, s.kind);
+    const int64_t head =
+        StepSnapshotBuilder::worstCacheHead(*r, s.request, s.step, s.layer, s.kind);
     if (head >= 0) s.head = head;
   }
   select(s);

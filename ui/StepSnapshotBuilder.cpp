@@ -80,8 +80,9 @@ int64_t StepSnapshotBuilder::worstHead(const AuditResult& result, int64_t reques
   return best;
 }
 
-FloatTensor StepSnapshotBuilder::cachedSide(const AuditResult& result, int64_t request, int64_t step,
-                                            int64_t layer, KvKind kind, bool* rewritten, bool* replayed) {
+FloatTensor StepSnapshotBuilder::cachedSide(const AuditResult& result, int64_t request,
+                                            int64_t step, int64_t layer, KvKind kind,
+                                            bool* rewritten, bool* replayed) {
   *rewritten = CacheRowReplay::rowRewritten(result.trace, request, step, layer, kind);
   *replayed = false;
   if (*rewritten) {
@@ -94,12 +95,13 @@ FloatTensor StepSnapshotBuilder::cachedSide(const AuditResult& result, int64_t r
   return result.cachedKv(request, step, layer, kind);
 }
 
-int64_t StepSnapshotBuilder::worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
-                                            int64_t layer, KvKind kind) {
+int64_t StepSnapshotBuilder::worstCacheHead(const AuditResult& result, int64_t request,
+                                            int64_t step, int64_t layer, KvKind kind) {
   bool rewritten = false, replayed = false;
   const FloatTensor a = cachedSide(result, request, step, layer, kind, &rewritten, &replayed);
   const FloatTensor b = result.referenceKv(request, step, layer, kind);
-  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[2])
+  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] ||
+      a.shape[2] != b.shape[2])
     return -1;
   const int64_t h = a.shape[0], ta = a.shape[1], tb = b.shape[1], d = a.shape[2];
   const int64_t t = std::min(ta, tb);
@@ -154,7 +156,8 @@ std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, u
     const FloatTensor row = CacheRowReplay::replay(result.trace, request, step, layer, kind);
     const FloatTensor ref = result.referenceKv(request, step, layer, kind);
     if (row.empty() || ref.empty()) continue;
-    diffs[l] = row.shape == ref.shape ? FloatTensor::maxAbsDiff(row, ref) : std::numeric_limits<double>::infinity();
+    diffs[l] = row.shape == ref.shape ? FloatTensor::maxAbsDiff(row, ref)
+                                      : std::numeric_limits<double>::infinity();
   }
   layerCache_.emplace(key, diffs);
   return diffs;
@@ -220,8 +223,8 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   snap->selection = selection;
   const Selection& s = selection;
 
-  const FloatTensor cachedT =
-      cachedSide(result, s.request, s.step, s.layer, s.kind, &snap->rowRewritten, &snap->cachedFromReplay);
+  const FloatTensor cachedT = cachedSide(result, s.request, s.step, s.layer, s.kind,
+                                         &snap->rowRewritten, &snap->cachedFromReplay);
   const FloatTensor refT = result.referenceKv(s.request, s.step, s.layer, s.kind);
   int64_t dCached = 0, dRef = 0;
   snap->cached = headSlice(cachedT, s.head, &snap->cachedPositions, &dCached);
@@ -262,9 +265,11 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   if (snap->rowRewritten) {
     const std::string what =
         snap->cachedFromReplay
-            ? "the engine's cache row was overwritten after its records were appended; 'Cached' shows the row "
+            ? "the engine's cache row was overwritten after its records were appended; 'Cached' "
+              "shows the row "
               "rebuilt from every write into its slot (it reproduces the recorded checksum)"
-            : "the engine's checksum of this cache row does not match its records: rows were overwritten after "
+            : "the engine's checksum of this cache row does not match its records: rows were "
+              "overwritten after "
               "they were appended, by writes the trace does not show";
     snap->note = snap->note.empty() ? what : snap->note + "; " + what;
   }

@@ -38,8 +38,8 @@ class StepSnapshotBuilder {
   /// The cached side after (request, step) at `layer`: the engine's row rebuilt by
   /// CacheRowReplay when the checksum says it was overwritten (`replayed` true), else the
   /// request's own records (AuditResult::cachedKv).
-  static FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
-                                KvKind kind, bool* rewritten, bool* replayed);
+  static FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step,
+                                int64_t layer, KvKind kind, bool* rewritten, bool* replayed);
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
                                  int64_t step, KvKind kind);
   /// layerMaxDiff(step) from layerMaxDiff(previous step) and the records `step` appended,

@@ -4,12 +4,12 @@
 #include <QHeaderView>
 #include <QTimer>
 #include <QTreeView>
-
 #include <algorithm>
 
 namespace kvscope::ui {
 
-WrappingItemDelegate::WrappingItemDelegate(QTreeView* view) : QStyledItemDelegate(view), view_(view) {
+WrappingItemDelegate::WrappingItemDelegate(QTreeView* view)
+    : QStyledItemDelegate(view), view_(view) {
   view_->setItemDelegate(this);
   view_->setWordWrap(true);
   view_->setUniformRowHeights(false);
@@ -30,7 +30,8 @@ int WrappingItemDelegate::textWidth(const QModelIndex& index) const {
   return std::max(40, width);
 }
 
-QSize WrappingItemDelegate::sizeHint(const QStyleOptionViewItem& option, const QModelIndex& index) const {
+QSize WrappingItemDelegate::sizeHint(const QStyleOptionViewItem& option,
+                                     const QModelIndex& index) const {
   // The first column of an unspanned row sizes itself (ResizeToContents); others wrap.
   if (index.column() == 0 && !view_->isFirstColumnSpanned(index.row(), index.parent()))
     return QStyledItemDelegate::sizeHint(option, index);

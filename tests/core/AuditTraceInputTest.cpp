@@ -151,7 +151,8 @@ TEST(AuditTraceInput, ReferenceFromTraceMatchesTheAuditsReferences) {
   const RequestReference missing = referenceFromTrace(reference, 7);
   EXPECT_TRUE(missing.ids.empty());
   ASSERT_EQ(missing.keys.size(), size_t(reference.model.numLayers));
-  EXPECT_EQ(missing.keys[0].shape, (std::vector<int64_t>{reference.model.numKvHeads, 0, reference.model.headDim}));
+  EXPECT_EQ(missing.keys[0].shape,
+            (std::vector<int64_t>{reference.model.numKvHeads, 0, reference.model.headDim}));
 }
 
 TEST(AuditTraceInput, ReferenceSideStaysVisibleWhenStageOneFails) {

@@ -23,7 +23,8 @@ TraceLayerRecord record(std::vector<float> values, int64_t cacheLength) {
   return rec;
 }
 
-TraceStep step(int64_t request, int64_t number, int64_t tick, std::vector<int64_t> ids, TraceLayerRecord rec) {
+TraceStep step(int64_t request, int64_t number, int64_t tick, std::vector<int64_t> ids,
+               TraceLayerRecord rec) {
   TraceStep s;
   s.request = request;
   s.step = number;
@@ -64,7 +65,8 @@ Fixture overwrittenRow(bool recordChecksum, bool checksumMatchesRealRow = true) 
   decode.positions = {3};
   f.realRow = {40, 40, 50, 50, 3, 3, 6, 6};
   if (recordChecksum) {
-    const uint64_t sum = checksum(checksumMatchesRealRow ? f.realRow : std::vector<float>{9, 9, 9, 9, 9, 9, 9, 9});
+    const uint64_t sum =
+        checksum(checksumMatchesRealRow ? f.realRow : std::vector<float>{9, 9, 9, 9, 9, 9, 9, 9});
     decode.layers[0].keyChecksum = sum;
     decode.layers[0].valueChecksum = sum;
   }
@@ -99,11 +101,13 @@ class CacheRowReplayTest : public QObject {
     QCOMPARE(row.shape, (std::vector<int64_t>{1, 4, 2}));
     QCOMPARE(row.data, f.realRow);
     // The records alone still say the row is fine.
-    QCOMPARE(f.result.cachedKv(0, 1, 0, KvKind::Keys).data, (std::vector<float>{1, 1, 2, 2, 3, 3, 6, 6}));
+    QCOMPARE(f.result.cachedKv(0, 1, 0, KvKind::Keys).data,
+             (std::vector<float>{1, 1, 2, 2, 3, 3, 6, 6}));
   }
 
   void refusesToGuessWithoutAMatchingChecksum() {
-    QVERIFY(CacheRowReplay::replay(overwrittenRow(false).result.trace, 0, 1, 0, KvKind::Keys).empty());
+    QVERIFY(
+        CacheRowReplay::replay(overwrittenRow(false).result.trace, 0, 1, 0, KvKind::Keys).empty());
     const Fixture wrong = overwrittenRow(true, false);
     QVERIFY(CacheRowReplay::rowRewritten(wrong.result.trace, 0, 1, 0, KvKind::Keys));
     QVERIFY(CacheRowReplay::replay(wrong.result.trace, 0, 1, 0, KvKind::Keys).empty());

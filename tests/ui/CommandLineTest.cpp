@@ -9,7 +9,6 @@
 #include <QSettings>
 #include <QTableView>
 #include <QtTest>
-
 #include <atomic>
 #include <mutex>
 
@@ -31,9 +30,13 @@ using namespace kvscope::ui;
 namespace {
 
 std::vector<FaultInfo> testCatalog() {
-  return {{"wrong_layer", "layer L reads layer S's cache", "layer 1 matches, layer 2 differs",
+  return {{"wrong_layer",
+           "layer L reads layer S's cache",
+           "layer 1 matches, layer 2 differs",
            {{"layer", "reader", "1"}, {"source", "source", "0"}, {"step", "first step", "0"}}},
-          {"cross_request", "request R writes into V's cache", "a batch row changes when another request arrives",
+          {"cross_request",
+           "request R writes into V's cache",
+           "a batch row changes when another request arrives",
            {{"request", "writer", "1"}, {"victim", "victim", "0"}}}};
 }
 
@@ -65,8 +68,9 @@ class CommandLineTest : public QObject {
   void arrivalOptionsParseAndValidate() {
     HeadlessOptions o;
     QString error;
-    QVERIFY2(parse({QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--prompt"), QStringLiteral("B"),
-                    QStringLiteral("--arrival"), QStringLiteral("0"), QStringLiteral("--arrival"), QStringLiteral("3")},
+    QVERIFY2(parse({QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--prompt"),
+                    QStringLiteral("B"), QStringLiteral("--arrival"), QStringLiteral("0"),
+                    QStringLiteral("--arrival"), QStringLiteral("3")},
                    &o, &error),
              qPrintable(error));
     QCOMPARE(o.arrivals, (QList<qlonglong>{0, 3}));
@@ -76,16 +80,18 @@ class CommandLineTest : public QObject {
 
     // One tick for two prompts: the second arrives at 0.
     o = {};
-    QVERIFY(parse({QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--prompt"), QStringLiteral("B"),
-                   QStringLiteral("--arrival"), QStringLiteral("2")},
+    QVERIFY(parse({QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--prompt"),
+                   QStringLiteral("B"), QStringLiteral("--arrival"), QStringLiteral("2")},
                   &o, &error));
     QCOMPARE(HeadlessController::specFor(o).arrivalTicks, (std::vector<int64_t>{2}));
 
     for (const QStringList& bad :
-         {QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"), QStringLiteral("-1")},
-          QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"), QStringLiteral("soon")},
-          QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"), QStringLiteral("0"),
-                      QStringLiteral("--arrival"), QStringLiteral("3")}}) {
+         {QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"),
+                      QStringLiteral("-1")},
+          QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"),
+                      QStringLiteral("soon")},
+          QStringList{QStringLiteral("--prompt"), QStringLiteral("A"), QStringLiteral("--arrival"),
+                      QStringLiteral("0"), QStringLiteral("--arrival"), QStringLiteral("3")}}) {
       o = {};
       error.clear();
       QVERIFY2(!parse(bad, &o, &error), qPrintable(bad.join(QLatin1Char(' '))));
@@ -93,7 +99,9 @@ class CommandLineTest : public QObject {
     }
 
     o = {};
-    QVERIFY(parse({QStringLiteral("--select-finding"), QStringLiteral("cross_request"), QStringLiteral("--run")}, &o, &error));
+    QVERIFY(parse({QStringLiteral("--select-finding"), QStringLiteral("cross_request"),
+                   QStringLiteral("--run")},
+                  &o, &error));
     QCOMPARE(o.selectFinding, QStringLiteral("cross_request"));
     QVERIFY(o.run);
   }
@@ -184,21 +192,24 @@ class CommandLineTest : public QObject {
         testCatalog());
     HeadlessOptions o;
     QString error;
-    QVERIFY(parse({QStringLiteral("--model"), model.path(), QStringLiteral("--prompt"), QStringLiteral("A"),
-                   QStringLiteral("--prompt"), QStringLiteral("B"), QStringLiteral("--arrival"), QStringLiteral("0"),
-                   QStringLiteral("--arrival"), QStringLiteral("3"), QStringLiteral("--max-new"), QStringLiteral("12"),
-                   QStringLiteral("--fault"), QStringLiteral("wrong_layer:layer=2,source=1"), QStringLiteral("--fault"),
-                   QStringLiteral("cross_request:request=1,victim=0"), QStringLiteral("--select-finding"),
-                   QStringLiteral("cross_request"), QStringLiteral("--run")},
-                  &o, &error));
+    QVERIFY(parse(
+        {QStringLiteral("--model"), model.path(), QStringLiteral("--prompt"), QStringLiteral("A"),
+         QStringLiteral("--prompt"), QStringLiteral("B"), QStringLiteral("--arrival"),
+         QStringLiteral("0"), QStringLiteral("--arrival"), QStringLiteral("3"),
+         QStringLiteral("--max-new"), QStringLiteral("12"), QStringLiteral("--fault"),
+         QStringLiteral("wrong_layer:layer=2,source=1"), QStringLiteral("--fault"),
+         QStringLiteral("cross_request:request=1,victim=0"), QStringLiteral("--select-finding"),
+         QStringLiteral("cross_request"), QStringLiteral("--run")},
+        &o, &error));
     QSignalSpy succeeded(window.controller(), &InspectorController::auditSucceeded);
     QVERIFY2(HeadlessController::startInteractive(window, o, &error), qPrintable(error));
     QVERIFY(window.isVisible());
     // The panels show what the command line asked for.
     QCOMPARE(window.setup()->modelDir(), QFileInfo(model.path()).absoluteFilePath());
     QCOMPARE(window.setup()->arrivalText(), QStringLiteral("0, 3"));
-    QCOMPARE(window.faults()->specs(), (QStringList{QStringLiteral("wrong_layer:layer=2,source=1,step=0"),
-                                                    QStringLiteral("cross_request:request=1,victim=0")}));
+    QCOMPARE(window.faults()->specs(),
+             (QStringList{QStringLiteral("wrong_layer:layer=2,source=1,step=0"),
+                          QStringLiteral("cross_request:request=1,victim=0")}));
     QCOMPARE(window.recentFiles().first(), QFileInfo(model.path()).absoluteFilePath());
     // --run: the job runs on the engine thread with that spec.
     QTRY_VERIFY_WITH_TIMEOUT(succeeded.count() == 1, 10000);
@@ -262,7 +273,8 @@ class CommandLineTest : public QObject {
     QCOMPARE(window.context()->selection().request, output->result.report.findings[0].request);
     QCOMPARE(window.context()->selection().step, output->result.report.findings[0].step);
     QVERIFY(!window.selectFinding(QStringLiteral("stale_cache"), &error));
-    QVERIFY2(error.contains(QStringLiteral("wrong_layer")) && error.contains(QStringLiteral("cross_request")),
+    QVERIFY2(error.contains(QStringLiteral("wrong_layer")) &&
+                 error.contains(QStringLiteral("cross_request")),
              qPrintable(error));
   }
 

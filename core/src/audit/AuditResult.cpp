@@ -41,11 +41,13 @@ FloatTensor concatRecords(const std::vector<std::pair<const FloatTensor*, const 
 RequestReference referenceFromTrace(const Trace& t, int64_t request) {
   RequestReference ref;
   ref.request = request;
-  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim, V = t.model.vocabSize;
+  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim,
+                V = t.model.vocabSize;
   std::vector<int64_t> ids;
   std::vector<std::vector<float>> logitRows;
   // Per layer, per head: concatenation of real appended records.
-  std::vector<std::vector<std::vector<float>>> kh(static_cast<size_t>(L), std::vector<std::vector<float>>(static_cast<size_t>(h)));
+  std::vector<std::vector<std::vector<float>>> kh(
+      static_cast<size_t>(L), std::vector<std::vector<float>>(static_cast<size_t>(h)));
   auto vh = kh;
   for (const TraceStep* s : t.stepsOf(request)) {
     if (std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end()) {
@@ -53,8 +55,10 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       // reset restarts the stream.
       ids.clear();
       logitRows.clear();
-      for (auto& layer : kh) for (auto& head : layer) head.clear();
-      for (auto& layer : vh) for (auto& head : layer) head.clear();
+      for (auto& layer : kh)
+        for (auto& head : layer) head.clear();
+      for (auto& layer : vh)
+        for (auto& head : layer) head.clear();
     }
     std::vector<int64_t> realCols;
     for (size_t j = 0; j < s->fedIds.size(); ++j)
@@ -73,8 +77,10 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
         for (int64_t hh = 0; hh < h; ++hh) {
           auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
           auto* vd = rec.values.data.data() + (hh * cnt + j) * d;
-          kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
-          vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + d);
+          kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
+              kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
+          vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
+              vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + d);
         }
       }
     }
@@ -84,7 +90,8 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
   ref.logits = FloatTensor::zeros({T, V});
   for (int64_t p = 0; p < T; ++p) {
     const auto& row = logitRows[static_cast<size_t>(p)];
-    if (static_cast<int64_t>(row.size()) == V) std::copy(row.begin(), row.end(), ref.logits.data.begin() + p * V);
+    if (static_cast<int64_t>(row.size()) == V)
+      std::copy(row.begin(), row.end(), ref.logits.data.begin() + p * V);
   }
   for (int64_t l = 0; l < L; ++l) {
     FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, d});

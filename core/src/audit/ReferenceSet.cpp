@@ -63,7 +63,8 @@ RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int6
   RequestReference full = referenceFromTrace(*referenceTrace_, request);
   // Keep the prefix on which the reference's stream agrees with the audited stream.
   size_t agree = 0;
-  while (agree < full.ids.size() && agree < stream.size() && full.ids[agree] == stream[agree]) ++agree;
+  while (agree < full.ids.size() && agree < stream.size() && full.ids[agree] == stream[agree])
+    ++agree;
   const auto T = static_cast<int64_t>(agree);
   const auto Tfull = static_cast<int64_t>(full.ids.size());
   RequestReference ref;
