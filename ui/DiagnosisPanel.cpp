@@ -8,11 +8,14 @@
 #include <QTreeView>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 #include "ui/FailureMatrixModel.hpp"
 #include "ui/FindingsModel.hpp"
 #include "ui/SelectionContext.hpp"
 #include "ui/StageListModel.hpp"
 #include "ui/Theme.hpp"
+#include "ui/WrappingItemDelegate.hpp"
 
 namespace kvscope::ui {
 
@@ -43,8 +46,7 @@ DiagnosisPanel::DiagnosisPanel(SelectionContext* context, QWidget* parent)
   stageView_ = new QTreeView(this);
   stageView_->setModel(stages_);
   stageView_->setRootIsDecorated(true);
-  stageView_->setUniformRowHeights(false);
-  stageView_->setWordWrap(true);
+  new WrappingItemDelegate(stageView_);  // summaries and checks wrap in a narrow dock
   stageView_->setIconSize(QSize(18, 18));
   stageView_->setHeaderHidden(true);
   stageView_->header()->setStretchLastSection(true);
@@ -81,9 +83,9 @@ DiagnosisPanel::DiagnosisPanel(SelectionContext* context, QWidget* parent)
   split->addWidget(titled(tr("Findings (click to select)"), findingsView_, split));
   split->addWidget(titled(tr("Evidence"), evidence_, split));
   split->addWidget(titled(tr("Failure matrix"), matrixView_, split));
-  split->setStretchFactor(0, 3);
+  split->setStretchFactor(0, 4);
   split->setStretchFactor(1, 2);
-  split->setStretchFactor(2, 2);
+  split->setStretchFactor(2, 3);
   split->setStretchFactor(3, 4);
   split->setChildrenCollapsible(false);
 
@@ -115,6 +117,13 @@ void DiagnosisPanel::refresh() {
   }
   stageView_->expandAll();
   findingsView_->resizeColumnsToContents();
+  // As tall as its rows (a few findings), so the evidence below gets the room.
+  findingsView_->resizeRowsToContents();
+  const int shown = std::clamp(findings_->rowCount(), 1, 6);
+  const int rows = shown * std::max(findingsView_->verticalHeader()->defaultSectionSize(),
+                                    findings_->rowCount() ? findingsView_->rowHeight(0) : 0);
+  findingsView_->setMaximumHeight(findingsView_->horizontalHeader()->sizeHint().height() + rows +
+                                  2 * findingsView_->frameWidth() + 12);
   if (!report_) {
     verdict_->setText(tr("<i>No audit yet.</i>"));
     evidence_->clear();
@@ -150,8 +159,13 @@ void DiagnosisPanel::showEvidence(int row) {
   html += tr("<p>Observation: <i>%1</i><br>First check: <b>%2</b></p>")
               .arg(QString::fromStdString(f->matrixRow).toHtmlEscaped(),
                    QString::fromStdString(f->firstCheck).toHtmlEscaped());
-  html += tr("<p>Where: request %1, step %2, layer %3, position %4 · confidence %5%</p>")
-              .arg(f->request).arg(f->step).arg(f->layer).arg(f->position)
+  QStringList where;
+  if (f->request >= 0) where << tr("request %1").arg(f->request);
+  if (f->step >= 0) where << tr("step %1").arg(f->step);
+  if (f->layer >= 0) where << tr("layer %1").arg(f->layer);
+  if (f->position >= 0) where << tr("position %1").arg(f->position);
+  html += tr("<p>Where: %1 · confidence %2%</p>")
+              .arg(where.isEmpty() ? tr("the whole run") : where.join(QStringLiteral(", ")))
               .arg(qRound(f->confidence * 100.0));
   if (!f->evidence.empty()) {
     html += QStringLiteral("<table cellspacing='0' cellpadding='2'>");
@@ -164,15 +178,21 @@ void DiagnosisPanel::showEvidence(int row) {
   evidence_->setHtml(html);
 }
 
+int DiagnosisPanel::findingRow(const QString& idOrRow) const {
+  const QString key = idOrRow.trimmed();
+  for (int row = 0; row < findings_->rowCount(); ++row)
+    if (QString::fromStdString(findings_->finding(row)->id) == key) return row;
+  bool isNumber = false;
+  const int row = key.toInt(&isNumber);
+  return isNumber && findings_->finding(row) ? row : -1;
+}
+
 void DiagnosisPanel::activateFinding(int row) {
   const Finding* f = findings_->finding(row);
   if (!f) return;
+  if (findingsView_->currentIndex().row() != row) findingsView_->selectRow(row);
   showEvidence(row);
-  Selection s = context_->selection();
-  if (f->request >= 0) s.request = f->request;
-  if (f->step >= 0) s.step = f->step;
-  if (f->layer >= 0) s.layer = f->layer;
-  context_->select(s);
+  context_->selectLocation(f->request, f->step, f->layer);
 }
 
 }  // namespace kvscope::ui

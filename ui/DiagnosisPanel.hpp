@@ -35,8 +35,11 @@ class DiagnosisPanel : public QWidget {
   QTreeView* stageView() const { return stageView_; }
   QTableView* matrixView() const { return matrixView_; }
   QString evidenceText() const;
-  /// Shows a finding's evidence and selects its request/step/layer.
+  /// Shows a finding's evidence, highlights its row and selects its request/step/layer
+  /// (and the kv head where the cache differs most).
   void activateFinding(int row);
+  /// The row of a finding given by id ("cross_request") or 0-based row ("1"); -1 if none.
+  int findingRow(const QString& idOrRow) const;
 
  private:
   void refresh();

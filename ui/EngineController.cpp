@@ -73,13 +73,17 @@ uint64_t EngineController::postAudit(const AuditJobSpec& spec) {
       if (userProgress) userProgress(fraction, what);
     };
     if (!job) throw UsageError("no audit engine is available in this build");
-    return std::make_shared<const AuditJobOutput>(job(local));
+    AuditJobOutput output = job(local);
+    output.result.addReferencesFromTrace();  // trace+trace: the reference side for the views
+    return std::make_shared<const AuditJobOutput>(std::move(output));
   });
 }
 
 AuditJobOutput EngineController::runAuditNow(const AuditJobSpec& spec) const {
   if (!job_) throw UsageError("no audit engine is available in this build");
-  return job_(spec);
+  AuditJobOutput output = job_(spec);
+  output.result.addReferencesFromTrace();
+  return output;
 }
 
 void EngineController::cancel(const QString& tag) {

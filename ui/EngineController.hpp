@@ -31,7 +31,9 @@ class EngineController : public QObject {
 
   static QString auditTag() { return QStringLiteral("audit"); }
 
-  /// Posts an audit (tag "audit"); returns its generation.
+  /// Posts an audit (tag "audit"); returns its generation. When the audit left requests
+  /// without a reference but has a reference trace (trace+trace mode, stage 1 failed),
+  /// the engine thread builds those references from the trace before delivering.
   uint64_t postAudit(const AuditJobSpec& spec);
   /// Posts any work; returns its generation. The work runs on the engine thread.
   uint64_t post(const QString& tag, EngineWork work);

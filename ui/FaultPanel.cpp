@@ -92,21 +92,45 @@ QStringList FaultPanel::specs() const {
   return out;
 }
 
-bool FaultPanel::applySpec(const QString& spec) {
+bool FaultPanel::applySpec(const QString& spec, QString* error) {
+  auto fail = [error](const QString& why) {
+    if (error) *error = why;
+    return false;
+  };
   const QString name = spec.section(QLatin1Char(':'), 0, 0).trimmed();
   const QString params = spec.section(QLatin1Char(':'), 1);
+  QStringList known;
   for (auto& e : entries_) {
+    known << QString::fromStdString(e.info.name);
     if (QString::fromStdString(e.info.name) != name) continue;
-    e.box->setChecked(true);
+    // Parse everything first: a bad parameter leaves the panel as it was.
+    std::vector<std::pair<size_t, int>> values;
     for (const QString& kv : params.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
       const QString key = kv.section(QLatin1Char('='), 0, 0).trimmed();
-      const int value = kv.section(QLatin1Char('='), 1).trimmed().toInt();
-      for (size_t i = 0; i < e.params.size(); ++i)
-        if (QString::fromStdString(e.info.parameters[i].name) == key) e.params[i]->setValue(value);
+      bool ok = false;
+      const int value = kv.section(QLatin1Char('='), 1).trimmed().toInt(&ok);
+      size_t index = e.params.size();
+      QStringList names;
+      for (size_t i = 0; i < e.params.size(); ++i) {
+        names << QString::fromStdString(e.info.parameters[i].name);
+        if (names.back() == key) index = i;
+      }
+      if (index == e.params.size())
+        return fail(tr("%1 has no parameter '%2' (parameters: %3)")
+                        .arg(name, key, names.join(QStringLiteral(", "))));
+      if (!ok || !kv.contains(QLatin1Char('=')))
+        return fail(tr("%1: expected an integer, got '%2'")
+                        .arg(key, kv.section(QLatin1Char('='), 1).trimmed()));
+      values.emplace_back(index, value);
     }
+    e.box->setChecked(true);
+    for (const auto& [index, value] : values) e.params[index]->setValue(value);
     return true;
   }
-  return false;
+  return fail(
+      known.isEmpty()
+          ? tr("unknown fault '%1' (this build has no fault catalog)").arg(name)
+          : tr("unknown fault '%1' (known: %2)").arg(name, known.join(QStringLiteral(", "))));
 }
 
 void FaultPanel::clearSelection() {

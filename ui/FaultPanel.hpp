@@ -26,8 +26,9 @@ class FaultPanel : public QWidget {
   void setCatalog(const std::vector<FaultInfo>& catalog);
   /// The chosen faults, each as "NAME:k=v,..." (parameters in catalog order).
   QStringList specs() const;
-  /// Checks the named fault and sets its parameters from a spec text; false if unknown.
-  bool applySpec(const QString& spec);
+  /// Checks the named fault and sets its parameters from a spec text NAME[:k=v,...]; false
+  /// (with `error`, and nothing changed) for an unknown fault, parameter or value.
+  bool applySpec(const QString& spec, QString* error = nullptr);
   void clearSelection();
 
  Q_SIGNALS:

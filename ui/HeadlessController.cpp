@@ -1,6 +1,8 @@
 #include "ui/HeadlessController.hpp"
 
 #include <QCommandLineParser>
+#include <QObject>
+#include <QStatusBar>
 #include <QTextStream>
 
 #include <algorithm>
@@ -8,9 +10,9 @@
 #include <exception>
 
 #include "kvscope/Error.hpp"
+#include "ui/FaultPanel.hpp"
 #include "ui/HeadlineView.hpp"
 #include "ui/InspectorController.hpp"
-#include "ui/FaultPanel.hpp"
 #include "ui/InspectorWindow.hpp"
 #include "ui/RunSetupPanel.hpp"
 #include "ui/SelectionContext.hpp"
@@ -28,24 +30,51 @@ void err(const QString& text) {
 
 void HeadlessController::addOptions(QCommandLineParser& parser) {
   parser.addOptions({
-      {QStringLiteral("audit"), QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
-      {QStringLiteral("synthetic"), QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
-      {QStringLiteral("synthetic-clean"), QStringLiteral("With --synthetic: a clean run (no planted faults).")},
-      {QStringLiteral("synthetic-shape"), QStringLiteral("With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."), QStringLiteral("LxHxTxD")},
+      {QStringLiteral("audit"),
+       QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
+      {QStringLiteral("synthetic"),
+       QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
+      {QStringLiteral("synthetic-clean"),
+       QStringLiteral("With --synthetic: a clean run (no planted faults).")},
+      {QStringLiteral("synthetic-shape"),
+       QStringLiteral(
+           "With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."),
+       QStringLiteral("LxHxTxD")},
       {QStringLiteral("model"), QStringLiteral("Model directory."), QStringLiteral("DIR")},
       {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
-      {QStringLiteral("reference-trace"), QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
-      {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."), QStringLiteral("TEXT")},
-      {QStringLiteral("max-new"), QStringLiteral("Maximum new tokens (default 16)."), QStringLiteral("N")},
-      {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."), QStringLiteral("T")},
+      {QStringLiteral("reference-trace"),
+       QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
+      {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."),
+       QStringLiteral("TEXT")},
+      {QStringLiteral("arrival"),
+       QStringLiteral("Arrival tick of the matching --prompt (repeatable; default 0)."),
+       QStringLiteral("TICK")},
+      {QStringLiteral("max-new"), QStringLiteral("Maximum new tokens (default 16)."),
+       QStringLiteral("N")},
+      {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."),
+       QStringLiteral("T")},
       {QStringLiteral("top-k"), QStringLiteral("Top-k (0 = off)."), QStringLiteral("K")},
       {QStringLiteral("top-p"), QStringLiteral("Top-p (1 = off)."), QStringLiteral("P")},
       {QStringLiteral("seed"), QStringLiteral("Sampling seed."), QStringLiteral("SEED")},
-      {QStringLiteral("fault"), QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."), QStringLiteral("SPEC")},
-      {QStringLiteral("export-png"), QStringLiteral("Headless: write the window as PNG."), QStringLiteral("OUT.png")},
-      {QStringLiteral("export-bundle"), QStringLiteral("Headless: write screenshot.png, report.json, summary.md."), QStringLiteral("DIR")},
-      {QStringLiteral("select-divergence"), QStringLiteral("Select the first divergence before rendering.")},
-      {QStringLiteral("size"), QStringLiteral("Window size for headless rendering (default 1680x1050)."), QStringLiteral("WxH")},
+      {QStringLiteral("fault"),
+       QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."),
+       QStringLiteral("SPEC")},
+      {QStringLiteral("export-png"), QStringLiteral("Headless: write the window as PNG."),
+       QStringLiteral("OUT.png")},
+      {QStringLiteral("export-bundle"),
+       QStringLiteral("Headless: write screenshot.png, report.json, summary.md."),
+       QStringLiteral("DIR")},
+      {QStringLiteral("select-divergence"),
+       QStringLiteral("Select the first divergence before rendering.")},
+      {QStringLiteral("select-finding"),
+       QStringLiteral(
+           "Select a finding (its id, e.g. cross_request, or its 0-based row) before rendering."),
+       QStringLiteral("ID")},
+      {QStringLiteral("run"),
+       QStringLiteral("Interactive: start the audit as soon as the window opens.")},
+      {QStringLiteral("size"),
+       QStringLiteral("Window size for headless rendering (default 1680x1050)."),
+       QStringLiteral("WxH")},
   });
 }
 
@@ -74,7 +103,28 @@ bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, Q
   o->exportPng = p.value(QStringLiteral("export-png"));
   o->exportBundle = p.value(QStringLiteral("export-bundle"));
   o->selectDivergence = p.isSet(QStringLiteral("select-divergence"));
+  o->selectFinding = p.value(QStringLiteral("select-finding")).trimmed();
+  if (p.isSet(QStringLiteral("select-finding")) && o->selectFinding.isEmpty()) {
+    *error = QStringLiteral("--select-finding: expected a finding id, e.g. cross_request");
+    return false;
+  }
+  o->run = p.isSet(QStringLiteral("run"));
   bool ok = true;
+  for (const QString& text : p.values(QStringLiteral("arrival"))) {
+    const qlonglong tick = text.trimmed().toLongLong(&ok);
+    if (!ok || tick < 0) {
+      *error = QStringLiteral("--arrival: expected a tick >= 0, got '%1'").arg(text);
+      return false;
+    }
+    o->arrivals << tick;
+  }
+  if (o->arrivals.size() > o->prompts.size()) {
+    *error = QStringLiteral(
+                 "--arrival: %1 ticks for %2 prompt(s); give at most one --arrival per --prompt")
+                 .arg(o->arrivals.size())
+                 .arg(o->prompts.size());
+    return false;
+  }
   if (p.isSet(QStringLiteral("max-new"))) {
     o->maxNew = p.value(QStringLiteral("max-new")).toInt(&ok);
     if (!ok || o->maxNew < 1) {
@@ -128,6 +178,7 @@ AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
   s.traceFile = o.traceFile.toStdString();
   s.referenceTraceFile = o.referenceTraceFile.toStdString();
   for (const QString& p : o.prompts) s.prompts.push_back(p.toStdString());
+  for (qlonglong t : o.arrivals) s.arrivalTicks.push_back(static_cast<int64_t>(t));
   s.maxNewTokens = o.maxNew;
   s.policy.temperature = o.temperature;
   if (o.topK > 0) s.policy.topK = o.topK;
@@ -135,6 +186,63 @@ AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
   s.policy.seed = o.seed;
   for (const QString& f : o.faults) s.faults.push_back(f.toStdString());
   return s;
+}
+
+bool HeadlessController::configure(InspectorWindow& window, const HeadlessOptions& o,
+                                   QString* error) {
+  window.setup()->setSpec(specFor(o));
+  window.faults()->clearSelection();
+  for (const QString& f : o.faults) {
+    QString why;
+    if (!window.faults()->applySpec(f, &why)) {
+      *error = QStringLiteral("--fault %1: %2").arg(f, why);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool HeadlessController::startInteractive(InspectorWindow& window, const HeadlessOptions& o,
+                                          QString* error) {
+  // Paths go through openPath so that they land in the recent files.
+  if (!o.modelDir.isEmpty() && !window.openPath(o.modelDir)) {
+    *error = QStringLiteral("--model: no such directory '%1'").arg(o.modelDir);
+    return false;
+  }
+  if (!o.traceFile.isEmpty() && !window.openPath(o.traceFile)) {
+    *error = QStringLiteral("--trace: no such file '%1'").arg(o.traceFile);
+    return false;
+  }
+  HeadlessOptions rest = o;
+  rest.modelDir = window.setup()->modelDir();
+  rest.traceFile = window.setup()->traceFile();
+  if (!configure(window, rest, error)) return false;
+  window.show();
+  if (o.synthetic) window.showOutput(syntheticOutput(o));
+  if (!o.selectFinding.isEmpty()) {
+    const QString id = o.selectFinding;
+    InspectorWindow* w = &window;
+    auto select = [w, id] {
+      QString why;
+      if (!w->selectFinding(id, &why)) err(why);
+    };
+    if (o.synthetic && !o.run) {
+      select();
+    } else {
+      // Once: the first audit that finishes selects the finding.
+      auto connection = std::make_shared<QMetaObject::Connection>();
+      *connection = QObject::connect(window.controller(), &InspectorController::auditSucceeded,
+                                     &window, [connection, select] {
+                                       QObject::disconnect(*connection);
+                                       select();
+                                     });
+    }
+  }
+  if (o.run && !window.runAudit()) {
+    *error = QStringLiteral("--run: %1").arg(window.headline()->headline());
+    return false;
+  }
+  return true;
 }
 
 std::shared_ptr<const AuditJobOutput> HeadlessController::syntheticOutput(const HeadlessOptions& o) {
@@ -167,11 +275,11 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
   }
   InspectorWindow window(std::move(job), std::move(catalog));
   window.exporter()->setOverwritePolicy(ExportController::OverwritePolicy::Refuse);
-  window.setup()->setModelDir(o.modelDir);
-  window.setup()->setTraceFile(o.traceFile);
-  window.setup()->setReferenceTraceFile(o.referenceTraceFile);
-  window.setup()->setPrompts(o.prompts);
-  for (const QString& f : o.faults) window.faults()->applySpec(f);
+  QString error;
+  if (!configure(window, o, &error)) {
+    err(error);
+    return InputError;
+  }
 
   std::shared_ptr<const AuditJobOutput> output;
   try {
@@ -179,6 +287,7 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
       output = syntheticOutput(o);
     } else {
       output = std::make_shared<const AuditJobOutput>(window.engine()->runAuditNow(specFor(o)));
+      window.setup()->setProgress(1.0, QStringLiteral("done"));
     }
   } catch (const kvscope::InputError& e) {
     err(QString::fromStdString(e.what()));
@@ -194,14 +303,22 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
   window.resize(o.size);
   window.show();
   window.showOutput(output);
-  if (o.selectDivergence)
+  if (!o.selectFinding.isEmpty()) {
+    if (!window.selectFinding(o.selectFinding, &error)) {
+      err(error);
+      return InputError;
+    }
+  } else if (o.selectDivergence) {
     window.context()->selectFirstDivergence();
-  else
+  } else {
     window.context()->select(Selection{});
+  }
   if (!window.controller()->waitUntilSettled(60000)) {
     err(QStringLiteral("internal error: the view did not settle"));
     return InternalError;
   }
+  window.statusBar()->showMessage(
+      QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
   int code = output->result.report.clean() ? Clean : Divergent;
   QTextStream(stdout) << HeadlineView::headlineFor(output->result.report) << Qt::endl;
   if (!o.exportPng.isEmpty()) {

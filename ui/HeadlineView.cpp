@@ -52,13 +52,14 @@ QString HeadlineView::headlineFor(const AuditReport& report) {
   if (!where.isEmpty()) text += QStringLiteral(": ") + where;
   if (main) {
     text += QStringLiteral(" \u2014 ") + QString::fromStdString(main->id);
-    if (!main->explanation.empty()) {
-      QString why = QString::fromStdString(main->explanation);
-      const int dot = why.indexOf(QStringLiteral(". "));
-      if (dot > 0) why = why.left(dot);
-      if (why.size() > 90) why = why.left(88) + QStringLiteral("\u2026");
-      text += QStringLiteral(" (") + why + QStringLiteral(")");
-    }
+    // The explanation's first sentence when it is short, else the failure-matrix
+    // observation (always short): the banner must read whole in one line.
+    QString why = QString::fromStdString(main->explanation);
+    const int dot = why.indexOf(QStringLiteral(". "));
+    if (dot > 0) why = why.left(dot);
+    if (why.isEmpty() || why.size() > 64) why = QString::fromStdString(main->matrixRow);
+    if (why.size() > 90) why = why.left(88) + QStringLiteral("\u2026");
+    if (!why.isEmpty()) text += QStringLiteral(" (") + why + QStringLiteral(")");
   }
   return text;
 }

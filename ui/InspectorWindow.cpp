@@ -240,14 +240,36 @@ bool InspectorWindow::openPath(const QString& path) {
   return true;
 }
 
-void InspectorWindow::runAudit() {
+bool InspectorWindow::runAudit() {
   AuditJobSpec spec = setup_->spec();
   for (const QString& f : faults_->specs()) spec.faults.push_back(f.toStdString());
   if (spec.modelDir.empty() && spec.traceFile.empty()) {
     headline_->showMessage(tr("Input error: open a model directory or a trace first"), true);
-    return;
+    return false;
+  }
+  QString error;
+  if (!setup_->validate(&error)) {
+    headline_->showMessage(tr("Input error: %1").arg(error), true);
+    return false;
   }
   controller_->runAudit(spec);
+  return true;
+}
+
+bool InspectorWindow::selectFinding(const QString& idOrRow, QString* error) {
+  const int row = diagnosis_->findingRow(idOrRow);
+  if (row < 0) {
+    const AuditResult* r = context_->result();
+    QStringList ids;
+    if (r)
+      for (const auto& f : r->report.findings) ids << QString::fromStdString(f.id);
+    *error = ids.isEmpty() ? tr("--select-finding %1: the report has no findings").arg(idOrRow)
+                           : tr("--select-finding %1: no such finding (findings: %2)")
+                                 .arg(idOrRow, ids.join(QStringLiteral(", ")));
+    return false;
+  }
+  diagnosis_->activateFinding(row);
+  return true;
 }
 
 void InspectorWindow::addRecent(const QString& path) {

@@ -58,6 +58,12 @@ class InspectorWindow : public QMainWindow {
 
   /// Shows an audit output computed elsewhere (headless, synthetic).
   void showOutput(std::shared_ptr<const AuditJobOutput> output);
+  /// Runs the audit the setup and fault panels describe on the engine thread (Ctrl+R);
+  /// false, with the reason in the banner, when they do not describe one.
+  bool runAudit();
+  /// Selects a finding of the shown report (its id, e.g. "cross_request", or its 0-based
+  /// row): its request, step and layer, and its evidence. False with `error` if none.
+  bool selectFinding(const QString& idOrRow, QString* error);
   /// Opens a path: a directory as the model, a file as the trace. Adds it to recent files.
   bool openPath(const QString& path);
   QStringList recentFiles() const { return recent_; }
@@ -83,7 +89,6 @@ class InspectorWindow : public QMainWindow {
   void buildCentre();
   void buildDocks();
   void buildMenus();
-  void runAudit();
   void addRecent(const QString& path);
   void rebuildRecentMenu();
   void exportInteractive(bool wholeWindow);

@@ -19,6 +19,7 @@ namespace kvscope::ui {
 namespace {
 constexpr int64_t kFullViewPositions = 64;  // longer caches get a window
 constexpr int64_t kWindowPositions = 48;
+constexpr int64_t kEdgeGap = 2;  // empty columns right of the newest record
 }  // namespace
 
 KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
@@ -34,8 +35,10 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
   gradient_ = new QComboBox(this);
   gradient_->addItems(gradientNames());
   gradient_->setToolTip(tr("Colour map of the reference and cached heatmaps"));
-  note_ = new QLabel(this);
+  note_ = new QLabel(this);  // its own line under the controls, shown when there is a note
   note_->setStyleSheet(QStringLiteral("color: %1; font-weight: bold;").arg(Theme::alarm().name()));
+  note_->setWordWrap(true);
+  note_->hide();
 
   reference_ = new KvHeatmapView(KvHeatmapView::Role::Reference, this);
   cached_ = new KvHeatmapView(KvHeatmapView::Role::Cached, this);
@@ -43,24 +46,27 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
 
   auto* controls = new QHBoxLayout;
   controls->setContentsMargins(0, 0, 0, 0);
-  auto* heading = new QLabel(tr("<b>K/V cache after the step</b>"), this);
-  controls->addWidget(heading);
+  heading_ = new QLabel(tr("<b>K/V cache after the step</b>"), this);
+  controls->addWidget(heading_);
   controls->addWidget(layer_);
   controls->addWidget(head_);
   controls->addWidget(kind_);
-  controls->addWidget(note_, 1);
+  controls->addStretch(1);
   controls->addWidget(new QLabel(tr("colours"), this));
   controls->addWidget(gradient_);
   auto* maps = new QHBoxLayout;
   maps->setContentsMargins(0, 0, 0, 0);
   maps->setSpacing(2);
-  maps->addWidget(reference_);
-  maps->addWidget(cached_);
-  maps->addWidget(difference_);
+  // Equal thirds, whatever the titles' lengths.
+  for (KvHeatmapView* v : {reference_, cached_, difference_}) {
+    v->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Expanding);
+    maps->addWidget(v, 1);
+  }
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 2, 4, 2);
   layout->setSpacing(2);
   layout->addLayout(controls);
+  layout->addWidget(note_);
   layout->addLayout(maps, 1);
 
   connect(layer_, &QSpinBox::valueChanged, this, [this](int v) { context_->setLayer(v); });
@@ -126,11 +132,29 @@ void KvHeatmapPanel::paintSnapshot() {
   const auto& snap = context_->snapshot();
   if (!snap) return;
   const Selection& s = snap->selection;
-  const QString what = tr("layer %1 · head %2 · %3 · step %4")
+  // The records the selected step appended (framed in every map).
+  int64_t first = -1, last = -1;
+  if (const AuditResult* r = context_->result()) {
+    int64_t consumed = 0;
+    for (const TraceStep* st : r->trace.stepsOf(s.request)) {
+      const int64_t n = st->realFedCount();
+      if (st->step == s.step) {
+        first = consumed;
+        last = consumed + n - 1;
+        break;
+      }
+      consumed += n;
+    }
+  }
+  const QString what = tr("layer %1 · head %2 · %3")
                            .arg(s.layer)
                            .arg(s.head)
-                           .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"))
-                           .arg(s.step);
+                           .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
+  QString heading = tr("<b>K/V cache after step %1</b>").arg(s.step);
+  if (last >= first && first >= 0)
+    heading += first == last ? tr(" · new record: pos %1").arg(first)
+                             : tr(" · new records: pos %1–%2").arg(first).arg(last);
+  heading_->setText(heading);
   const double m = std::max(1e-6, static_cast<double>(snap->valueAbsMax));
   const QCPRange valueRange(-m, m);
   if (snap->reference.empty())
@@ -147,37 +171,46 @@ void KvHeatmapPanel::paintSnapshot() {
     // A floor keeps fp32 noise (1e-7) from lighting the whole map up.
     const double upper = std::max(static_cast<double>(snap->diffMax), 1e-4 * std::max(1.0, m));
     const int64_t t = std::min(snap->cachedPositions, snap->referencePositions);
-    const QString sub = snap->diffMax > 1e-4 * std::max(1.0, m)
-                            ? tr("max %1 at pos %2, dim %3").arg(snap->diffMax, 0, 'g', 3)
-                                  .arg(snap->diffArgPosition).arg(snap->diffArgDim)
-                            : tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2);
+    QString sub = snap->diffMax > 1e-4 * std::max(1.0, m)
+                      ? tr("max %1 at pos %2, dim %3")
+                            .arg(snap->diffMax, 0, 'g', 3)
+                            .arg(snap->diffArgPosition)
+                            .arg(snap->diffArgDim)
+                      : tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2);
     difference_->setBuffer(snap->absDiff, t, snap->headDim, QCPRange(0.0, upper), sub);
-  }
-  // Outline the records the selected step appended.
-  int64_t first = -1, last = -1;
-  if (const AuditResult* r = context_->result()) {
-    int64_t consumed = 0;
-    for (const TraceStep* st : r->trace.stepsOf(s.request)) {
-      const int64_t n = st->realFedCount();
-      if (st->step == s.step) {
-        first = consumed;
-        last = consumed + n - 1;
-        break;
-      }
-      consumed += n;
-    }
   }
   for (KvHeatmapView* v : {reference_, cached_, difference_}) v->setMarkedPositions(first, last);
   // Long caches: show a window that ends just after the step's records, so the records
   // this step appended are columns you can see, not one pixel of a 500-position strip.
   const int64_t t = std::max(snap->cachedPositions, snap->referencePositions);
   if (t > kFullViewPositions && last >= 0) {
-    const int64_t hi = std::min(t - 1, last + kWindowPositions / 8);
-    const int64_t lo = std::max<int64_t>(0, hi - kWindowPositions + 1);
+    // About 8 pixels a column, so that one new record is a column you can see.
+    const int px = reference_->axisRect()->width();
+    const int64_t window =
+        px > 0 ? std::clamp<int64_t>(px / 8, 16, kWindowPositions) : kWindowPositions;
+    const int64_t hi = std::min(t - 1 + kEdgeGap, last + std::max<int64_t>(kEdgeGap, window / 8));
+    const int64_t lo = std::max<int64_t>(0, hi - window + 1);
     for (KvHeatmapView* v : {reference_, cached_, difference_})
       v->setVisiblePositions(static_cast<double>(lo), static_cast<double>(hi));
+  } else if (last >= 0 && last == t - 1) {
+    // The newest records are the last columns: leave a gap so their frame does not merge
+    // with the map's edge.
+    for (KvHeatmapView* v : {reference_, cached_, difference_})
+      v->setVisiblePositions(0.0, static_cast<double>(t - 1 + kEdgeGap));
   }
-  note_->setText(QString::fromStdString(snap->note));
+  const QString note = QString::fromStdString(snap->note);
+  QString shown = note;
+  if (snap->rowRewritten)
+    shown = snap->cachedFromReplay
+                ? tr("\u26A0 this cache row was overwritten after its records were appended: "
+                     "Cached shows the row "
+                     "rebuilt from every write into its slot (checksum verified)")
+                : tr("\u26A0 this cache row was overwritten after its records were appended "
+                     "(checksum); the trace "
+                     "does not show by what");
+  note_->setText(shown);
+  note_->setToolTip(note);
+  note_->setVisible(!note_->text().isEmpty());
 }
 
 }  // namespace kvscope::ui

@@ -44,6 +44,7 @@ class KvHeatmapPanel : public QWidget {
   QSpinBox* head_;
   QComboBox* kind_;
   QComboBox* gradient_;
+  QLabel* heading_;
   QLabel* note_;
   KvHeatmapView* reference_;
   KvHeatmapView* cached_;

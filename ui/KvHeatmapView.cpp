@@ -34,6 +34,14 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
 
   xAxis->setLabel(tr("position"));
   yAxis->setLabel(tr("head dim"));
+  // Positions and dimensions are whole numbers: no 2.5 ticks.
+  for (QCPAxis* axis : {xAxis, yAxis}) {
+    auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+    ticker->setTickStep(1.0);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    ticker->setTickCount(6);
+    axis->setTicker(ticker);
+  }
   yAxis->setRangeReversed(true);  // dimension 0 at the top
   map_ = new QCPColorMap(xAxis, yAxis);
   map_->setInterpolate(false);
@@ -48,10 +56,22 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   scale_->setMarginGroup(QCP::msBottom | QCP::msTop, group);
 
   marker_ = new QCPItemRect(this);
-  marker_->setPen(QPen(role == Role::Difference ? Theme::selection() : QColor(Qt::black), 1.5, Qt::DashLine));
+  // The records the step appended: a solid frame in a colour that neither map uses (the
+  // polar map runs blue-black-red, the difference white-red).
+  marker_->setPen(
+      QPen(role == Role::Difference ? Theme::selection() : QColor(0x00, 0xE6, 0x76), 2.5));
   marker_->setBrush(Qt::NoBrush);
   marker_->setVisible(false);
   marker_->setSelectable(false);
+  pointer_ = new QCPItemText(this);
+  pointer_->setText(QStringLiteral("\u25BC"));
+  pointer_->setColor(marker_->pen().color());
+  pointer_->setFont(QFont(font().family(), font().pointSize() + 2, QFont::Bold));
+  pointer_->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
+  pointer_->setClipToAxisRect(false);
+  pointer_->setPadding(QMargins(0, 0, 0, 0));
+  pointer_->setSelectable(false);
+  pointer_->setVisible(false);
 
   if (role == Role::Difference) {
     QCPColorGradient g;
@@ -111,6 +131,7 @@ void KvHeatmapView::clearBuffer(const QString& message) {
   map_->data()->setCell(0, 0, 0.0);
   map_->setVisible(false);
   marker_->setVisible(false);
+  pointer_->setVisible(false);
   title_->setText(roleTitle(role_) + QLatin1Char('\n') + message);
   replot(QCustomPlot::rpQueuedReplot);
 }
@@ -118,11 +139,16 @@ void KvHeatmapView::clearBuffer(const QString& message) {
 void KvHeatmapView::setMarkedPositions(int64_t first, int64_t last) {
   if (first < 0 || last < first || positions_ == 0) {
     marker_->setVisible(false);
+    pointer_->setVisible(false);
   } else {
-    // Dashed borders on the columns' edges, reaching above and below the map.
-    marker_->topLeft->setCoords(static_cast<double>(first) - 0.5, -1.0);
-    marker_->bottomRight->setCoords(static_cast<double>(last) + 0.5, static_cast<double>(dims_));
+    // A frame on the columns' edges, reaching above and below the map, and a caret above.
+    // A quarter column outside the edges, so the frame does not cover the framed cells.
+    marker_->topLeft->setCoords(static_cast<double>(first) - 0.75, -1.0);
+    marker_->bottomRight->setCoords(static_cast<double>(last) + 0.75, static_cast<double>(dims_));
     marker_->setVisible(true);
+    pointer_->position->setCoords((static_cast<double>(first) + static_cast<double>(last)) / 2.0,
+                                  -0.5);
+    pointer_->setVisible(true);
   }
   replot(QCustomPlot::rpQueuedReplot);
 }

@@ -50,6 +50,7 @@ class KvHeatmapView : public QCustomPlot {
   QCPColorMap* map_;
   QCPColorScale* scale_;
   QCPItemRect* marker_;
+  QCPItemText* pointer_;  // a caret above the marked columns (one column is easy to miss)
   int64_t positions_ = 0;
   int64_t dims_ = 0;
 };

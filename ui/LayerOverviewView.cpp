@@ -32,7 +32,7 @@ LayerOverviewView::LayerOverviewView(SelectionContext* context, QWidget* parent)
   yAxis->setNumberFormat(QStringLiteral("eb"));
   yAxis->setNumberPrecision(0);
   yAxis->setLabel(tr("max |Δ| K/V"));
-  xAxis->setLabel(tr("layer (click to select)"));
+  xAxis->setLabel(tr("layer · dashed: noise floor"));
   auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
   ticker->setTickStep(1.0);
   ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);

@@ -53,6 +53,15 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
   beyond_->setName(tr("beyond tolerance"));
   beyond_->setLineStyle(QCPGraph::lsNone);
   beyond_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::alarm(), 9));
+  // One row of legend at the bottom right, over the empty part below the band's top.
+  steps_->legend->setVisible(true);
+  steps_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  steps_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+  steps_->legend->setBrush(QColor(255, 255, 255, 200));
+  steps_->legend->setIconSize(14, 8);
+  steps_->legend->setRowSpacing(0);
+  steps_->legend->setColumnSpacing(4);
+  steps_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
   cursor_ = new QCPItemStraightLine(steps_);
   cursor_->setPen(QPen(Theme::selection(), 2));
 
@@ -64,6 +73,7 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
   delta_->setLineStyle(QCPGraph::lsImpulse);
   delta_->setPen(QPen(Theme::alarm(), 1));
   delta_->setAdaptiveSampling(true);
+  delta_->setAntialiased(false);  // crisp impulses (and a smaller PNG)
 
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
@@ -165,17 +175,27 @@ void LogitDeltaView::paintTokens() {
   tokens_->yAxis->setRange(-m * 1.35, m * 1.35);
   std::vector<size_t> order(d.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  const size_t n = std::min<size_t>(kLabelledTokens, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+  // The largest deltas, skipping ones whose label would sit on top of a larger one's.
+  const size_t candidates = std::min<size_t>(kLabelledTokens * 6, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates),
+                    order.end(),
                     [&d](size_t a, size_t b) { return std::abs(d[a]) > std::abs(d[b]); });
   const bool significant = snap->maxAbsLogitDelta > 1e-4;
-  for (size_t k = 0; k < n && significant; ++k) {
+  const auto apart = static_cast<std::ptrdiff_t>(std::max<size_t>(1, d.size() / 8));
+  for (size_t k = 0; k < candidates && significant && labelled_.size() < kLabelledTokens; ++k) {
     const size_t i = order[k];
+    bool crowded = false;
+    for (int64_t j : labelled_)
+      crowded =
+          crowded ||
+          (std::abs(static_cast<std::ptrdiff_t>(i) - static_cast<std::ptrdiff_t>(j)) < apart &&
+           (d[i] >= 0) == (d[static_cast<size_t>(j)] >= 0));
+    if (crowded) continue;
     labelled_.push_back(static_cast<int64_t>(i));
     auto* label = new QCPItemText(tokens_);
     label->setText(tokenText(static_cast<int64_t>(i)));
     label->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
-    label->setColor(k == 0 ? Theme::alarm() : palette().color(QPalette::Text));
+    label->setColor(labelled_.size() == 1 ? Theme::alarm() : palette().color(QPalette::Text));
     label->setPositionAlignment(d[i] >= 0 ? (Qt::AlignHCenter | Qt::AlignBottom) : (Qt::AlignHCenter | Qt::AlignTop));
     label->position->setCoords(static_cast<double>(i), static_cast<double>(d[i]));
     labels_.push_back(label);

@@ -35,6 +35,8 @@ PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* p
   legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   legend->setRowSpacing(0);
   legend->setBrush(QColor(255, 255, 255, 210));
+  // Top left: positions start at the prompt length and grow to the right; event labels
+  // run up from the bottom of their step.
   axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
 
   cursor_ = new QCPItemStraightLine(this);
@@ -112,18 +114,41 @@ void PositionTimelineView::rebuild() {
     label->setText(text);
     label->setColor(color);
     label->setRotation(-90);
-    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignBottom);
+    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);  // right of the line, reading up
     label->position->setCoords(x, top * 0.05);
     ++eventMarkers_;
   };
   for (const TraceStep* st : steps)
     for (const auto& e : st->events) {
-      const QString name = QString::fromStdString(e);
+      QString name = QString::fromStdString(e);
       const QColor color = name == QLatin1String("context_limit") || name == QLatin1String("weight_update")
                                ? Theme::alarm()
                                : Theme::ok();
+      if (name == QLatin1String("arrival")) name = tr("arrival (tick %1)").arg(st->tick);
       marker(static_cast<double>(st->step), name, color);
     }
+  // Other requests arriving while this one runs, on the step this request ran at that tick;
+  // red when the newcomer was given this request's cache row (the cross-request setting).
+  if (!steps.empty()) {
+    const int64_t firstTick = steps.front()->tick, lastTick = steps.back()->tick;
+    for (const TraceStep& other : r->trace.steps) {
+      if (other.request == request_ || other.tick < firstTick || other.tick > lastTick ||
+          std::find(other.events.begin(), other.events.end(), "arrival") == other.events.end())
+        continue;
+      const TraceStep* at = nullptr;
+      for (const TraceStep* st : steps)
+        if (st->tick >= other.tick) {
+          at = st;
+          break;
+        }
+      if (!at) continue;
+      const bool sameRow = other.slot == at->slot;
+      const QString text =
+          sameRow ? tr("req %1 arrives (tick %2), same row").arg(other.request).arg(other.tick)
+                  : tr("req %1 arrives (tick %2)").arg(other.request).arg(other.tick);
+      marker(static_cast<double>(at->step), text, sameRow ? Theme::alarm() : Theme::selection());
+    }
+  }
   for (const TraceEvent& ev : r->trace.events) {
     const TraceStep* at = nullptr;
     for (const TraceStep* st : steps)

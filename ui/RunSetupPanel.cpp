@@ -8,9 +8,12 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSpinBox>
 #include <QToolButton>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 namespace kvscope::ui {
 
@@ -40,6 +43,16 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   prompts_->setPlaceholderText(tr("One prompt per line"));
   prompts_->setTabChangesFocus(true);
   prompts_->setMaximumHeight(90);
+  arrivals_ = new QLineEdit(this);
+  arrivals_->setPlaceholderText(tr("e.g. 0, 3 (one per prompt; empty: all at 0)"));
+  arrivals_->setToolTip(
+      tr("Engine tick at which each prompt's request arrives, in prompt order.\n"
+         "A later arrival joins a running batch (the cross-request faults need one)."));
+  arrivalError_ = new QLabel(this);
+  arrivalError_->setObjectName(QStringLiteral("arrivalError"));
+  arrivalError_->setWordWrap(true);
+  arrivalError_->setStyleSheet(QStringLiteral("color: #C62828;"));
+  arrivalError_->hide();
   maxNew_ = new QSpinBox(this);
   maxNew_->setRange(1, 100000);
   maxNew_->setValue(16);
@@ -66,11 +79,15 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Trace"), withBrowse(trace_, &browseTrace, this));
   form->addRow(tr("Reference"), withBrowse(reference_, &browseRef, this));
   form->addRow(tr("Prompts"), prompts_);
+  form->addRow(tr("Arrival ticks"), arrivals_);
+  form->addRow(arrivalError_);
   form->addRow(tr("Max new tokens"), maxNew_);
   form->addRow(tr("Temperature"), temperature_);
   form->addRow(tr("Top-k"), topK_);
   form->addRow(tr("Top-p"), topP_);
   form->addRow(tr("Seed"), seed_);
+  connect(arrivals_, &QLineEdit::textChanged, this, &RunSetupPanel::checkArrivals);
+  connect(prompts_, &QPlainTextEdit::textChanged, this, &RunSetupPanel::checkArrivals);
   connect(browseModel, &QToolButton::clicked, this, &RunSetupPanel::browseModelRequested);
   connect(browseTrace, &QToolButton::clicked, this, &RunSetupPanel::browseTraceRequested);
   connect(browseRef, &QToolButton::clicked, this, &RunSetupPanel::browseReferenceRequested);
@@ -110,6 +127,9 @@ AuditJobSpec RunSetupPanel::spec() const {
   for (const QString& line : prompts_->toPlainText().split(QLatin1Char('\n'))) {
     if (!line.trimmed().isEmpty()) s.prompts.push_back(line.toStdString());
   }
+  std::vector<int64_t> ticks;
+  QString ignored;
+  if (parseArrivalTicks(arrivals_->text(), &ticks, &ignored)) s.arrivalTicks = ticks;
   s.maxNewTokens = maxNew_->value();
   s.policy.temperature = temperature_->value();
   if (topK_->value() > 0) s.policy.topK = topK_->value();
@@ -117,6 +137,76 @@ AuditJobSpec RunSetupPanel::spec() const {
   s.policy.seed = static_cast<uint64_t>(seed_->value());
   return s;
 }
+
+void RunSetupPanel::setSpec(const AuditJobSpec& s) {
+  model_->setText(QString::fromStdString(s.modelDir));
+  trace_->setText(QString::fromStdString(s.traceFile));
+  reference_->setText(QString::fromStdString(s.referenceTraceFile));
+  QStringList prompts;
+  for (const auto& p : s.prompts) prompts << QString::fromStdString(p);
+  setPrompts(prompts);
+  setArrivalTicks(s.arrivalTicks);
+  maxNew_->setValue(static_cast<int>(
+      std::clamp<int64_t>(s.maxNewTokens, maxNew_->minimum(), maxNew_->maximum())));
+  temperature_->setValue(s.policy.temperature);
+  topK_->setValue(s.policy.topK ? static_cast<int>(*s.policy.topK) : 0);
+  topP_->setValue(s.policy.topP ? *s.policy.topP : 1.0);
+  seed_->setValue(
+      static_cast<int>(std::min<uint64_t>(s.policy.seed, static_cast<uint64_t>(seed_->maximum()))));
+}
+
+bool RunSetupPanel::parseArrivalTicks(const QString& text, std::vector<int64_t>* ticks,
+                                      QString* error) {
+  ticks->clear();
+  static const QRegularExpression separators(QStringLiteral("[,;\\s]+"));
+  for (const QString& part : text.split(separators, Qt::SkipEmptyParts)) {
+    bool ok = false;
+    const qlonglong tick = part.toLongLong(&ok);
+    if (!ok || tick < 0) {
+      *error = tr("arrival ticks: '%1' is not a tick (an integer >= 0)").arg(part);
+      ticks->clear();
+      return false;
+    }
+    ticks->push_back(static_cast<int64_t>(tick));
+  }
+  return true;
+}
+
+QString RunSetupPanel::formatArrivalTicks(const std::vector<int64_t>& ticks) {
+  QStringList parts;
+  for (int64_t t : ticks) parts << QString::number(t);
+  return parts.join(QStringLiteral(", "));
+}
+
+void RunSetupPanel::setArrivalTicks(const std::vector<int64_t>& ticks) {
+  arrivals_->setText(formatArrivalTicks(ticks));
+}
+
+QString RunSetupPanel::arrivalText() const { return arrivals_->text(); }
+
+bool RunSetupPanel::validate(QString* error) const {
+  std::vector<int64_t> ticks;
+  if (!parseArrivalTicks(arrivals_->text(), &ticks, error)) return false;
+  const auto prompts = spec().prompts.size();
+  if (ticks.size() > prompts) {
+    *error = tr("arrival ticks: %1 ticks for %2 prompt(s); give at most one per prompt")
+                 .arg(ticks.size())
+                 .arg(prompts);
+    return false;
+  }
+  return true;
+}
+
+void RunSetupPanel::checkArrivals() {
+  QString error;
+  const bool ok = validate(&error);
+  arrivals_->setStyleSheet(ok ? QString()
+                              : QStringLiteral("QLineEdit { border: 2px solid #C62828; }"));
+  arrivalError_->setText(ok ? QString() : error);
+  arrivalError_->setVisible(!ok);
+}
+
+void RunSetupPanel::setMaxNewTokens(int maxNew) { maxNew_->setValue(maxNew); }
 
 void RunSetupPanel::setModelDir(const QString& dir) { model_->setText(dir); }
 void RunSetupPanel::setTraceFile(const QString& file) { trace_->setText(file); }

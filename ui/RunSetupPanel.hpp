@@ -1,10 +1,13 @@
 // What to audit and how to generate: a model directory, a trace file (and an optional
-// reference trace), the prompts (one per line), generation settings (max new tokens,
-// temperature, top-k, top-p, seed), and Run / Cancel with a progress bar.
+// reference trace), the prompts (one per line), their arrival ticks, generation settings
+// (max new tokens, temperature, top-k, top-p, seed), and Run / Cancel with a progress bar.
 #pragma once
 
 #include <QStringList>
 #include <QWidget>
+
+#include <cstdint>
+#include <vector>
 
 #include "kvscope/AuditJob.hpp"
 
@@ -24,12 +27,26 @@ class RunSetupPanel : public QWidget {
  public:
   explicit RunSetupPanel(QWidget* parent = nullptr);
 
-  /// The job as the controls describe it (faults are added by the caller).
+  /// The job as the controls describe it (faults are added by the caller). Arrival ticks
+  /// that do not parse are left out; check validate() first.
   AuditJobSpec spec() const;
+  /// Sets every control from a spec (faults and prompt ids are not shown here).
+  void setSpec(const AuditJobSpec& spec);
+  /// False with a message when the controls do not describe a runnable job's settings
+  /// (today: the arrival ticks).
+  bool validate(QString* error) const;
+
+  /// Parses "0, 3" (commas and/or spaces; empty = every prompt at tick 0) into ticks >= 0.
+  static bool parseArrivalTicks(const QString& text, std::vector<int64_t>* ticks, QString* error);
+  static QString formatArrivalTicks(const std::vector<int64_t>& ticks);
+  void setArrivalTicks(const std::vector<int64_t>& ticks);
+  QString arrivalText() const;
+  QLineEdit* arrivalEdit() const { return arrivals_; }
   void setModelDir(const QString& dir);
   void setTraceFile(const QString& file);
   void setReferenceTraceFile(const QString& file);
   void setPrompts(const QStringList& prompts);
+  void setMaxNewTokens(int maxNew);
   QString modelDir() const;
   QString traceFile() const;
 
@@ -46,10 +63,14 @@ class RunSetupPanel : public QWidget {
   void browseReferenceRequested();
 
  private:
+  void checkArrivals();
+
   QLineEdit* model_;
   QLineEdit* trace_;
   QLineEdit* reference_;
   QPlainTextEdit* prompts_;
+  QLineEdit* arrivals_;
+  QLabel* arrivalError_;
   QSpinBox* maxNew_;
   QDoubleSpinBox* temperature_;
   QSpinBox* topK_;

@@ -146,6 +146,20 @@ bool SelectionContext::selectFirstDivergence() {
   return true;
 }
 
+void SelectionContext::selectLocation(int64_t request, int64_t step, int64_t layer) {
+  Selection s = selection_;
+  if (request >= 0) s.request = request;
+  if (step >= 0) s.step = step;
+  if (layer >= 0) s.layer = layer;
+  s = clamp(s);
+  if (const AuditResult* r = result()) {
+    const int64_t head =
+        StepSnapshotBuilder::worstCacheHead(*r, s.request, s.step, s.layer, s.kind);
+    if (head >= 0) s.head = head;
+  }
+  select(s);
+}
+
 bool SelectionContext::setSnapshot(std::shared_ptr<const StepSnapshot> snapshot) {
   if (!snapshot || snapshot->outputSerial != outputSerial_ || snapshot->selection != selection_)
     return false;

@@ -43,6 +43,9 @@ class SelectionContext : public QObject {
   /// Selects the first divergence (request, step, layer; the head with the largest
   /// difference). Returns false when the report has none.
   bool selectFirstDivergence();
+  /// Selects a place a finding points at: request, step and layer (negative: keep the
+  /// current one), with the kv head whose cache differs most there.
+  void selectLocation(int64_t request, int64_t step, int64_t layer);
 
   // Shape of the data, for views and clamping.
   std::vector<int64_t> requestIds() const;

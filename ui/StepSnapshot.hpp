@@ -32,6 +32,14 @@ struct StepSnapshot {
   std::vector<float> logitDelta;   // [V] cached - reference logits row of the step
   double maxAbsLogitDelta = 0.0;
 
+  /// The engine's recorded checksum of this layer's cache row after the step no longer
+  /// matches its appended records: rows were overwritten after they were appended (by
+  /// another request or batch row), which the records themselves cannot show.
+  bool rowRewritten = false;
+  /// With rowRewritten: `cached` is that row rebuilt from every write into its slot
+  /// (CacheRowReplay; it reproduces the recorded checksum) instead of the own records.
+  bool cachedFromReplay = false;
+
   std::string note;                // why something is missing or shapes differ ("" = fine)
 };
 

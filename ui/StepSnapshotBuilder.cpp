@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "ui/CacheRowReplay.hpp"
 
 namespace kvscope::ui {
 
@@ -77,6 +80,48 @@ int64_t StepSnapshotBuilder::worstHead(const AuditResult& result, int64_t reques
   return best;
 }
 
+FloatTensor StepSnapshotBuilder::cachedSide(const AuditResult& result, int64_t request,
+                                            int64_t step, int64_t layer, KvKind kind,
+                                            bool* rewritten, bool* replayed) {
+  *rewritten = CacheRowReplay::rowRewritten(result.trace, request, step, layer, kind);
+  *replayed = false;
+  if (*rewritten) {
+    FloatTensor row = CacheRowReplay::replay(result.trace, request, step, layer, kind);
+    if (!row.empty()) {
+      *replayed = true;
+      return row;
+    }
+  }
+  return result.cachedKv(request, step, layer, kind);
+}
+
+int64_t StepSnapshotBuilder::worstCacheHead(const AuditResult& result, int64_t request,
+                                            int64_t step, int64_t layer, KvKind kind) {
+  bool rewritten = false, replayed = false;
+  const FloatTensor a = cachedSide(result, request, step, layer, kind, &rewritten, &replayed);
+  const FloatTensor b = result.referenceKv(request, step, layer, kind);
+  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] ||
+      a.shape[2] != b.shape[2])
+    return -1;
+  const int64_t h = a.shape[0], ta = a.shape[1], tb = b.shape[1], d = a.shape[2];
+  const int64_t t = std::min(ta, tb);
+  int64_t best = -1;
+  float bestDiff = 0.0f;
+  for (int64_t hh = 0; hh < h; ++hh) {
+    float m = 0.0f;
+    for (int64_t p = 0; p < t; ++p) {
+      const float* x = a.data.data() + (hh * ta + p) * d;
+      const float* y = b.data.data() + (hh * tb + p) * d;
+      for (int64_t j = 0; j < d; ++j) m = std::max(m, std::abs(x[j] - y[j]));
+    }
+    if (m > bestDiff) {
+      bestDiff = m;
+      best = hh;
+    }
+  }
+  return best;
+}
+
 std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, uint64_t serial,
                                                     int64_t request, int64_t step,
                                                     KvKind kind) {
@@ -104,6 +149,16 @@ std::vector<double> StepSnapshotBuilder::layerDiffs(const AuditResult& result, u
       done = incrementalDiffs(result, request, step, kind, prev->second, &diffs);
   }
   if (!done) diffs = result.layerMaxDiff(request, step, kind);
+  // Rows overwritten after their records were appended: compare what the row held.
+  for (size_t l = 0; l < diffs.size(); ++l) {
+    const auto layer = static_cast<int64_t>(l);
+    if (!CacheRowReplay::rowRewritten(result.trace, request, step, layer, kind)) continue;
+    const FloatTensor row = CacheRowReplay::replay(result.trace, request, step, layer, kind);
+    const FloatTensor ref = result.referenceKv(request, step, layer, kind);
+    if (row.empty() || ref.empty()) continue;
+    diffs[l] = row.shape == ref.shape ? FloatTensor::maxAbsDiff(row, ref)
+                                      : std::numeric_limits<double>::infinity();
+  }
   layerCache_.emplace(key, diffs);
   return diffs;
 }
@@ -168,7 +223,8 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   snap->selection = selection;
   const Selection& s = selection;
 
-  const FloatTensor cachedT = result.cachedKv(s.request, s.step, s.layer, s.kind);
+  const FloatTensor cachedT = cachedSide(result, s.request, s.step, s.layer, s.kind,
+                                         &snap->rowRewritten, &snap->cachedFromReplay);
   const FloatTensor refT = result.referenceKv(s.request, s.step, s.layer, s.kind);
   int64_t dCached = 0, dRef = 0;
   snap->cached = headSlice(cachedT, s.head, &snap->cachedPositions, &dCached);
@@ -204,6 +260,18 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
     if (snap->cachedPositions != snap->referencePositions)
       snap->note = "cache length differs: cached " + std::to_string(snap->cachedPositions) +
                    " positions, reference " + std::to_string(snap->referencePositions);
+  }
+
+  if (snap->rowRewritten) {
+    const std::string what =
+        snap->cachedFromReplay
+            ? "the engine's cache row was overwritten after its records were appended; 'Cached' "
+              "shows the row "
+              "rebuilt from every write into its slot (it reproduces the recorded checksum)"
+            : "the engine's checksum of this cache row does not match its records: rows were "
+              "overwritten after "
+              "they were appended, by writes the trace does not show";
+    snap->note = snap->note.empty() ? what : snap->note + "; " + what;
   }
 
   snap->layerMaxDiff = layerDiffs(result, outputSerial, s.request, s.step, s.kind);

@@ -28,8 +28,18 @@ class StepSnapshotBuilder {
   /// reference (cheap: only that step's records); -1 when they cannot be compared.
   static int64_t worstHead(const AuditResult& result, int64_t request, int64_t step, int64_t layer,
                            KvKind kind);
+  /// The kv head whose whole cache after (request, step) at `layer` differs most from the
+  /// reference (earlier rows included, e.g. rows another request overwrote, rebuilt by
+  /// CacheRowReplay when the checksum says so); -1 when nothing compares or differs.
+  static int64_t worstCacheHead(const AuditResult& result, int64_t request, int64_t step,
+                                int64_t layer, KvKind kind);
 
  private:
+  /// The cached side after (request, step) at `layer`: the engine's row rebuilt by
+  /// CacheRowReplay when the checksum says it was overwritten (`replayed` true), else the
+  /// request's own records (AuditResult::cachedKv).
+  static FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step,
+                                int64_t layer, KvKind kind, bool* rewritten, bool* replayed);
   std::vector<double> layerDiffs(const AuditResult& result, uint64_t serial, int64_t request,
                                  int64_t step, KvKind kind);
   /// layerMaxDiff(step) from layerMaxDiff(previous step) and the records `step` appended,

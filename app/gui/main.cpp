@@ -1,4 +1,5 @@
-// kvscope: the KV Scope desktop inspector. Interactive by default; with --audit it runs
+// kvscope: the KV Scope desktop inspector. Interactive by default (the command line fills
+// in the run setup and the faults; --run starts the audit at once); with --audit it runs
 // headless (see HeadlessController) and exits 0 clean, 1 divergent, 2 input error.
 #include <QApplication>
 #include <QCommandLineParser>
@@ -12,7 +13,6 @@
 #include "kvscope/FaultSpec.hpp"
 #include "ui/HeadlessController.hpp"
 #include "ui/InspectorWindow.hpp"
-#include "ui/RunSetupPanel.hpp"
 
 namespace {
 
@@ -59,11 +59,9 @@ int main(int argc, char** argv) {
   if (options.audit) return kvscope::ui::HeadlessController::run(options, auditJob(), faultCatalog());
 
   kvscope::ui::InspectorWindow window(auditJob(), faultCatalog());
-  if (!options.modelDir.isEmpty()) window.openPath(options.modelDir);
-  if (!options.traceFile.isEmpty()) window.openPath(options.traceFile);
-  if (!options.referenceTraceFile.isEmpty()) window.setup()->setReferenceTraceFile(options.referenceTraceFile);
-  if (!options.prompts.isEmpty()) window.setup()->setPrompts(options.prompts);
-  window.show();
-  if (options.synthetic) window.showOutput(kvscope::ui::HeadlessController::syntheticOutput(options));
+  if (!kvscope::ui::HeadlessController::startInteractive(window, options, &error)) {
+    QTextStream(stderr) << "kvscope: " << error << Qt::endl;
+    return kvscope::ui::HeadlessController::InputError;
+  }
   return app.exec();
 }

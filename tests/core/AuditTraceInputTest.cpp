@@ -3,6 +3,8 @@
 // checksums, and trace+trace mode without a model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "PythonTools.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
@@ -43,6 +45,15 @@ Trace throughPython(const Trace& t, const std::string& name, bool snapshotsOnly)
   auto r = python("kvtrace.py", "roundtrip " + quote(in) + " " + quote(out) + " --force" + (snapshotsOnly ? " --snapshots-only" : ""));
   EXPECT_EQ(r.status, 0) << r.output;
   return TraceFile::read(out);
+}
+
+// Positions [0, T) of a [h, t, d] tensor.
+FloatTensor rowsOf(const FloatTensor& x, int64_t T) {
+  const int64_t h = x.shape[0], t = x.shape[1], d = x.shape[2];
+  FloatTensor out = FloatTensor::zeros({h, T, d});
+  for (int64_t hh = 0; hh < h; ++hh)
+    std::copy_n(x.data.begin() + hh * t * d, T * d, out.data.begin() + hh * T * d);
+  return out;
 }
 
 AuditReport auditWithModel(const std::string& model, const Trace& t) {
@@ -118,6 +129,48 @@ TEST(AuditTraceInput, AnotherPromptsTraceIsRefusedAsReference) {
   auto rep = Auditor::auditTraces(reference, cached).report;
   EXPECT_TRUE(rep.hasFinding("reference")) << rep.toText();
   EXPECT_EQ(rep.stages[0].status, StageStatus::Fail);
+}
+
+TEST(AuditTraceInput, ReferenceFromTraceMatchesTheAuditsReferences) {
+  Trace reference = engineTrace("llama", {}, false, /*uncached=*/true);
+  Trace cached = engineTrace("llama", {"wrong_layer:layer=2,source=1"}, false);
+  AuditResult result = Auditor::auditTraces(reference, cached);
+  ASSERT_EQ(result.references.size(), size_t(2));
+  EXPECT_EQ(result.addReferencesFromTrace(), size_t(0));  // nothing missing
+  for (const RequestReference& audited : result.references) {
+    const RequestReference full = referenceFromTrace(reference, audited.request);
+    ASSERT_GE(full.ids.size(), audited.ids.size());
+    const auto T = static_cast<int64_t>(audited.ids.size());
+    EXPECT_TRUE(std::equal(audited.ids.begin(), audited.ids.end(), full.ids.begin()));
+    ASSERT_EQ(full.keys.size(), audited.keys.size());
+    for (size_t l = 0; l < full.keys.size(); ++l) {
+      EXPECT_TRUE(closeTo(audited.keys[l], rowsOf(full.keys[l], T), 0.0f)) << "layer " << l;
+      EXPECT_TRUE(closeTo(audited.values[l], rowsOf(full.values[l], T), 0.0f)) << "layer " << l;
+    }
+  }
+  const RequestReference missing = referenceFromTrace(reference, 7);
+  EXPECT_TRUE(missing.ids.empty());
+  ASSERT_EQ(missing.keys.size(), size_t(reference.model.numLayers));
+  EXPECT_EQ(missing.keys[0].shape,
+            (std::vector<int64_t>{reference.model.numKvHeads, 0, reference.model.headDim}));
+}
+
+TEST(AuditTraceInput, ReferenceSideStaysVisibleWhenStageOneFails) {
+  Trace reference = engineTrace("llama", {}, false, true, 1);
+  Trace cached = engineTrace("llama", {}, false, false, 1);
+  cached.requests[0].promptIds[1] = 35;
+  AuditResult result = Auditor::auditTraces(reference, cached);
+  ASSERT_EQ(result.report.stages[0].status, StageStatus::Fail);
+  ASSERT_TRUE(result.references.empty());
+  ASSERT_TRUE(result.referenceTrace);
+  EXPECT_TRUE(result.referenceKv(0, 0, 1, KvKind::Keys).empty());
+  EXPECT_EQ(result.addReferencesFromTrace(), size_t(1));
+  EXPECT_EQ(result.addReferencesFromTrace(), size_t(0));  // idempotent
+  const FloatTensor ref = result.referenceKv(0, 0, 1, KvKind::Keys);
+  const auto& prefill = reference.stepsOf(0).front()->layers[1].keys;  // [h, prompt, d]
+  ASSERT_EQ(ref.shape, prefill.shape);
+  EXPECT_TRUE(closeTo(ref, prefill, 0.0f));
+  EXPECT_FALSE(result.layerMaxDiff(0, 0, KvKind::Keys).empty());
 }
 
 TEST(AuditTraceInput, PositionBeyondTheContextIsAContextLimitFinding) {

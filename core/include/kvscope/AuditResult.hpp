@@ -40,6 +40,18 @@ struct AuditResult {
   /// Max |cached - reference| per layer for (request, step) over the whole cache, as the
   /// small-multiples overview shows it; NaN where shapes differ.
   std::vector<double> layerMaxDiff(int64_t request, int64_t step, KvKind kind) const;
+  /// Trace+trace mode: adds a reference built from `referenceTrace` (referenceFromTrace)
+  /// for every request of `trace` that has none, e.g. when stage 1 stopped the audit before
+  /// any reference was compared, so views can still show the reference side. Returns how
+  /// many were added; none without a reference trace.
+  size_t addReferencesFromTrace();
 };
+
+/// One request's stream as a reference trace recorded it: every real fed token in order
+/// (a `cache_reset` step restarts the stream), the logits row of each step at its last
+/// token (NaN rows where the trace has none) and per layer the appended K/V records.
+/// The request's id is kept; a request the trace lacks gives empty ids, [0, V] logits and
+/// [h_kv, 0, d] records.
+RequestReference referenceFromTrace(const Trace& reference, int64_t request);
 
 }  // namespace kvscope

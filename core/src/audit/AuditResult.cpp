@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace kvscope {
 
@@ -36,6 +37,87 @@ FloatTensor concatRecords(const std::vector<std::pair<const FloatTensor*, const 
 }
 
 }  // namespace
+
+RequestReference referenceFromTrace(const Trace& t, int64_t request) {
+  RequestReference ref;
+  ref.request = request;
+  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim,
+                V = t.model.vocabSize;
+  std::vector<int64_t> ids;
+  std::vector<std::vector<float>> logitRows;
+  // Per layer, per head: concatenation of real appended records.
+  std::vector<std::vector<std::vector<float>>> kh(
+      static_cast<size_t>(L), std::vector<std::vector<float>>(static_cast<size_t>(h)));
+  auto vh = kh;
+  for (const TraceStep* s : t.stepsOf(request)) {
+    if (std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end()) {
+      // An uncached engine recomputes the prefix; only the new entries are appended. A
+      // reset restarts the stream.
+      ids.clear();
+      logitRows.clear();
+      for (auto& layer : kh)
+        for (auto& head : layer) head.clear();
+      for (auto& layer : vh)
+        for (auto& head : layer) head.clear();
+    }
+    std::vector<int64_t> realCols;
+    for (size_t j = 0; j < s->fedIds.size(); ++j)
+      if (s->fedMask.empty() || s->fedMask[j]) realCols.push_back(static_cast<int64_t>(j));
+    for (int64_t j : realCols) {
+      ids.push_back(s->fedIds[static_cast<size_t>(j)]);
+      logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
+    }
+    if (!s->logits.empty() && !logitRows.empty()) logitRows.back() = s->logits.data;
+    for (int64_t l = 0; l < L && static_cast<size_t>(l) < s->layers.size(); ++l) {
+      const auto& rec = s->layers[static_cast<size_t>(l)];
+      if (rec.keys.shape.size() != 3) continue;
+      const int64_t cnt = rec.keys.shape[1];
+      for (int64_t j : realCols) {
+        if (j >= cnt) continue;
+        for (int64_t hh = 0; hh < h; ++hh) {
+          auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
+          auto* vd = rec.values.data.data() + (hh * cnt + j) * d;
+          kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
+              kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
+          vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
+              vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + d);
+        }
+      }
+    }
+  }
+  const auto T = static_cast<int64_t>(ids.size());
+  ref.ids = std::move(ids);
+  ref.logits = FloatTensor::zeros({T, V});
+  for (int64_t p = 0; p < T; ++p) {
+    const auto& row = logitRows[static_cast<size_t>(p)];
+    if (static_cast<int64_t>(row.size()) == V)
+      std::copy(row.begin(), row.end(), ref.logits.data.begin() + p * V);
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, d});
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const auto& ks = kh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
+      const auto& vs = vh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
+      const int64_t have = d > 0 ? std::min<int64_t>(T, static_cast<int64_t>(ks.size()) / d) : 0;
+      std::copy(ks.begin(), ks.begin() + have * d, k.data.begin() + hh * T * d);
+      std::copy(vs.begin(), vs.begin() + have * d, v.data.begin() + hh * T * d);
+    }
+    ref.keys.push_back(std::move(k));
+    ref.values.push_back(std::move(v));
+  }
+  return ref;
+}
+
+size_t AuditResult::addReferencesFromTrace() {
+  if (!referenceTrace) return 0;
+  size_t added = 0;
+  for (const auto& r : trace.requests) {
+    if (referenceFor(r.id) || !referenceTrace->findRequest(r.id)) continue;
+    references.push_back(referenceFromTrace(*referenceTrace, r.id));
+    ++added;
+  }
+  return added;
+}
 
 const RequestReference* AuditResult::referenceFor(int64_t request) const {
   for (const auto& r : references)

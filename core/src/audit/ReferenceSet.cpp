@@ -60,67 +60,28 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
 }
 
 RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int64_t>& stream) const {
-  RequestReference ref;
-  ref.request = request;
-  const Trace& t = *referenceTrace_;
-  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim, V = t.model.vocabSize;
-  std::vector<int64_t> ids;
-  std::vector<std::vector<float>> logitRows;
-  // Per layer, per head: concatenation of real appended records.
-  std::vector<std::vector<std::vector<float>>> kh(static_cast<size_t>(L), std::vector<std::vector<float>>(static_cast<size_t>(h)));
-  auto vh = kh;
-  for (const TraceStep* s : t.stepsOf(request)) {
-    if (std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end()) {
-      // An uncached engine recomputes the prefix; only the new entries are appended. A
-      // reset restarts the stream.
-      ids.clear();
-      logitRows.clear();
-      for (auto& layer : kh) for (auto& head : layer) head.clear();
-      for (auto& layer : vh) for (auto& head : layer) head.clear();
-    }
-    std::vector<int64_t> realCols;
-    for (size_t j = 0; j < s->fedIds.size(); ++j)
-      if (s->fedMask.empty() || s->fedMask[j]) realCols.push_back(static_cast<int64_t>(j));
-    for (int64_t j : realCols) {
-      ids.push_back(s->fedIds[static_cast<size_t>(j)]);
-      logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
-    }
-    if (!s->logits.empty() && !logitRows.empty()) logitRows.back() = s->logits.data;
-    for (int64_t l = 0; l < L && static_cast<size_t>(l) < s->layers.size(); ++l) {
-      const auto& rec = s->layers[static_cast<size_t>(l)];
-      if (rec.keys.shape.size() != 3) continue;
-      const int64_t cnt = rec.keys.shape[1];
-      for (int64_t j : realCols) {
-        if (j >= cnt) continue;
-        for (int64_t hh = 0; hh < h; ++hh) {
-          auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
-          auto* vd = rec.values.data.data() + (hh * cnt + j) * d;
-          kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
-          vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + d);
-        }
-      }
-    }
-  }
+  RequestReference full = referenceFromTrace(*referenceTrace_, request);
   // Keep the prefix on which the reference's stream agrees with the audited stream.
   size_t agree = 0;
-  while (agree < ids.size() && agree < stream.size() && ids[agree] == stream[agree]) ++agree;
+  while (agree < full.ids.size() && agree < stream.size() && full.ids[agree] == stream[agree])
+    ++agree;
   const auto T = static_cast<int64_t>(agree);
-  ref.ids.assign(ids.begin(), ids.begin() + T);
+  const auto Tfull = static_cast<int64_t>(full.ids.size());
+  RequestReference ref;
+  ref.request = request;
+  ref.ids.assign(full.ids.begin(), full.ids.begin() + T);
+  const int64_t V = full.logits.shape.size() == 2 ? full.logits.shape[1] : 0;
   ref.logits = FloatTensor::zeros({T, V});
-  for (int64_t p = 0; p < T; ++p)
-    std::copy(logitRows[static_cast<size_t>(p)].begin(), logitRows[static_cast<size_t>(p)].end(), ref.logits.data.begin() + p * V);
-  for (int64_t l = 0; l < L; ++l) {
-    FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, d});
-    for (int64_t hh = 0; hh < h; ++hh) {
-      const auto& ks = kh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
-      const auto& vs = vh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
-      const int64_t have = std::min<int64_t>(T, static_cast<int64_t>(ks.size()) / d);
-      std::copy(ks.begin(), ks.begin() + have * d, k.data.begin() + hh * T * d);
-      std::copy(vs.begin(), vs.begin() + have * d, v.data.begin() + hh * T * d);
-    }
-    ref.keys.push_back(std::move(k));
-    ref.values.push_back(std::move(v));
-  }
+  std::copy_n(full.logits.data.begin(), T * V, ref.logits.data.begin());
+  auto prefix = [T, Tfull](const FloatTensor& x) {
+    const int64_t h = x.shape[0], d = x.shape[2];
+    FloatTensor out = FloatTensor::zeros({h, T, d});
+    for (int64_t hh = 0; hh < h; ++hh)
+      std::copy_n(x.data.begin() + hh * Tfull * d, T * d, out.data.begin() + hh * T * d);
+    return out;
+  };
+  for (const auto& k : full.keys) ref.keys.push_back(prefix(k));
+  for (const auto& v : full.values) ref.values.push_back(prefix(v));
   return ref;
 }
 
