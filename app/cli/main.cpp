@@ -21,6 +21,14 @@ int main(int argc, char** argv) {
   cli::registerReferenceCommand(app, ctx);
   cli::registerGenerateCommand(app, ctx);
 
+  // Start-up check: LibTorch's Debian build falls back to the reference BLAS without
+  // libopenblas0-pthread, and matrix products then run ~45x slower.
+  app.preparse_callback([](size_t) {
+    const BuildInfo info = BuildInfo::detect();
+    if (!info.optimizedBlas)
+      std::cerr << "warning: LibTorch uses " << (info.blasLibrary.empty() ? "no BLAS found" : info.blasLibrary)
+                << " (reference BLAS, ~45x slower matrix products); install libopenblas0-pthread\n";
+  });
   try {
     app.parse(argc, argv);
     if (showVersion) {
