@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "TestSupport.hpp"
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,24 +20,7 @@ namespace {
 
 const std::string kModels = std::string(KVSCOPE_FIXTURES_DIR) + "/hf/models/";
 
-// Every test directory lives under one per-process root, removed at exit.
-const fs::path& tempRoot() {
-  static const struct Root {
-    fs::path path = fs::temp_directory_path() / ("kvscope-ckpt-" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } root;
-  return root.path;
-}
-
-fs::path freshDir(const std::string& name) {
-  const fs::path d = tempRoot() / name;
-  fs::remove_all(d);
-  fs::create_directories(d.parent_path());
-  return d;
-}
+using kvscope::test::freshDir;
 
 // Every file under `dir` with its size and modification time.
 std::map<std::string, std::pair<uintmax_t, fs::file_time_type>> snapshot(const fs::path& dir) {

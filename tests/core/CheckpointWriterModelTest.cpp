@@ -1,6 +1,8 @@
 // End to end: what CheckpointWriter writes loads into the project's Model (which checks
 // every tensor's name and shape against the config) and runs a finite forward pass.
 #include <gtest/gtest.h>
+
+#include "TestSupport.hpp"
 #include <unistd.h>
 
 #include <cmath>
@@ -14,25 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every test directory lives under one per-process root, removed at exit.
-const fs::path& tempRoot() {
-  static const struct Root {
-    fs::path path =
-        fs::temp_directory_path() / ("kvscope-writer-model-" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } root;
-  return root.path;
-}
-
-fs::path freshDir(const std::string& name) {
-  const fs::path d = tempRoot() / name;
-  fs::remove_all(d);
-  fs::create_directories(d.parent_path());
-  return d;
-}
+using kvscope::test::freshDir;
 
 }  // namespace
 

@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "TestSupport.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,24 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-// Every test directory lives under one per-process root, removed at exit.
-const fs::path& tempRoot() {
-  static const struct Root {
-    fs::path path = fs::temp_directory_path() / ("kvscope-writer-" + std::to_string(::getpid()));
-    ~Root() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } root;
-  return root.path;
-}
-
-fs::path freshDir(const std::string& name) {
-  const fs::path d = tempRoot() / name;
-  fs::remove_all(d);
-  fs::create_directories(d.parent_path());
-  return d;
-}
+using kvscope::test::freshDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

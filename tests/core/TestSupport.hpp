@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 #include <memory>
 #include <string>
@@ -13,6 +16,22 @@
 #include "kvscope/SafetensorsFile.hpp"
 
 namespace kvscope::test {
+
+/// A fresh (emptied) directory under one per-process root that is removed at exit.
+inline std::filesystem::path freshDir(const std::string& name) {
+  namespace fs = std::filesystem;
+  static const struct Root {
+    fs::path path = fs::temp_directory_path() / ("kvscope-test-" + std::to_string(::getpid()));
+    ~Root() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } root;
+  const fs::path d = root.path / name;
+  fs::remove_all(d);
+  fs::create_directories(d.parent_path());
+  return d;
+}
 
 inline std::string fixture(const std::string& rel) { return std::string(KVSCOPE_FIXTURES_DIR) + "/" + rel; }
 inline std::string hfModel(const std::string& name) { return fixture("hf/models/" + name); }
