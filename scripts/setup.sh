@@ -13,7 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libcli11-dev libutf8proc-dev
   libxxhash-dev libssl-dev
   python3 python3-numpy
-  xvfb xauth
+  xvfb xauth fonts-dejavu-core
 )
 
 missing=()
