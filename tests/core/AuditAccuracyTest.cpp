@@ -46,9 +46,7 @@ std::vector<Row>& table() {
 }
 
 std::vector<int64_t> goldenPrompt(const std::string& model, int i) {
-  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
-  auto j = nlohmann::json::parse(in);
-  return j["prompts"][static_cast<size_t>(i)]["ids"].get<std::vector<int64_t>>();
+  return test::goldenJson(model)["prompts"][static_cast<size_t>(i)]["ids"].get<std::vector<int64_t>>();
 }
 
 std::string modelDir(const std::string& model) {

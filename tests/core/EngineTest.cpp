@@ -13,10 +13,6 @@ using namespace kvscope;
 using kvscope::test::closeTo;
 
 namespace {
-nlohmann::json goldenJson(const std::string& model) {
-  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
-  return nlohmann::json::parse(in);
-}
 FloatTensor row(const FloatTensor& t, int64_t r) { return test::rows(t, r, 1); }
 FloatTensor asRow(const FloatTensor& v) { return FloatTensor({1, v.numel()}, v.data); }
 }  // namespace
@@ -27,7 +23,7 @@ TEST_P(EngineGolden, CachedGreedyDecodingReproducesTransformers) {
   const std::string name = GetParam();
   auto model = Model::load(test::hfModel(name));
   auto golden = SafetensorsFile::open(test::fixture("hf/golden/" + name + ".safetensors"));
-  auto meta = goldenJson(name);
+  auto meta = test::goldenJson(name);
   std::vector<RequestSpec> specs;
   for (const auto& p : meta["prompts"]) {
     RequestSpec s;
@@ -61,7 +57,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineGolden, ::testing::Values("gpt2", "llam
 TEST(Engine, LeftPaddedBatchMatchesTransformersBatchFixture) {
   auto model = Model::load(test::hfModel("llama"));
   auto golden = SafetensorsFile::open(test::fixture("hf/golden/llama.safetensors"));
-  auto meta = goldenJson("llama")["batch"];
+  auto meta = test::goldenJson("llama")["batch"];
   auto inputIds = golden->readInt64("batch.input_ids");
   auto mask = golden->readInt64("batch.attention_mask");
   const int64_t width = golden->entry("batch.input_ids").shape[1];

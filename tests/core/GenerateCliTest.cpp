@@ -23,11 +23,6 @@ namespace {
 
 const char* kTag = "cli-generate";
 
-json golden(const std::string& model) {
-  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
-  return json::parse(in);
-}
-
 std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
 
 test::CliRun generate(std::vector<std::string> args) {
@@ -40,7 +35,7 @@ test::CliRun generate(std::vector<std::string> args) {
 TEST(GenerateCli, GreedyJsonMatchesTransformersGenerate) {
   for (const std::string name : {"llama", "gpt2"}) {
     SCOPED_TRACE(name);
-    const json prompt = golden(name)["prompts"][1];
+    const json prompt = test::goldenJson(name)["prompts"][1];
     const auto want = ints(prompt["generate"]["cache"]);
     const test::CliRun r =
         test::runKvscopeCli({"generate", "--model", test::hfModel(name), "--prompt", prompt["text"],
@@ -61,7 +56,7 @@ TEST(GenerateCli, GreedyJsonMatchesTransformersGenerate) {
 }
 
 TEST(GenerateCli, BatchedPromptsMatchTheLeftPaddedGolden) {
-  const json batch = golden("llama")["batch"];
+  const json batch = test::goldenJson("llama")["batch"];
   const auto want = batch["generated"];
   const test::CliRun r =
       generate({"--prompt", batch["prompts"][0], "--prompt", batch["prompts"][1], "--batch",

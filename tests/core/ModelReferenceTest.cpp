@@ -20,10 +20,6 @@ struct GoldenCase {
 std::string caseName(const ::testing::TestParamInfo<GoldenCase>& i) {
   return i.param.model + "_p" + std::to_string(i.param.prompt);
 }
-nlohmann::json goldenJson(const std::string& model) {
-  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
-  return nlohmann::json::parse(in);
-}
 std::vector<int64_t> idsOf(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
 }  // namespace
 
@@ -33,7 +29,7 @@ TEST_P(ModelGolden, PromptLogitsHiddenStatesAndPrefillKvMatchTransformers) {
   const auto& c = GetParam();
   auto model = Model::load(test::hfModel(c.model));
   auto golden = SafetensorsFile::open(test::fixture("hf/golden/" + c.model + ".safetensors"));
-  auto meta = goldenJson(c.model)["prompts"][static_cast<size_t>(c.prompt)];
+  auto meta = test::goldenJson(c.model)["prompts"][static_cast<size_t>(c.prompt)];
   auto ids = idsOf(meta["ids"]);
   const std::string p = "p" + std::to_string(c.prompt) + ".";
   ReferenceRun run = model->reference(ids);
@@ -55,7 +51,7 @@ TEST_P(ModelGolden, TeacherForcedLogitsMatchTransformers) {
   auto golden = SafetensorsFile::open(test::fixture("hf/golden/" + c.model + ".safetensors"));
   const std::string key = "p" + std::to_string(c.prompt) + ".teacher_forced_logits";
   if (!golden->contains(key)) GTEST_SKIP() << "fixture has no " << key;
-  auto meta = goldenJson(c.model)["prompts"][static_cast<size_t>(c.prompt)];
+  auto meta = test::goldenJson(c.model)["prompts"][static_cast<size_t>(c.prompt)];
   auto ids = idsOf(meta["ids"]);
   for (int64_t t : idsOf(meta["greedy_manual"])) ids.push_back(t);
   // The teacher-forced pass covers prompt + continuation (the last generated token is fed

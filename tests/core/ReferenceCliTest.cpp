@@ -22,11 +22,6 @@ namespace {
 
 const char* kTag = "cli-reference";
 
-json golden(const std::string& model) {
-  std::ifstream in(test::fixture("hf/golden/" + model + ".json"));
-  return json::parse(in);
-}
-
 FloatTensor lastRowOf(const FloatTensor& t) { return test::rows(t, t.dim(0) - 1, 1); }
 
 }  // namespace
@@ -34,7 +29,7 @@ FloatTensor lastRowOf(const FloatTensor& t) { return test::rows(t, t.dim(0) - 1,
 TEST(ReferenceCli, JsonMatchesTheInProcessReferenceForEveryFixture) {
   for (const std::string name : {"llama", "gpt2"}) {
     SCOPED_TRACE(name);
-    const json prompt = golden(name)["prompts"][0];
+    const json prompt = test::goldenJson(name)["prompts"][0];
     const test::CliRun r =
         test::runKvscopeCli({"reference", "--model", test::hfModel(name), "--prompt",
                              prompt["text"], "--json", "--top", "5"});
@@ -73,7 +68,7 @@ TEST(ReferenceCli, JsonMatchesTheInProcessReferenceForEveryFixture) {
 }
 
 TEST(ReferenceCli, TextSummaryNamesModelAndTopTokens) {
-  const json prompt = golden("llama")["prompts"][0];
+  const json prompt = test::goldenJson("llama")["prompts"][0];
   const test::CliRun r = test::runKvscopeCli(
       {"reference", "--model", test::hfModel("llama"), "--prompt", prompt["text"]});
   ASSERT_TRUE(r.exitedWith(0)) << r;

@@ -8,9 +8,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <memory>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/SafetensorsFile.hpp"
@@ -34,6 +37,11 @@ inline std::filesystem::path freshDir(const std::string& name) {
 }
 
 inline std::string fixture(const std::string& rel) { return std::string(KVSCOPE_FIXTURES_DIR) + "/" + rel; }
+/// tests/fixtures/hf/golden/<model>.json: prompts, ids, greedy continuations, batch.
+inline nlohmann::json goldenJson(const std::string& model) {
+  std::ifstream in(fixture("hf/golden/" + model + ".json"));
+  return nlohmann::json::parse(in);
+}
 inline std::string hfModel(const std::string& name) { return fixture("hf/models/" + name); }
 
 /// Compares a computed tensor to a golden one with a tolerance, reporting the worst element.

@@ -262,7 +262,7 @@ class EngineRun {
       for (int64_t l = 0; l < cfg_.numLayers; ++l) {
         TraceLayerRecord rec;
         rec.cacheLength = W;
-        const int64_t s = W - (group[0]->step == 0 ? 0 : W - 1);
+        const int64_t s = group[0]->step == 0 ? W : 1;  // the prompt, then one token per step
         rec.keys = detail::toFloatTensor(taps.keys[static_cast<size_t>(l)].narrow(1, W - s, s));
         rec.values = detail::toFloatTensor(taps.values[static_cast<size_t>(l)].narrow(1, W - s, s));
         records[0].push_back(std::move(rec));
