@@ -3,9 +3,13 @@
 
 A trace is a plain safetensors file: an 8-byte little-endian header length, a JSON header
 (padded with spaces so the data starts 8-byte aligned), then the tensor bytes. The header's
-`__metadata__` holds `format: "kvtrace"`, `kvtrace_version: "1"` and the trace document
-(`kvtrace`, a JSON string). Tensors are `step{i}.logits`, `step{i}.layer{l}.k|v` (the
-appended records) and `step{i}.layer{l}.cache_k|cache_v` (optional full snapshots).
+`__metadata__` holds `format: "kvtrace"`, `kvtrace_version: "2"` and the trace document
+(`kvtrace`, a JSON string) whose `steps` are JSON columns. The per-step data is packed:
+`logits` [R, V], `layer{l}.k|v` (the appended records of every step, concatenated along
+axis 1), optional `layer{l}.cache_k|cache_v` (full snapshots) and `checksums` (U64).
+Writers write version 2; read_trace also reads version 1 (kvtrace_v1.py). The layout of
+version 2 is in kvtrace_v2.py; this module holds the data model, the step fields and the
+derivations both versions share, the writer and the command line.
 
     from kvtrace import TraceWriter, read_trace
     w = TraceWriter(model={"architecture": "llama", "num_layers": 3, "num_kv_heads": 2,
@@ -18,7 +22,8 @@ appended records) and `step{i}.layer{l}.cache_k|cache_v` (optional full snapshot
 
 Command line:
     kvtrace.py info FILE              summary of a trace
-    kvtrace.py roundtrip IN OUT       read, validate and write again (F32 unless --dtype)
+    kvtrace.py roundtrip IN OUT       read, validate and write again as version 2 (F32
+                                      unless --dtype); rewrites version-1 files
     kvtrace.py fingerprint MODEL_DIR  the model fingerprint KV Scope records
 
 XXH3-64 cache checksums are computed only when the `xxhash` module is importable;
@@ -45,17 +50,22 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 try:  # the container module sits next to this file (run as a script or imported as tools.kvtrace)
     from kvtrace_container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
-                                   _DTYPES, _encode, _float32, _is_int, _to_bf16_bits, write_safetensors)
+                                   _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
+                                   write_safetensors)
+    import kvtrace_v1
+    import kvtrace_v2
 except ImportError:  # pragma: no cover
     from .kvtrace_container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
-                                    _DTYPES, _encode, _float32, _is_int, _to_bf16_bits, write_safetensors)
+                                    _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
+                                    write_safetensors)
+    from . import kvtrace_v1, kvtrace_v2
 
 try:  # optional: checksums are left out without it
     import xxhash as _xxhash  # type: ignore
 except ImportError:  # pragma: no cover - depends on the environment
     _xxhash = None
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = kvtrace_v2.VERSION  # what the writers write; read_trace also reads 1
 HAVE_XXHASH = _xxhash is not None
 
 
@@ -175,67 +185,6 @@ def _is_number(v) -> bool:
 
 # ----------------------------------------------------------------------------- document
 
-class _Obj:
-    """Typed access to one JSON object with field paths for errors (like TraceJson.cpp)."""
-
-    def __init__(self, j: Any, file: str, path: str):
-        self.j, self.file, self.path = j, file, path
-
-    def has(self, k: str) -> bool:
-        return isinstance(self.j, dict) and self.j.get(k) is not None
-
-    def at(self, k: str) -> str:
-        return f"{self.path}.{k}" if self.path else k
-
-    def fail(self, k: str, what: str):
-        raise TraceError(self.file, self.at(k), what)
-
-    def integer(self, k: str, default: Optional[int] = None) -> int:
-        if not self.has(k):
-            if default is None:
-                self.fail(k, "missing")
-            return default
-        v = self.j[k]
-        if not _is_int(v):
-            self.fail(k, f"expected an integer, found {json.dumps(v)}")
-        return v
-
-    def string(self, k: str, default: str = "") -> str:
-        if not self.has(k):
-            return default
-        if not isinstance(self.j[k], str):
-            self.fail(k, "expected a string")
-        return self.j[k]
-
-    def ints(self, k: str, required: bool = True) -> List[int]:
-        if not self.has(k):
-            if required:
-                self.fail(k, "missing")
-            return []
-        v = self.j[k]
-        if not isinstance(v, list):
-            self.fail(k, "expected an array of integers")
-        for x in v:
-            if not _is_int(x):
-                self.fail(k, f"expected integers, found {json.dumps(x)}")
-        return list(v)
-
-    def strings(self, k: str) -> List[str]:
-        if not self.has(k):
-            return []
-        v = self.j[k]
-        if not isinstance(v, list):
-            self.fail(k, "expected an array of strings")
-        if any(not isinstance(x, str) for x in v):
-            self.fail(k, "expected strings")
-        return list(v)
-
-    def child(self, k: str) -> Any:
-        if not self.has(k):
-            self.fail(k, "missing")
-        return self.j[k]
-
-
 def normalize_policy(p: Any, file: str = "", where: str = "policy") -> Dict[str, Any]:
     """Validates a sampling policy (docs/sampling-policy.md) and fills the defaults."""
     def bad(k, what):
@@ -276,12 +225,18 @@ def normalize_policy(p: Any, file: str = "", where: str = "policy") -> Dict[str,
 
 def parse_document(doc: Any, file: str = "") -> Trace:
     """The trace document (without tensors), validated like detail::traceFromJson."""
+    return _parse_document(doc, file)[0]
+
+
+def _parse_document(doc: Any, file: str):
+    """(Trace, per-step kvtrace_v2.Packing for version 2 or None for version 1)."""
     if not isinstance(doc, dict):
         raise TraceError(file, "kvtrace", "expected a JSON object")
     top = _Obj(doc, file, "")
     version = top.integer("version")
-    if version != FORMAT_VERSION:
-        top.fail("version", f"trace document version {version} is not supported (expected 1)")
+    if version not in (1, FORMAT_VERSION):
+        top.fail("version", f"trace document version {version} is not supported (expected 1 or "
+                 f"{FORMAT_VERSION})")
     mode = top.string("mode", "cached")
     if mode not in ("cached", "uncached"):
         top.fail("mode", 'expected "cached" or "uncached"')
@@ -323,47 +278,13 @@ def parse_document(doc: Any, file: str = "") -> Trace:
         requests.append(req)
     ids = {r["id"] for r in requests}
 
-    sj = top.child("steps")
-    if not isinstance(sj, list):
-        top.fail("steps", "expected an array")
-    known = {"request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
-             "rng_draws_before", "rng_draws_after", "weights_version", "events", "cache_lengths",
-             "checksums_k", "checksums_v"}
-    steps = []
-    for i, stj in enumerate(sj):
-        s = _Obj(stj, file, f"steps[{i}]")
-        request = s.integer("request")
-        if request not in ids:
-            s.fail("request", f"names request {request} which is not in requests")
-        st = Step(request=request, step=s.integer("step"), fed_ids=s.ints("fed_ids"),
-                  positions=s.ints("positions"))
-        st.tick = s.integer("tick", i)
-        st.slot = s.integer("slot", request)
-        if len(st.positions) != len(st.fed_ids):
-            s.fail("positions", f"{len(st.positions)} positions for {len(st.fed_ids)} fed tokens")
-        mask = [1 if x else 0 for x in s.ints("fed_mask", False)]
-        if mask and len(mask) != len(st.fed_ids):
-            s.fail("fed_mask", "one entry per fed token expected")
-        st.fed_mask = mask or None
-        st.chosen = s.integer("chosen", -1)
-        st.rng_draws_before = s.integer("rng_draws_before", 0)
-        st.rng_draws_after = s.integer("rng_draws_after", 0)
-        st.weights_version = s.integer("weights_version", 0)
-        st.events = s.strings("events")
-        lengths = s.ints("cache_lengths", False)
-        if lengths and len(lengths) != model["num_layers"]:
-            s.fail("cache_lengths", f"one entry per layer expected ({model['num_layers']})")
-        ck, cv = s.strings("checksums_k"), s.strings("checksums_v")
-        if (ck and len(ck) != len(lengths)) or len(ck) != len(cv):
-            s.fail("checksums_k", "one checksum per layer for keys and values expected")
-        for l, n in enumerate(lengths):
-            rec = LayerRecord(cache_length=n)
-            if ck:
-                rec.checksum_k = _hex(s, "checksums_k", ck[l])
-                rec.checksum_v = _hex(s, "checksums_v", cv[l])
-            st.layers.append(rec)
-        st.extra = {k: v for k, v in stj.items() if k not in known}
-        steps.append(st)
+    def parse_step(s: _Obj, i: int) -> Step:
+        return _parse_step(s, i, ids, model["num_layers"])
+    packing = None
+    if version == 1:
+        steps = kvtrace_v1.parse_steps(top.child("steps"), file, parse_step)
+    else:
+        steps, packing = kvtrace_v2.parse_columns(top.child("steps"), file, parse_step, model["num_layers"])
 
     events = []
     for i, ej in enumerate(doc.get("events") or []):
@@ -381,36 +302,49 @@ def parse_document(doc: Any, file: str = "") -> Trace:
         events.append(ev)
     extra = {k: v for k, v in doc.items()
              if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults")}
-    return Trace(model=model, requests=requests, steps=steps, version=version,
-                 engine=top.string("engine", "unknown"), mode=mode, events=events,
-                 faults=top.strings("faults"), extra=extra)
+    trace = Trace(model=model, requests=requests, steps=steps, version=version,
+                  engine=top.string("engine", "unknown"), mode=mode, events=events,
+                  faults=top.strings("faults"), extra=extra)
+    return trace, packing
 
 
-def _hex(s: _Obj, k: str, v: str) -> str:
-    if not v or len(v) > 16 or any(c not in "0123456789abcdefABCDEF" for c in v):
-        s.fail(k, f"expected a 64-bit hex checksum, found '{v}'")
-    return f"{int(v, 16):016x}"
+def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
+    """The step fields both versions share; `s` names fields as steps[i].x (version 1) or
+    steps.x[i] (version 2). The layers hold the declared cache lengths, if any."""
+    request = s.integer("request")
+    if request not in ids:
+        s.fail("request", f"names request {request} which is not in requests")
+    st = Step(request=request, step=s.integer("step"), fed_ids=s.ints("fed_ids"),
+              positions=s.ints("positions"))
+    st.tick = s.integer("tick", i)
+    st.slot = s.integer("slot", request)
+    if len(st.positions) != len(st.fed_ids):
+        s.fail("positions", f"{len(st.positions)} positions for {len(st.fed_ids)} fed tokens")
+    mask = [1 if x else 0 for x in s.ints("fed_mask", False)]
+    if mask and len(mask) != len(st.fed_ids):
+        s.fail("fed_mask", "one entry per fed token expected")
+    st.fed_mask = mask or None
+    st.chosen = s.integer("chosen", -1)
+    st.rng_draws_before = s.integer("rng_draws_before", 0)
+    st.rng_draws_after = s.integer("rng_draws_after", 0)
+    st.weights_version = s.integer("weights_version", 0)
+    st.events = s.strings("events")
+    lengths = s.ints("cache_lengths", False)
+    if lengths and len(lengths) != L:
+        s.fail("cache_lengths", f"one entry per layer expected ({L})")
+    st.layers = [LayerRecord(cache_length=n) for n in lengths]
+    return st
 
 
 def document(trace: Trace) -> Dict[str, Any]:
-    """The JSON trace document of `trace` (the inverse of parse_document)."""
+    """The JSON trace document of `trace` (the inverse of parse_document), version 2."""
+    return _document(trace, kvtrace_v2.columns_of(trace)[0])
+
+
+def _document(trace: Trace, steps: Dict[str, Any]) -> Dict[str, Any]:
     doc = dict(trace.extra)
-    doc.update({"version": trace.version, "engine": trace.engine, "mode": trace.mode,
-                "model": trace.model, "requests": trace.requests, "steps": []})
-    for s in trace.steps:
-        j = dict(s.extra)
-        j.update({"request": s.request, "step": s.step, "tick": s.tick, "slot": s.slot,
-                  "fed_ids": list(s.fed_ids), "positions": list(s.positions), "chosen": s.chosen,
-                  "rng_draws_before": s.rng_draws_before, "rng_draws_after": s.rng_draws_after,
-                  "weights_version": s.weights_version, "events": list(s.events)})
-        if s.fed_mask:
-            j["fed_mask"] = [1 if m else 0 for m in s.fed_mask]
-        if s.layers:
-            j["cache_lengths"] = [int(l.cache_length) for l in s.layers]
-            if all(l.checksum_k and l.checksum_v for l in s.layers):
-                j["checksums_k"] = [l.checksum_k for l in s.layers]
-                j["checksums_v"] = [l.checksum_v for l in s.layers]
-        doc["steps"].append(j)
+    doc.update({"version": FORMAT_VERSION, "engine": trace.engine, "mode": trace.mode,
+                "model": trace.model, "requests": trace.requests, "steps": steps})
     doc["events"] = trace.events
     doc["faults"] = trace.faults
     return doc
@@ -418,86 +352,77 @@ def document(trace: Trace) -> Dict[str, Any]:
 
 # ----------------------------------------------------------------------------- read
 
-def _columns(t: np.ndarray, begin: int, end: int) -> np.ndarray:
-    return np.ascontiguousarray(t[:, begin:end, :])
-
-
 def read_trace(path: str) -> Trace:
-    """Reads and validates a trace (TraceError, a ValueError, names the file and field).
-    Full-snapshot traces get their appended records derived from the snapshots."""
+    """Reads and validates a trace of version 2 or 1 (TraceError, a ValueError, names the
+    file and field). Full-snapshot traces get their appended records derived from the
+    snapshots."""
     f = _Container(path)
     meta = f.metadata
     if meta.get("format") != "kvtrace":
         raise TraceError(path, "__metadata__.format",
                          'not a KV Scope trace (expected "kvtrace"; see docs/trace-format.md)')
     ver = meta.get("kvtrace_version")
-    if ver != str(FORMAT_VERSION):
+    if ver not in ("1", str(FORMAT_VERSION)):
         raise TraceError(path, "__metadata__.kvtrace_version",
                          f"trace format version {ver if ver is not None else '(missing)'} is not "
-                         f"supported (this build reads version {FORMAT_VERSION})")
+                         f"supported (this build reads versions 1 and {FORMAT_VERSION})")
     if "kvtrace" not in meta:
         raise TraceError(path, "__metadata__.kvtrace", "missing trace document")
     try:
         doc = json.loads(meta["kvtrace"])
     except json.JSONDecodeError as e:
         raise TraceError(path, "__metadata__.kvtrace", f"invalid JSON: {e}") from None
-    trace = parse_document(doc, path)
-    m = trace.model
-    L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
-    dtypes = set()
+    if isinstance(doc, dict) and _is_int(doc.get("version")) and str(doc["version"]) != ver:
+        raise TraceError(path, "version", f"trace document version {doc['version']} does not match "
+                         f"__metadata__.kvtrace_version {ver}")
+    trace, packing = _parse_document(doc, path)
+    if trace.version == 1:
+        stored = kvtrace_v1.load_tensors(f, trace)
+    else:
+        stored = kvtrace_v2.load_packed(f, trace, packing)
+        for s, p in zip(trace.steps, packing):
+            if p.checksums:
+                s.layers = s.layers or [LayerRecord() for _ in range(len(p.checksums))]
+                for rec, (k, v) in zip(s.layers, p.checksums):
+                    rec.checksum_k, rec.checksum_v = k, v
+    _attach_layers(trace, stored)
+    trace.stored_dtypes = sorted(f.float_dtypes)
+    return trace
+
+
+def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
+    """Both versions: gives each step with layer data (stored[i], per layer [keys, values,
+    cache_keys, cache_values]) its LayerRecords, keeping the declared cache lengths and
+    checksums. A layer with a snapshot alone gets as appended records the snapshot columns
+    new since the request's previous step (all of them after a cache_reset); a cache length
+    not declared is the snapshot's, else the previous length plus the appended count."""
+    L = trace.model["num_layers"]
     last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
-    for i, s in enumerate(trace.steps):
-        key = f"step{i}"
-        if f"{key}.logits" in f:
-            s.logits = f.read_float(f"{key}.logits")
-            dtypes.add(f.dtype(f"{key}.logits"))
-            if s.logits.shape != (V,):
-                raise TraceError(path, f"{key}.logits", f"shape {list(s.logits.shape)} but "
-                                 f"model.vocab_size is {V}")
-        elif s.chosen >= 0:
-            raise TraceError(path, f"{key}.logits", f"steps[{i}] chose a token but its logits row "
-                             "is missing (truncated trace?)")
-        if f"{key}.layer0.k" not in f and f"{key}.layer0.cache_k" not in f:
+    for s, layers in zip(trace.steps, stored):
+        if layers is None:
             continue
         prev = last.setdefault(s.request, [0] * L)
         if "cache_reset" in s.events:
             prev[:] = [0] * L
-        declared = [l.cache_length for l in s.layers]
-        checks = [(l.checksum_k, l.checksum_v) for l in s.layers]
-        s.layers = [LayerRecord() for _ in range(L)]
-        for l, rec in enumerate(s.layers):
-            if l < len(checks):
-                rec.checksum_k, rec.checksum_v = checks[l]
-
-            def load(name):
-                t = f.read_float(name)
-                dtypes.add(f.dtype(name))
-                if t.ndim != 3 or t.shape[0] != H or t.shape[2] != D:
-                    raise TraceError(path, name, f"shape {list(t.shape)} but the model block says "
-                                     f"[{H}, t, {D}]")
-                return t
-            base = f"{key}.layer{l}"
-            if f"{base}.cache_k" in f:
-                rec.cache_keys, rec.cache_values = load(f"{base}.cache_k"), load(f"{base}.cache_v")
-            if f"{base}.k" in f:
-                rec.keys, rec.values = load(f"{base}.k"), load(f"{base}.v")
-            elif rec.cache_keys is not None:
-                t = rec.cache_keys.shape[1]
+        declared = s.layers
+        s.layers = []
+        for l, (k, v, ck, cv) in enumerate(layers):
+            rec = LayerRecord(keys=k, values=v, cache_keys=ck, cache_values=cv)
+            if l < len(declared):
+                rec.checksum_k, rec.checksum_v = declared[l].checksum_k, declared[l].checksum_v
+            if k is None:
+                t = ck.shape[1]
                 start = min(prev[l], t)
-                rec.keys = _columns(rec.cache_keys, start, t)
-                rec.values = _columns(rec.cache_values, start, t)
+                rec.keys, rec.values = _columns(ck, start, t), _columns(cv, start, t)
                 rec.derived = True
-            else:
-                raise TraceError(path, f"{base}.k", "missing (truncated trace?)")
-            if l < len(declared) and declared[l] > 0:
-                rec.cache_length = declared[l]
-            elif rec.cache_keys is not None:
-                rec.cache_length = rec.cache_keys.shape[1]
+            if l < len(declared) and declared[l].cache_length > 0:
+                rec.cache_length = declared[l].cache_length
+            elif ck is not None:
+                rec.cache_length = ck.shape[1]
             else:
                 rec.cache_length = prev[l] + rec.keys.shape[1]
             prev[l] = rec.cache_length
-    trace.stored_dtypes = sorted(dtypes)
-    return trace
+            s.layers.append(rec)
 
 
 # ----------------------------------------------------------------------------- write
@@ -701,21 +626,11 @@ class TraceWriter:
                      mode=self.mode, events=self.events, faults=self.faults, extra=self.extra)
 
     def save(self, path: str, overwrite: bool = True) -> None:
+        """Writes the trace as version 2: the step columns and the packed tensors."""
         trace = self.to_trace()
-        tensors = []
-        for i, s in enumerate(trace.steps):
-            if s.logits is not None:
-                tensors.append((f"step{i}.logits", s.logits, self.dtype))
-            for l, rec in enumerate(s.layers):
-                base = f"step{i}.layer{l}"
-                if rec.keys is not None and not (rec.derived and rec.cache_keys is not None):
-                    tensors.append((f"{base}.k", rec.keys, self.dtype))
-                    tensors.append((f"{base}.v", rec.values, self.dtype))
-                if rec.cache_keys is not None:
-                    tensors.append((f"{base}.cache_k", rec.cache_keys, self.dtype))
-                    tensors.append((f"{base}.cache_v", rec.cache_values, self.dtype))
+        steps, tensors = kvtrace_v2.pack(trace, self.dtype)
         meta = {"format": "kvtrace", "kvtrace_version": str(FORMAT_VERSION),
-                "kvtrace": json.dumps(document(trace), separators=(",", ":"), allow_nan=False)}
+                "kvtrace": json.dumps(_document(trace, steps), separators=(",", ":"), allow_nan=False)}
         write_safetensors(path, tensors, meta, overwrite=overwrite)
 
 
@@ -727,7 +642,8 @@ def write_trace(trace: Trace, path: str, dtype: str = "F32", overwrite: bool = T
 
 def info(trace: Trace, path: str = "") -> str:
     m = trace.model
-    out = [f"{path}: kvtrace v{trace.version}, engine '{trace.engine}', mode {trace.mode}",
+    old = " (read only; `kvtrace.py roundtrip` rewrites it as v2)" if trace.version < FORMAT_VERSION else ""
+    out = [f"{path}: kvtrace v{trace.version}{old}, engine '{trace.engine}', mode {trace.mode}",
            f"model: {m.get('architecture') or '?'} layers={m['num_layers']} heads={m.get('num_heads', 0)} "
            f"kv_heads={m['num_kv_heads']} head_dim={m['head_dim']} vocab={m['vocab_size']} "
            f"max_positions={m.get('max_positions', 0)} tensors={','.join(trace.stored_dtypes) or '-'}",

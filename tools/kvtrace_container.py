@@ -1,13 +1,14 @@
 """The safetensors container under KV Scope traces, with numpy alone: validated reading
 (every header field checked; errors name the file and the field) and aligned, atomic
-writing. Used by kvtrace.py; see docs/trace-format.md."""
+writing, plus typed access to the JSON trace document (_Obj). Used by kvtrace.py,
+kvtrace_v1.py and kvtrace_v2.py; see docs/trace-format.md."""
 
 from __future__ import annotations
 
 import json
 import os
 import struct
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -17,8 +18,9 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024
 _DTYPES = {
     "F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": ("<u2", 2),
     "I64": ("<i8", 8), "I32": ("<i4", 4), "I16": ("<i2", 2), "I8": ("i1", 1),
-    "U8": ("u1", 1), "BOOL": ("u1", 1),
+    "U64": ("<u8", 8), "U32": ("<u4", 4), "U16": ("<u2", 2), "U8": ("u1", 1), "BOOL": ("u1", 1),
 }
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 STORE_DTYPES = ("F32", "F16", "BF16")
 
 
@@ -37,7 +39,70 @@ class TraceError(ValueError):
         super().__init__(f"{where}: {detail}")
 
 
-# ----------------------------------------------------------------------------- data model
+# ----------------------------------------------------------------------------- document
+
+class _Obj:
+    """Typed access to one JSON object with field paths for errors (like TraceJson.cpp)."""
+
+    def __init__(self, j: Any, file: str, path: str):
+        self.j, self.file, self.path = j, file, path
+
+    def has(self, k: str) -> bool:
+        return isinstance(self.j, dict) and self.j.get(k) is not None
+
+    def at(self, k: str) -> str:
+        return f"{self.path}.{k}" if self.path else k
+
+    def fail(self, k: str, what: str):
+        raise TraceError(self.file, self.at(k), what)
+
+    def integer(self, k: str, default: Optional[int] = None) -> int:
+        if not self.has(k):
+            if default is None:
+                self.fail(k, "missing")
+            return default
+        v = self.j[k]
+        if not _is_int(v):
+            self.fail(k, f"expected an integer, found {json.dumps(v)}")
+        return v
+
+    def string(self, k: str, default: str = "") -> str:
+        if not self.has(k):
+            return default
+        if not isinstance(self.j[k], str):
+            self.fail(k, "expected a string")
+        return self.j[k]
+
+    def ints(self, k: str, required: bool = True) -> List[int]:
+        if not self.has(k):
+            if required:
+                self.fail(k, "missing")
+            return []
+        v = self.j[k]
+        if not isinstance(v, list):
+            self.fail(k, "expected an array of integers")
+        for x in v:
+            if not _is_int(x):
+                self.fail(k, f"expected integers, found {json.dumps(x)}")
+        return list(v)
+
+    def strings(self, k: str) -> List[str]:
+        if not self.has(k):
+            return []
+        v = self.j[k]
+        if not isinstance(v, list):
+            self.fail(k, "expected an array of strings")
+        if any(not isinstance(x, str) for x in v):
+            self.fail(k, "expected strings")
+        return list(v)
+
+    def child(self, k: str) -> Any:
+        if not self.has(k):
+            self.fail(k, "missing")
+        return self.j[k]
+
+
+# ----------------------------------------------------------------------------- tensors
 
 
 def _float32(a, what: str) -> np.ndarray:
@@ -64,12 +129,18 @@ def _encode(a: np.ndarray, dtype: str) -> bytes:
             return np.ascontiguousarray(a, dtype="<f4").astype("<f2").tobytes()
     if dtype == "BF16":
         return _to_bf16_bits(a).tobytes()
-    raise ValueError(f"storage dtype must be one of {STORE_DTYPES}, not {dtype!r}")
+    if dtype in _DTYPES and dtype not in FLOAT_DTYPES:  # integers (e.g. U64 checksums): exact
+        a = np.asarray(a)
+        if a.dtype.kind not in "iub":
+            raise ValueError(f"{dtype} tensors need an integer array, not {a.dtype}")
+        return np.ascontiguousarray(a, dtype=_DTYPES[dtype][0]).tobytes()
+    raise ValueError(f"storage dtype must be one of {STORE_DTYPES} or an integer type, not {dtype!r}")
 
 
 def write_safetensors(path: str, tensors: Sequence[tuple], metadata: Dict[str, str],
                       overwrite: bool = True) -> None:
-    """Writes (name, float array, dtype) tuples. Atomic: temporary file + rename."""
+    """Writes (name, array, dtype) tuples: float arrays as F32/F16/BF16, integer arrays as
+    an integer dtype (U64, I64, ...). Atomic: temporary file + rename."""
     if not overwrite and os.path.exists(path):
         raise TraceError(path, "", "refusing to overwrite an existing file")
     header: Dict[str, Any] = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
@@ -123,6 +194,7 @@ class _Container:
         if not isinstance(header, dict):
             raise TraceError(path, "header", "expected a JSON object")
         self.data_start, self.data_size = 8 + n, size - 8 - n
+        self.float_dtypes: set = set()  # dtypes of the float tensors read so far
         self.metadata: Dict[str, str] = {}
         self.entries: Dict[str, tuple] = {}
         for name, t in header.items():
@@ -177,14 +249,40 @@ class _Container:
     def dtype(self, name: str) -> str:
         return self.entries[name][0]
 
-    def read_float(self, name: str) -> np.ndarray:
+    def shape(self, name: str) -> tuple:
+        return self.entries[name][1]
+
+    def _raw(self, name: str) -> np.ndarray:
         if name not in self.entries:
             raise TraceError(self.path, name, "missing tensor")
         dtype, shape, begin, end = self.entries[name]
-        raw = np.frombuffer(self.buf, dtype=_DTYPES[dtype][0], count=(end - begin) // _DTYPES[dtype][1],
-                            offset=self.data_start + begin)
+        return np.frombuffer(self.buf, dtype=_DTYPES[dtype][0], count=(end - begin) // _DTYPES[dtype][1],
+                             offset=self.data_start + begin)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor in its stored dtype (a copy; BF16 as its uint16 bits)."""
+        return self._raw(name).reshape(self.entries[name][1]).copy()
+
+    def read_float(self, name: str) -> np.ndarray:
+        raw = self._raw(name)
+        dtype, shape = self.entries[name][:2]
+        self.float_dtypes.add(dtype)
         if dtype == "BF16":
             out = (raw.astype(np.uint32) << 16).view(np.float32)
         else:
             out = raw.astype(np.float32)
         return out.reshape(shape)
+
+    def read_records(self, name: str, heads: int, head_dim: int) -> np.ndarray:
+        """A float32 [h_kv, t, d] tensor of K/V records; its shape must match the model."""
+        if name in self.entries:
+            shape = self.entries[name][1]
+            if len(shape) != 3 or shape[0] != heads or shape[2] != head_dim:
+                raise TraceError(self.path, name, f"shape {list(shape)} but the model block says "
+                                 f"[{heads}, t, {head_dim}]")
+        return self.read_float(name)
+
+
+def _columns(t: np.ndarray, begin: int, end: int) -> np.ndarray:
+    """Columns [begin, end) of a [h_kv, t, d] tensor, as a contiguous copy."""
+    return np.ascontiguousarray(t[:, begin:end, :])

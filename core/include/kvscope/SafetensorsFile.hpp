@@ -13,7 +13,7 @@
 
 namespace kvscope {
 
-enum class SafetensorsDtype { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
+enum class SafetensorsDtype { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL };
 
 /// "F32" etc. -> dtype; throws InputError(file, field, ...) for anything else.
 SafetensorsDtype parseSafetensorsDtype(const std::string& s, const std::string& file,
@@ -50,8 +50,13 @@ class SafetensorsFile {
   const uint8_t* bytes(const SafetensorsEntry& e) const;
   /// The tensor converted to float32 (F64/F32/F16/BF16/integers/bool). Copies.
   FloatTensor readFloat(const std::string& name) const;
-  /// Integer tensors (I64/I32/I16/I8/U8/BOOL) as int64.
+  /// Elements [first, first + count) of the tensor (row-major) converted to float32 into
+  /// `out`; throws InputError naming the tensor when the range is outside it.
+  void readFloatElements(const std::string& name, size_t first, size_t count, float* out) const;
+  /// Integer tensors (I64/I32/I16/I8/U32/U16/U8/BOOL) as int64.
   std::vector<int64_t> readInt64(const std::string& name) const;
+  /// A U64 tensor (e.g. 64-bit checksums) as stored.
+  std::vector<uint64_t> readUint64(const std::string& name) const;
 
  private:
   SafetensorsFile() = default;

@@ -23,6 +23,8 @@ class SafetensorsWriter {
                 SafetensorsDtype dtype = SafetensorsDtype::F32);
   void addInt64(const std::string& name, const std::vector<int64_t>& shape,
                 const std::vector<int64_t>& values);
+  void addUint64(const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<uint64_t>& values);
   /// Raw bytes already in `dtype`'s little-endian layout.
   void addRaw(const std::string& name, SafetensorsDtype dtype, const std::vector<int64_t>& shape,
               std::vector<uint8_t> bytes);

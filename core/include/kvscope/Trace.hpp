@@ -86,7 +86,7 @@ struct TraceEvent {
 };
 
 struct Trace {
-  int formatVersion = 1;
+  int formatVersion = 2;          // of the file it was read from (TraceFile writes the newest)
   std::string engine;            // who recorded it, e.g. "kvscope 0.1.0" or "hf_trace.py"
   std::string mode = "cached";   // cached | uncached
   TraceModelInfo model;

@@ -29,7 +29,9 @@ constexpr DtypeName kDtypes[] = {
     {SafetensorsDtype::F16, "F16", 2},   {SafetensorsDtype::BF16, "BF16", 2},
     {SafetensorsDtype::I64, "I64", 8},   {SafetensorsDtype::I32, "I32", 4},
     {SafetensorsDtype::I16, "I16", 2},   {SafetensorsDtype::I8, "I8", 1},
-    {SafetensorsDtype::U8, "U8", 1},     {SafetensorsDtype::BOOL, "BOOL", 1},
+    {SafetensorsDtype::U64, "U64", 8},   {SafetensorsDtype::U32, "U32", 4},
+    {SafetensorsDtype::U16, "U16", 2},   {SafetensorsDtype::U8, "U8", 1},
+    {SafetensorsDtype::BOOL, "BOOL", 1},
 };
 
 template <typename T>
@@ -45,7 +47,7 @@ SafetensorsDtype parseSafetensorsDtype(const std::string& s, const std::string& 
   for (const auto& d : kDtypes)
     if (s == d.name) return d.dtype;
   throw InputError(file, field,
-                   "unknown dtype '" + s + "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)");
+                   "unknown dtype '" + s + "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL)");
 }
 
 std::string safetensorsDtypeName(SafetensorsDtype dt) {
@@ -202,10 +204,23 @@ FloatTensor SafetensorsFile::readFloat(const std::string& name) const {
   const auto& e = entry(name);
   FloatTensor out;
   out.shape = e.shape;
-  const auto n = static_cast<size_t>(e.numel());
-  out.data.resize(n);
-  const uint8_t* p = bytes(e);
-  for (size_t i = 0; i < n; ++i) {
+  out.data.resize(static_cast<size_t>(e.numel()));
+  readFloatElements(name, 0, out.data.size(), out.data.data());
+  return out;
+}
+
+void SafetensorsFile::readFloatElements(const std::string& name, size_t first, size_t count, float* out) const {
+  const auto& e = entry(name);
+  const auto numel = static_cast<size_t>(e.numel());
+  if (first > numel || count > numel - first)
+    throw InputError(path_, name, "elements [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                      ") are outside the tensor's " + std::to_string(numel));
+  const uint8_t* p = bytes(e) + first * safetensorsDtypeSize(e.dtype);
+  if (e.dtype == SafetensorsDtype::F32) {  // little-endian host: the bytes are the floats
+    if (count) std::memcpy(out, p, count * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
     float v = 0;
     switch (e.dtype) {
       case SafetensorsDtype::F64: v = static_cast<float>(loadUnaligned<double>(p + 8 * i)); break;
@@ -216,12 +231,14 @@ FloatTensor SafetensorsFile::readFloat(const std::string& name) const {
       case SafetensorsDtype::I32: v = static_cast<float>(loadUnaligned<int32_t>(p + 4 * i)); break;
       case SafetensorsDtype::I16: v = static_cast<float>(loadUnaligned<int16_t>(p + 2 * i)); break;
       case SafetensorsDtype::I8: v = static_cast<float>(static_cast<int8_t>(p[i])); break;
+      case SafetensorsDtype::U64: v = static_cast<float>(loadUnaligned<uint64_t>(p + 8 * i)); break;
+      case SafetensorsDtype::U32: v = static_cast<float>(loadUnaligned<uint32_t>(p + 4 * i)); break;
+      case SafetensorsDtype::U16: v = static_cast<float>(loadUnaligned<uint16_t>(p + 2 * i)); break;
       case SafetensorsDtype::U8:
       case SafetensorsDtype::BOOL: v = static_cast<float>(p[i]); break;
     }
-    out.data[i] = v;
+    out[i] = v;
   }
-  return out;
 }
 
 std::vector<int64_t> SafetensorsFile::readInt64(const std::string& name) const {
@@ -235,6 +252,8 @@ std::vector<int64_t> SafetensorsFile::readInt64(const std::string& name) const {
       case SafetensorsDtype::I32: out[i] = loadUnaligned<int32_t>(p + 4 * i); break;
       case SafetensorsDtype::I16: out[i] = loadUnaligned<int16_t>(p + 2 * i); break;
       case SafetensorsDtype::I8: out[i] = static_cast<int8_t>(p[i]); break;
+      case SafetensorsDtype::U32: out[i] = loadUnaligned<uint32_t>(p + 4 * i); break;
+      case SafetensorsDtype::U16: out[i] = loadUnaligned<uint16_t>(p + 2 * i); break;
       case SafetensorsDtype::U8:
       case SafetensorsDtype::BOOL: out[i] = p[i]; break;
       default:
@@ -242,6 +261,17 @@ std::vector<int64_t> SafetensorsFile::readInt64(const std::string& name) const {
                                           safetensorsDtypeName(e.dtype));
     }
   }
+  return out;
+}
+
+std::vector<uint64_t> SafetensorsFile::readUint64(const std::string& name) const {
+  const auto& e = entry(name);
+  if (e.dtype != SafetensorsDtype::U64)
+    throw InputError(path_, name, "expected a U64 tensor, found " + safetensorsDtypeName(e.dtype));
+  const auto n = static_cast<size_t>(e.numel());
+  std::vector<uint64_t> out(n);
+  const uint8_t* p = bytes(e);
+  for (size_t i = 0; i < n; ++i) out[i] = loadUnaligned<uint64_t>(p + 8 * i);
   return out;
 }
 

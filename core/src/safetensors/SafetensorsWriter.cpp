@@ -120,6 +120,13 @@ void SafetensorsWriter::addInt64(const std::string& name, const std::vector<int6
   tensors_.push_back({name, SafetensorsDtype::I64, shape, std::move(bytes)});
 }
 
+void SafetensorsWriter::addUint64(const std::string& name, const std::vector<int64_t>& shape,
+                                  const std::vector<uint64_t>& values) {
+  std::vector<uint8_t> bytes(values.size() * 8);
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  tensors_.push_back({name, SafetensorsDtype::U64, shape, std::move(bytes)});
+}
+
 void SafetensorsWriter::addRaw(const std::string& name, SafetensorsDtype dtype,
                                const std::vector<int64_t>& shape, std::vector<uint8_t> bytes) {
   tensors_.push_back({name, dtype, shape, std::move(bytes)});

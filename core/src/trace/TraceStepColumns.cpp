@@ -1,0 +1,214 @@
+#include "trace/TraceStepColumns.hpp"
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope::detail {
+
+using nlohmann::json;
+
+namespace {
+
+json optionalCounts(const std::vector<std::optional<int64_t>>& counts) {
+  if (counts.empty()) return nullptr;
+  json a = json::array();
+  for (const auto& n : counts) a.push_back(n ? json(*n) : json(nullptr));
+  return a;
+}
+
+// Typed, validated access to the columns of the "steps" object.
+class Columns {
+ public:
+  Columns(const json& j, std::string file) : j_(j), file_(std::move(file)) {
+    if (!j_.is_object()) throw InputError(file_, "steps", "expected an object of columns (format version 2)");
+    if (!j_.contains("count") || !j_["count"].is_number_integer() || j_["count"].get<int64_t>() < 0)
+      throw InputError(file_, "steps.count", "expected the number of steps (an integer >= 0)");
+    n_ = j_["count"].get<size_t>();
+  }
+  size_t count() const { return n_; }
+
+  /// The column, or nullptr when absent (an error when `required`).
+  const json* column(const char* name, bool required) const {
+    if (!j_.contains(name) || j_[name].is_null()) {
+      if (required) throw InputError(file_, std::string("steps.") + name, "missing");
+      return nullptr;
+    }
+    const json& c = j_[name];
+    if (!c.is_array() || c.size() != n_)
+      throw InputError(file_, std::string("steps.") + name,
+                       "expected an array of steps.count (" + std::to_string(n_) + ") entries, found " +
+                           (c.is_array() ? std::to_string(c.size()) + " entries" : std::string(c.type_name())));
+    return &c;
+  }
+  [[noreturn]] void fail(const char* name, size_t i, const std::string& what) const {
+    throw InputError(file_, std::string("steps.") + name + "[" + std::to_string(i) + "]", what);
+  }
+  int64_t integer(const json* c, const char* name, size_t i, int64_t fallback) const {
+    if (!c) return fallback;
+    const json& v = (*c)[i];
+    if (!v.is_number_integer()) fail(name, i, "expected an integer, found " + v.dump());
+    return v.get<int64_t>();
+  }
+  std::vector<int64_t> ints(const json* c, const char* name, size_t i) const {
+    const json& v = (*c)[i];
+    if (!v.is_array()) fail(name, i, "expected an array of integers, found " + v.dump());
+    std::vector<int64_t> out;
+    out.reserve(v.size());
+    for (const auto& x : v) {
+      if (!x.is_number_integer()) fail(name, i, "expected integers, found " + x.dump());
+      out.push_back(x.get<int64_t>());
+    }
+    return out;
+  }
+  /// null -> empty; otherwise exactly `layers` entries, each a count >= 0 or null.
+  std::vector<std::optional<int64_t>> counts(const json* c, const char* name, size_t i, int64_t layers) const {
+    if (!c || (*c)[i].is_null()) return {};
+    const json& v = (*c)[i];
+    if (!v.is_array() || static_cast<int64_t>(v.size()) != layers)
+      fail(name, i, "expected null or one entry per layer (" + std::to_string(layers) + "), found " + v.dump());
+    std::vector<std::optional<int64_t>> out;
+    for (const auto& x : v) {
+      if (x.is_null()) {
+        out.emplace_back();
+      } else if (x.is_number_integer() && x.get<int64_t>() >= 0) {
+        out.emplace_back(x.get<int64_t>());
+      } else {
+        fail(name, i, "expected counts >= 0 or null, found " + x.dump());
+      }
+    }
+    return out;
+  }
+
+ private:
+  const json& j_;
+  std::string file_;
+  size_t n_ = 0;
+};
+
+}  // namespace
+
+json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) {
+  json c = json::object();
+  c["count"] = trace.steps.size();
+  for (const char* k : {"request", "step", "tick", "slot", "fed_ids", "positions", "chosen", "rng_draws_before",
+                        "rng_draws_after", "weights_version", "events", "logits_row", "cache_lengths"})
+    c[k] = json::array();
+  bool masks = false, appended = false, snapshots = false, checksums = false;
+  for (size_t i = 0; i < trace.steps.size(); ++i) {
+    const TraceStep& s = trace.steps[i];
+    const StepLayout& at = layouts[i];
+    c["request"].push_back(s.request);
+    c["step"].push_back(s.step);
+    c["tick"].push_back(s.tick);
+    c["slot"].push_back(s.slot);
+    c["fed_ids"].push_back(s.fedIds);
+    c["positions"].push_back(s.positions);
+    c["chosen"].push_back(s.chosenToken);
+    c["rng_draws_before"].push_back(s.rngDrawsBefore);
+    c["rng_draws_after"].push_back(s.rngDrawsAfter);
+    c["weights_version"].push_back(s.weightsVersion);
+    c["events"].push_back(s.events);
+    c["logits_row"].push_back(at.logitsRow);
+    json lengths = nullptr;
+    if (!s.layers.empty()) {
+      lengths = json::array();
+      for (const auto& l : s.layers) lengths.push_back(l.cacheLength);
+    }
+    c["cache_lengths"].push_back(std::move(lengths));
+    masks = masks || !s.fedMask.empty();
+    appended = appended || !at.appended.empty();
+    snapshots = snapshots || !at.snapshot.empty();
+    checksums = checksums || at.checksumRow >= 0;
+  }
+  if (masks) {
+    c["fed_mask"] = json::array();
+    for (const auto& s : trace.steps) c["fed_mask"].push_back(s.fedMask.empty() ? json(nullptr) : json(s.fedMask));
+  }
+  if (appended) {
+    c["appended"] = json::array();
+    for (const auto& at : layouts) c["appended"].push_back(optionalCounts(at.appended));
+  }
+  if (snapshots) {
+    c["snapshot_lengths"] = json::array();
+    for (const auto& at : layouts) c["snapshot_lengths"].push_back(optionalCounts(at.snapshot));
+  }
+  if (checksums) {
+    c["checksum_row"] = json::array();
+    for (const auto& at : layouts) c["checksum_row"].push_back(at.checksumRow);
+  }
+  return c;
+}
+
+std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& file, Trace& trace) {
+  const Columns cols(steps, file);
+  const int64_t L = trace.model.numLayers;
+  const json* request = cols.column("request", true);
+  const json* step = cols.column("step", true);
+  const json* fed = cols.column("fed_ids", true);
+  const json* positions = cols.column("positions", true);
+  const json* tick = cols.column("tick", false);
+  const json* slot = cols.column("slot", false);
+  const json* mask = cols.column("fed_mask", false);
+  const json* chosen = cols.column("chosen", false);
+  const json* drawsBefore = cols.column("rng_draws_before", false);
+  const json* drawsAfter = cols.column("rng_draws_after", false);
+  const json* version = cols.column("weights_version", false);
+  const json* events = cols.column("events", false);
+  const json* logitsRow = cols.column("logits_row", false);
+  const json* appended = cols.column("appended", false);
+  const json* snapshot = cols.column("snapshot_lengths", false);
+  const json* lengths = cols.column("cache_lengths", false);
+  const json* checksumRow = cols.column("checksum_row", false);
+
+  std::vector<StepLayout> layouts(cols.count());
+  trace.steps.resize(cols.count());
+  for (size_t i = 0; i < cols.count(); ++i) {
+    TraceStep& st = trace.steps[i];
+    st.request = cols.integer(request, "request", i, 0);
+    if (!trace.findRequest(st.request))
+      cols.fail("request", i, "names request " + std::to_string(st.request) + " which is not in requests");
+    st.step = cols.integer(step, "step", i, 0);
+    st.tick = cols.integer(tick, "tick", i, static_cast<int64_t>(i));
+    st.slot = cols.integer(slot, "slot", i, st.request);
+    st.fedIds = cols.ints(fed, "fed_ids", i);
+    st.positions = cols.ints(positions, "positions", i);
+    if (st.positions.size() != st.fedIds.size())
+      cols.fail("positions", i,
+                std::to_string(st.positions.size()) + " positions for " + std::to_string(st.fedIds.size()) + " fed tokens");
+    if (mask && !(*mask)[i].is_null()) {
+      for (int64_t m : cols.ints(mask, "fed_mask", i)) st.fedMask.push_back(m ? 1 : 0);
+      if (st.fedMask.size() != st.fedIds.size()) cols.fail("fed_mask", i, "one entry per fed token expected");
+    }
+    st.chosenToken = cols.integer(chosen, "chosen", i, -1);
+    st.rngDrawsBefore = static_cast<uint64_t>(cols.integer(drawsBefore, "rng_draws_before", i, 0));
+    st.rngDrawsAfter = static_cast<uint64_t>(cols.integer(drawsAfter, "rng_draws_after", i, 0));
+    st.weightsVersion = static_cast<uint64_t>(cols.integer(version, "weights_version", i, 0));
+    if (events) {
+      const json& e = (*events)[i];
+      if (!e.is_array()) cols.fail("events", i, "expected an array of strings, found " + e.dump());
+      for (const auto& x : e) {
+        if (!x.is_string()) cols.fail("events", i, "expected strings, found " + x.dump());
+        st.events.push_back(x.get<std::string>());
+      }
+    }
+    StepLayout& at = layouts[i];
+    at.logitsRow = cols.integer(logitsRow, "logits_row", i, -1);
+    if (at.logitsRow < -1) cols.fail("logits_row", i, "expected a row index or -1");
+    at.checksumRow = cols.integer(checksumRow, "checksum_row", i, -1);
+    if (at.checksumRow < -1) cols.fail("checksum_row", i, "expected a row index or -1");
+    at.appended = cols.counts(appended, "appended", i, L);
+    at.snapshot = cols.counts(snapshot, "snapshot_lengths", i, L);
+    std::vector<int64_t> declared;
+    if (lengths && !(*lengths)[i].is_null()) {
+      declared = cols.ints(lengths, "cache_lengths", i);
+      if (static_cast<int64_t>(declared.size()) != L)
+        cols.fail("cache_lengths", i, "one entry per layer expected (" + std::to_string(L) + ")");
+    }
+    if (!declared.empty() || at.checksumRow >= 0 || at.hasLayerData()) {
+      st.layers.resize(static_cast<size_t>(L));
+      for (size_t l = 0; l < declared.size(); ++l) st.layers[l].cacheLength = declared[l];
+    }
+  }
+  return layouts;
+}
+
+}  // namespace kvscope::detail

@@ -1,0 +1,26 @@
+// Where one step's tensors sit in a version 2 trace file (docs/trace-format.md): its row
+// of `logits` and `checksums`, and per layer how many columns it owns in the packed
+// `layer{l}.k|v` (appended records) and `layer{l}.cache_k|cache_v` (snapshots) tensors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kvscope::detail {
+
+struct StepLayout {
+  int64_t logitsRow = -1;                         // -1: no logits row
+  std::vector<std::optional<int64_t>> appended;   // per layer; empty: none stored
+  std::vector<std::optional<int64_t>> snapshot;   // per layer; empty: none stored
+  int64_t checksumRow = -1;                       // -1: no checksums
+
+  bool hasLayerData() const {
+    for (const auto* v : {&appended, &snapshot})
+      for (const auto& n : *v)
+        if (n) return true;
+    return false;
+  }
+};
+
+}  // namespace kvscope::detail

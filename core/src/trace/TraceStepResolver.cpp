@@ -1,0 +1,71 @@
+#include "trace/TraceStepResolver.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope::detail {
+
+namespace {
+// Columns [begin, end) of a [h, t, d] tensor.
+FloatTensor columns(const FloatTensor& t, int64_t begin, int64_t end) {
+  const int64_t h = t.shape[0], T = t.shape[1], d = t.shape[2], n = end - begin;
+  FloatTensor out = FloatTensor::zeros({h, n, d});
+  for (int64_t hh = 0; hh < h; ++hh)
+    std::copy(t.data.begin() + (hh * T + begin) * d, t.data.begin() + (hh * T + end) * d,
+              out.data.begin() + hh * n * d);
+  return out;
+}
+}  // namespace
+
+void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std::string& path) {
+  const auto numLayers = static_cast<size_t>(trace.model.numLayers);
+  std::map<int64_t, std::vector<int64_t>> lastLength;  // request -> per-layer length so far
+  for (size_t i = 0; i < trace.steps.size(); ++i) {
+    TraceStep& s = trace.steps[i];
+    if (auto row = source.logits(i)) {
+      s.logits = std::move(*row);
+    } else if (s.chosenToken >= 0) {
+      throw InputError(path, source.logitsField(i),
+                       "steps[" + std::to_string(i) + "] chose a token but its logits row is missing (truncated trace?)");
+    }
+    if (!source.hasLayerData(i)) continue;
+    auto& prev = lastLength[s.request];
+    if (prev.empty()) prev.assign(numLayers, 0);
+    if (std::find(s.events.begin(), s.events.end(), "cache_reset") != s.events.end())
+      std::fill(prev.begin(), prev.end(), 0);
+    std::vector<int64_t> declared;
+    for (const auto& l : s.layers) declared.push_back(l.cacheLength);
+    s.layers.resize(numLayers);
+    for (size_t l = 0; l < numLayers; ++l) {
+      auto& rec = s.layers[l];
+      auto snap = source.snapshot(i, l);
+      const bool hasSnapshot = snap.has_value();
+      if (snap) {
+        rec.snapshotKeys = std::move(snap->keys);
+        rec.snapshotValues = std::move(snap->values);
+      }
+      if (auto kv = source.appended(i, l)) {
+        rec.keys = std::move(kv->keys);
+        rec.values = std::move(kv->values);
+      } else if (hasSnapshot) {
+        // Full-snapshot trace: the appended records are what is new since the last step.
+        const int64_t t = rec.snapshotKeys.shape[1];
+        const int64_t from = std::min(prev[l], t);
+        rec.keys = columns(rec.snapshotKeys, from, t);
+        rec.values = columns(rec.snapshotValues, from, t);
+      } else {
+        throw InputError(path, source.recordsField(i, l),
+                         "layer " + std::to_string(l) + " of steps[" + std::to_string(i) +
+                             "] has neither appended records nor a snapshot (truncated trace?)");
+      }
+      rec.cacheLength = l < declared.size() && declared[l] > 0
+                            ? declared[l]
+                            : (hasSnapshot ? rec.snapshotKeys.shape[1] : prev[l] + rec.keys.shape[1]);
+      prev[l] = rec.cacheLength;
+    }
+  }
+}
+
+}  // namespace kvscope::detail
