@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "CliRunner.hpp"
 #include "TestSupport.hpp"
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -423,15 +423,11 @@ TEST(CheckpointWriter, PresetsHaveTheDocumentedShapes) {
 
 namespace {
 
-int runCli(const std::string& args, std::string* out = nullptr) {
-  const fs::path log =
-      fs::temp_directory_path() / ("kvscope-writer-cli-" + std::to_string(::getpid()) + ".log");
-  const std::string cmd =
-      std::string(KVSCOPE_CLI_PATH) + " " + args + " > " + log.string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  if (out) *out = slurp(log);
-  fs::remove(log);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+// Exit code; `out` gets stdout followed by stderr.
+int runCli(const std::vector<std::string>& args, std::string* out = nullptr) {
+  const test::CliRun r = test::runKvscopeCli(args);
+  if (out) *out = r.out + r.err;
+  return r.signal == 0 ? r.exitCode : -1;
 }
 
 }  // namespace
@@ -439,7 +435,7 @@ int runCli(const std::string& args, std::string* out = nullptr) {
 TEST(CheckpointWriterCli, MakeDemoWritesALoadableCheckpoint) {
   const fs::path dir = freshDir("cli-demo");
   std::string out;
-  ASSERT_EQ(runCli("make-demo " + dir.string(), &out), 0) << out;
+  ASSERT_EQ(runCli({"make-demo", dir.string()}, &out), 0) << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
   EXPECT_NE(out.find("tokenizer.json"), std::string::npos) << out;
   const auto ck = Checkpoint::open(dir.string());
@@ -447,8 +443,8 @@ TEST(CheckpointWriterCli, MakeDemoWritesALoadableCheckpoint) {
   EXPECT_EQ(ck->config().numKvHeads, 2);
 
   const fs::path g = freshDir("cli-gpt2");
-  ASSERT_EQ(runCli("make-demo " + g.string() +
-                       " --arch gpt2 --dtype F16 --shards 2 --config-style v4 --seed 3",
+  ASSERT_EQ(runCli({"make-demo", g.string(), "--arch", "gpt2", "--dtype", "F16", "--shards", "2", "--config-style", "v4",
+                    "--seed", "3"},
                    &out),
             0)
       << out;
@@ -469,11 +465,11 @@ TEST(CheckpointWriterCli, MakeDemoRefusesNonEmptyDirectoryWithoutTouchingIt) {
   const auto before = contents(dir);
   const auto mtime = fs::last_write_time(dir / "config.json");
   std::string out;
-  EXPECT_EQ(runCli("make-demo " + dir.string(), &out), 2) << out;
+  EXPECT_EQ(runCli({"make-demo", dir.string()}, &out), 2) << out;
   EXPECT_NE(out.find("--force"), std::string::npos) << out;
   EXPECT_EQ(contents(dir), before);
   EXPECT_EQ(fs::last_write_time(dir / "config.json"), mtime);
 
-  EXPECT_EQ(runCli("make-demo " + dir.string() + " --preset nope", &out), 2) << out;
+  EXPECT_EQ(runCli({"make-demo", dir.string(), "--preset", "nope"}, &out), 2) << out;
   EXPECT_EQ(contents(dir), before);
 }

@@ -1,76 +1,106 @@
 // kvscope-cli audit end to end: exit codes (0 clean, 1 divergent, 2 input error), JSON and
-// Markdown reports, and traces from files.
+// Markdown reports, and traces from files (version 2 and version 1).
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
-#include "PythonTools.hpp"
+#include "CliRunner.hpp"
 #include "TestSupport.hpp"
+#include "kvscope/SafetensorsFile.hpp"
+#include "kvscope/SafetensorsWriter.hpp"
 
 using namespace kvscope::test;
 namespace fs = std::filesystem;
 
 namespace {
-std::string cli() { return quote(KVSCOPE_CLI_PATH); }
-std::string llama() { return quote(hfModel("llama")); }
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+std::string llama() { return hfModel("llama"); }
+CliRun audit(std::vector<std::string> args) {
+  args.insert(args.begin(), "audit");
+  return runKvscopeCli(args);
 }
 }  // namespace
 
 TEST(CliAudit, CleanRunExitsZero) {
-  auto r = run(cli() + " audit --model " + llama() + " --ids 0,34,86,69 --max-new 4");
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("verdict: clean"), std::string::npos) << r.output;
+  auto r = audit({"--model", llama(), "--ids", "0,34,86,69", "--max-new", "4"});
+  EXPECT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_NE(r.out.find("verdict: clean"), std::string::npos) << r;
 }
 
 TEST(CliAudit, FaultyRunExitsOneWithJsonReport) {
-  const auto dir = tempDir() / "cli-audit";
-  fs::remove_all(dir);
+  const auto dir = freshDir("cli-audit");
   fs::create_directories(dir);
-  auto r = run(cli() + " audit --model " + llama() + " --ids 0,34,86,69,301 --ids 0,316,284 --arrival 0 --arrival 2" +
-               " --max-new 5 --fault wrong_layer:layer=2,source=1 --fault cross_request:request=1,victim=0 --json" +
-               " --report " + quote((dir / "report.json").string()) + " --markdown " + quote((dir / "report.md").string()) +
-               " --save-trace " + quote((dir / "run.kvtrace").string()) + " 2>/dev/null");
-  EXPECT_EQ(r.status, 1) << r.output;
-  auto j = nlohmann::json::parse(r.output);
+  auto r = audit({"--model", llama(), "--ids", "0,34,86,69,301", "--ids", "0,316,284", "--arrival", "0", "--arrival",
+                  "2", "--max-new", "5", "--fault", "wrong_layer:layer=2,source=1", "--fault",
+                  "cross_request:request=1,victim=0", "--json", "--report", (dir / "report.json").string(),
+                  "--markdown", (dir / "report.md").string(), "--save-trace", (dir / "run.kvtrace").string()});
+  EXPECT_TRUE(r.exitedWith(1)) << r;
+  auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["verdict"], "divergent");
   EXPECT_EQ(j["first_divergence"]["layer"], 2);
   std::set<std::string> ids;
   for (const auto& f : j["findings"]) ids.insert(f["id"].get<std::string>());
-  EXPECT_TRUE(ids.count("wrong_layer") && ids.count("cross_request")) << r.output;
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "report.json"))["verdict"], "divergent");
-  EXPECT_NE(slurp(dir / "report.md").find("`wrong_layer`"), std::string::npos);
+  EXPECT_TRUE(ids.count("wrong_layer") && ids.count("cross_request")) << r;
+  EXPECT_EQ(nlohmann::json::parse(readWholeFile(dir / "report.json"))["verdict"], "divergent");
+  EXPECT_NE(readWholeFile(dir / "report.md").find("`wrong_layer`"), std::string::npos);
   // The saved trace audits the same way through --trace.
-  auto again = run(cli() + " audit --model " + llama() + " --trace " + quote((dir / "run.kvtrace").string()));
-  EXPECT_EQ(again.status, 1) << again.output;
-  EXPECT_NE(again.output.find("[wrong_layer]"), std::string::npos) << again.output;
+  auto again = audit({"--model", llama(), "--trace", (dir / "run.kvtrace").string()});
+  EXPECT_TRUE(again.exitedWith(1)) << again;
+  EXPECT_NE(again.out.find("[wrong_layer]"), std::string::npos) << again;
   // Existing report files are not overwritten without --force.
-  auto refused = run(cli() + " audit --model " + llama() + " --ids 0,34 --max-new 2 --report " + quote((dir / "report.json").string()));
-  EXPECT_EQ(refused.status, 2) << refused.output;
-  EXPECT_EQ(nlohmann::json::parse(slurp(dir / "report.json"))["verdict"], "divergent");
+  auto refused = audit({"--model", llama(), "--ids", "0,34", "--max-new", "2", "--report", (dir / "report.json").string()});
+  EXPECT_TRUE(refused.exitedWith(2)) << refused;
+  EXPECT_EQ(nlohmann::json::parse(readWholeFile(dir / "report.json"))["verdict"], "divergent");
+}
+
+TEST(CliAudit, VersionOneTraceIsAudited) {
+  // Recorded by the version 1 writer with a duplicate append at layer 1, step 2.
+  auto r = audit({"--model", llama(), "--trace", fixture("traces-v1/llama-engine-snapshots.kvtrace"), "--json"});
+  EXPECT_TRUE(r.exitedWith(1)) << r;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["first_divergence"]["layer"], 1);
+  EXPECT_EQ(j["first_divergence"]["step"], 2);
+  EXPECT_EQ(j["findings"][0]["id"], "duplicate_append") << r;
 }
 
 TEST(CliAudit, InputErrorsExitTwoNamingTheFileAndField) {
-  const auto dir = tempDir() / "cli-audit-bad";
+  const auto dir = freshDir("cli-audit-bad");
   fs::create_directories(dir);
   const auto bad = dir / "truncated.kvtrace";
   std::ofstream(bad) << "not a trace";
-  auto r = run(cli() + " audit --model " + llama() + " --trace " + quote(bad.string()));
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find(bad.string()), std::string::npos) << r.output;
-  auto fault = run(cli() + " audit --model " + llama() + " --ids 0,34 --fault wrong_layer:layer=9");
-  EXPECT_EQ(fault.status, 2) << fault.output;
-  EXPECT_NE(fault.output.find("not a layer"), std::string::npos) << fault.output;
-  auto temp = run(cli() + " audit --model " + llama() + " --ids 0,34 --temperature -1");
-  EXPECT_EQ(temp.status, 2) << temp.output;
-  auto noModel = run(cli() + " audit --trace " + quote(bad.string()));
-  EXPECT_EQ(noModel.status, 2) << noModel.output;
-  auto help = run(cli() + " audit --help");
-  EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.output.find("cross_request"), std::string::npos) << "fault syntax is documented in --help";
+  auto r = audit({"--model", llama(), "--trace", bad.string()});
+  EXPECT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find(bad.string()), std::string::npos) << r;
+  // A version 2 trace whose step table names more records than its layer tensor holds.
+  const auto good = dir / "good.kvtrace";
+  ASSERT_TRUE(audit({"--model", llama(), "--ids", "0,34", "--max-new", "2", "--save-trace", good.string()}).exitedWith(0));
+  auto file = kvscope::SafetensorsFile::open(good.string());
+  auto doc = nlohmann::json::parse(file->metadata().at("kvtrace"));
+  doc["steps"]["appended"][1][1] = 3;
+  kvscope::SafetensorsWriter w;
+  for (const auto& [k, v] : file->metadata()) w.setMetadata(k, k == "kvtrace" ? doc.dump() : v);
+  for (const auto& n : file->names()) {
+    const auto& e = file->entry(n);
+    w.addRaw(n, e.dtype, e.shape, std::vector<uint8_t>(file->bytes(e), file->bytes(e) + (e.end - e.begin)));
+  }
+  const auto cut = dir / "cut.kvtrace";
+  w.write(cut.string());
+  const auto before = readWholeFile(cut);
+  auto c = audit({"--model", llama(), "--trace", cut.string()});
+  EXPECT_TRUE(c.exitedWith(2)) << c;
+  EXPECT_NE(c.err.find(cut.string()), std::string::npos) << c;
+  EXPECT_NE(c.err.find("layer1.k"), std::string::npos) << c;
+  EXPECT_EQ(readWholeFile(cut), before) << "the user's trace is left as it was";
+  auto fault = audit({"--model", llama(), "--ids", "0,34", "--fault", "wrong_layer:layer=9"});
+  EXPECT_TRUE(fault.exitedWith(2)) << fault;
+  EXPECT_NE(fault.err.find("not a layer"), std::string::npos) << fault;
+  auto temp = audit({"--model", llama(), "--ids", "0,34", "--temperature", "-1"});
+  EXPECT_TRUE(temp.exitedWith(2)) << temp;
+  auto noModel = audit({"--trace", bad.string()});
+  EXPECT_TRUE(noModel.exitedWith(2)) << noModel;
+  auto help = audit({"--help"});
+  EXPECT_TRUE(help.exitedWith(0)) << help;
+  EXPECT_NE(help.out.find("cross_request"), std::string::npos) << "fault syntax is documented in --help";
 }

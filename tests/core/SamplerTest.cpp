@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "CliRunner.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/RequestRng.hpp"
 #include "kvscope/SafetensorsFile.hpp"
@@ -453,24 +454,8 @@ TEST(SamplerChoose, SampledFrequenciesFollowTheProbabilities) {
 
 namespace {
 
-struct CliResult {
-  int exitCode = -1;
-  std::string out;  // stdout (and stderr when merged)
-};
-
-CliResult runCli(const std::string& args, bool mergeStderr) {
-  const std::string cmd = std::string("\"") + KVSCOPE_CLI_PATH + "\" " + args +
-                          (mergeStderr ? " 2>&1" : " 2>/dev/null");
-  CliResult r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::CliRun;
+using test::runKvscopeCli;
 
 std::string fmt(double v) {
   std::ostringstream os;
@@ -490,13 +475,13 @@ TEST(SamplerCli, JsonProbabilitiesMatchTheTransformersFixture) {
                                  [&](const json& c) { return c.at("key") == key; });
     ASSERT_NE(it, spec.at("cases").end()) << key;
     const json& c = *it;
-    std::string args = "policy --json --seed 4 --logits \"" + kWarpersDir +
-                       "/warpers.safetensors:" + c.at("vector").get<std::string>() +
-                       ".logits\" --temperature " + fmt(c.at("temperature").get<double>());
-    if (!c.at("top_k").is_null()) args += " --top-k " + std::to_string(c.at("top_k").get<int>());
-    if (!c.at("top_p").is_null()) args += " --top-p " + fmt(c.at("top_p").get<double>());
-    const CliResult r = runCli(args, false);
-    ASSERT_EQ(r.exitCode, 0) << args << "\n" << r.out;
+    std::vector<std::string> args = {"policy", "--json", "--seed", "4", "--logits",
+                                     kWarpersDir + "/warpers.safetensors:" + c.at("vector").get<std::string>() + ".logits",
+                                     "--temperature", fmt(c.at("temperature").get<double>())};
+    if (!c.at("top_k").is_null()) args.insert(args.end(), {"--top-k", std::to_string(c.at("top_k").get<int>())});
+    if (!c.at("top_p").is_null()) args.insert(args.end(), {"--top-p", fmt(c.at("top_p").get<double>())});
+    const CliRun r = runKvscopeCli(args);
+    ASSERT_TRUE(r.exitedWith(0)) << key << ": " << r;
     const json out = json::parse(r.out);
     const auto expected = file->readFloat(key).data;
     const auto probs = out.at("probabilities").get<std::vector<double>>();
@@ -527,18 +512,18 @@ TEST(SamplerCli, JsonProbabilitiesMatchTheTransformersFixture) {
 }
 
 TEST(SamplerCli, GreedyAndTextOutput) {
-  const std::string ties = "\"" + kWarpersDir + "/warpers.safetensors:ties.logits\"";
-  CliResult r = runCli("policy --json --temperature 0 --logits " + ties, false);
-  ASSERT_EQ(r.exitCode, 0) << r.out;
+  const std::string ties = kWarpersDir + "/warpers.safetensors:ties.logits";
+  CliRun r = runKvscopeCli({"policy", "--json", "--temperature", "0", "--logits", ties});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
   json out = json::parse(r.out);
   EXPECT_EQ(out.at("token").get<int64_t>(), 1);
   EXPECT_EQ(out.at("eligible"), json::array({1}));
-  r = runCli("policy --json --temperature 0 --tie-rule highest --logits " + ties, false);
-  ASSERT_EQ(r.exitCode, 0) << r.out;
+  r = runKvscopeCli({"policy", "--json", "--temperature", "0", "--tie-rule", "highest", "--logits", ties});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
   EXPECT_EQ(json::parse(r.out).at("token").get<int64_t>(), 4);
-  r = runCli("policy --temperature 1 --top-k 1 --logits " + ties, true);
-  ASSERT_EQ(r.exitCode, 0) << r.out;
-  EXPECT_NE(r.out.find("eligible: 3 of 10"), std::string::npos) << r.out;
+  r = runKvscopeCli({"policy", "--temperature", "1", "--top-k", "1", "--logits", ties});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_NE(r.out.find("eligible: 3 of 10"), std::string::npos) << r;
 }
 
 TEST(SamplerCli, TwoDimensionalTensorUsesItsLastRow) {
@@ -548,8 +533,8 @@ TEST(SamplerCli, TwoDimensionalTensorUsesItsLastRow) {
   ASSERT_EQ(t.shape.size(), 2u);
   const size_t v = static_cast<size_t>(t.shape[1]);
   const std::vector<float> last(t.data.end() - static_cast<std::ptrdiff_t>(v), t.data.end());
-  CliResult r = runCli("policy --json --top-p 0.8 --logits \"" + path + ":p0.prompt_logits\"", false);
-  ASSERT_EQ(r.exitCode, 0) << r.out;
+  CliRun r = runKvscopeCli({"policy", "--json", "--top-p", "0.8", "--logits", path + ":p0.prompt_logits"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
   const json out = json::parse(r.out);
   EXPECT_EQ(out.at("row").get<int64_t>(), t.shape[0] - 1);
   SamplingPolicy p;
@@ -557,29 +542,29 @@ TEST(SamplerCli, TwoDimensionalTensorUsesItsLastRow) {
   p.topP = 0.8;
   const auto expected = Sampler::warpedProbabilitiesDouble(last, p);
   EXPECT_EQ(out.at("probabilities").get<std::vector<double>>(), expected);
-  r = runCli("policy --logits \"" + path + ":p0.prompt_logits\"", true);
-  EXPECT_NE(r.out.find("last row"), std::string::npos) << r.out;
+  r = runKvscopeCli({"policy", "--logits", path + ":p0.prompt_logits"});
+  EXPECT_NE((r.out + r.err).find("last row"), std::string::npos) << r;
 }
 
 TEST(SamplerCli, BadParametersExitTwoWithAMessage) {
-  const std::string ties = "\"" + kWarpersDir + "/warpers.safetensors:ties.logits\"";
+  const std::string ties = kWarpersDir + "/warpers.safetensors:ties.logits";
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"--temperature -1", "temperature"},
-      {"--temperature abc", "temperature"},
-      {"--top-k 0", "top-k"},
-      {"--top-p 0", "top-p"},
-      {"--tie-rule middle", "tie-rule"},
+      {"--temperature=-1", "temperature"},
+      {"--temperature=abc", "temperature"},
+      {"--top-k=0", "top-k"},
+      {"--top-p=0", "top-p"},
+      {"--tie-rule=middle", "tie-rule"},
   };
-  for (const auto& [args, word] : bad) {
-    const CliResult r = runCli("policy --logits " + ties + " " + args, true);
-    EXPECT_EQ(r.exitCode, 2) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find(word), std::string::npos) << args << "\n" << r.out;
+  for (const auto& [option, word] : bad) {
+    const CliRun r = runKvscopeCli({"policy", "--logits", ties, option});
+    EXPECT_TRUE(r.exitedWith(2)) << option << ": " << r;
+    EXPECT_NE(r.err.find(word), std::string::npos) << option << ": " << r;
   }
   // No key and several tensors: exit 2, listing the keys.
-  CliResult r = runCli("policy --logits \"" + kWarpersDir + "/warpers.safetensors\"", true);
-  EXPECT_EQ(r.exitCode, 2);
-  EXPECT_NE(r.out.find("ties.logits"), std::string::npos) << r.out;
-  r = runCli("policy --logits \"" + kWarpersDir + "/warpers.safetensors:absent\"", true);
-  EXPECT_EQ(r.exitCode, 2);
-  EXPECT_NE(r.out.find("absent"), std::string::npos) << r.out;
+  CliRun r = runKvscopeCli({"policy", "--logits", kWarpersDir + "/warpers.safetensors"});
+  EXPECT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find("ties.logits"), std::string::npos) << r;
+  r = runKvscopeCli({"policy", "--logits", kWarpersDir + "/warpers.safetensors:absent"});
+  EXPECT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find("absent"), std::string::npos) << r;
 }

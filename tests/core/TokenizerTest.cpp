@@ -2,7 +2,6 @@
 // Expected values come from the fixtures (tests/fixtures/hf); malformed inputs are made by
 // damaging copies of them.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "CliRunner.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Tokenizer.hpp"
 #include "tokenizer/SentencePieceModel.hpp"
@@ -370,43 +370,14 @@ TEST(TokenizerSpecialTokens, SkipSpecialTokensOnDecode) {
 
 // --- kvscope-cli tokenize ---------------------------------------------------------------
 
-struct RunResult {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string shellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
-
-RunResult runCli(const std::vector<std::string>& args) {
-  const fs::path errPath = scratchDir() / "stderr.txt";
-  std::string cmd = shellQuote(KVSCOPE_CLI_PATH);
-  for (const auto& a : args) cmd += " " + shellQuote(a);
-  cmd += " 2>" + shellQuote(errPath.string());
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = readFile(errPath.string());
-  return r;
-}
+using RunResult = kvscope::test::CliRun;
+using kvscope::test::runKvscopeCli;
 
 TEST(TokenizerCli, JsonIdsMatchGolden) {
   const json golden = readJson(kGolden + "/gpt2.json");
   ASSERT_FALSE(golden["prompts"].empty());
   for (const auto& prompt : golden["prompts"]) {
-    const RunResult r = runCli({"tokenize", "--model", kModels + "/gpt2", "--text",
+    const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text",
                                 prompt["text"].get<std::string>(), "--json"});
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const json out = json::parse(r.out);
@@ -418,7 +389,7 @@ TEST(TokenizerCli, JsonIdsMatchGolden) {
 TEST(TokenizerCli, NoSpecialOmitsBos) {
   const json golden = readJson(kGolden + "/llama.json");
   const auto& prompt = golden["prompts"][0];
-  const RunResult r = runCli({"tokenize", "--model", kModels + "/llama", "--text",
+  const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/llama", "--text",
                               prompt["text"].get<std::string>(), "--json", "--no-special"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   auto want = prompt["ids"].get<std::vector<int64_t>>();
@@ -429,7 +400,7 @@ TEST(TokenizerCli, NoSpecialOmitsBos) {
 TEST(TokenizerCli, TableListsEveryToken) {
   const json golden = readJson(kGolden + "/gpt2.json");
   const auto& prompt = golden["prompts"][0];
-  const RunResult r = runCli({"tokenize", "--model", kModels + "/gpt2", "--text", prompt["text"].get<std::string>()});
+  const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text", prompt["text"].get<std::string>()});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   for (const auto& id : prompt["ids"]) {
     EXPECT_NE(r.out.find(" " + std::to_string(id.get<int64_t>()) + "  '"), std::string::npos) << r.out;
@@ -438,7 +409,7 @@ TEST(TokenizerCli, TableListsEveryToken) {
 
 TEST(TokenizerCli, BadModelDirectoryExitsWithCode2) {
   const fs::path missing = scratchDir() / "no-such-model";
-  const RunResult r = runCli({"tokenize", "--model", missing.string(), "--text", "hello", "--json"});
+  const RunResult r = runKvscopeCli({"tokenize", "--model", missing.string(), "--text", "hello", "--json"});
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find(missing.string()), std::string::npos) << "stderr: " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
