@@ -105,12 +105,7 @@ HfPipeline HfJsonLoader::build(const JsonFields& jf, const Json& root,
       const Json& a = (*added)[i];
       AddedToken t;
       t.id = jf.integer(a, ap, "id");
-      t.content = jf.str(a, ap, "content");
-      t.singleWord = jf.boolean(a, ap, "single_word", false);
-      t.lstrip = jf.boolean(a, ap, "lstrip", false);
-      t.rstrip = jf.boolean(a, ap, "rstrip", false);
-      t.special = jf.boolean(a, ap, "special", false);
-      t.normalized = jf.boolean(a, ap, "normalized", !t.special);
+      readAddedTokenSettings(jf, a, ap, t);
       if (t.content.empty()) jf.fail(JsonFields::join(ap, "content"), "an added token cannot be empty");
       p.added.add(t);
     }

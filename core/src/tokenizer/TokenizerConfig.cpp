@@ -76,12 +76,7 @@ TokenizerConfig TokenizerConfig::load(const std::string& dir) {
       } catch (const std::exception&) {
         jf.fail(p, "expected an integer token id as the key");
       }
-      t.content = jf.str(value, p, "content");
-      t.singleWord = jf.boolean(value, p, "single_word", false);
-      t.lstrip = jf.boolean(value, p, "lstrip", false);
-      t.rstrip = jf.boolean(value, p, "rstrip", false);
-      t.special = jf.boolean(value, p, "special", false);
-      t.normalized = jf.boolean(value, p, "normalized", !t.special);
+      readAddedTokenSettings(jf, value, p, t);
       cfg.addedTokensDecoder.push_back(t);
     }
   }
@@ -99,6 +94,15 @@ std::vector<std::string> TokenizerConfig::specialTokens() const {
   push(padToken);
   for (const auto& t : additionalSpecialTokens) push(t);
   return out;
+}
+
+void readAddedTokenSettings(const JsonFields& jf, const Json& obj, const std::string& path, AddedToken& t) {
+  t.content = jf.str(obj, path, "content");
+  t.singleWord = jf.boolean(obj, path, "single_word", false);
+  t.lstrip = jf.boolean(obj, path, "lstrip", false);
+  t.rstrip = jf.boolean(obj, path, "rstrip", false);
+  t.special = jf.boolean(obj, path, "special", false);
+  t.normalized = jf.boolean(obj, path, "normalized", !t.special);
 }
 
 }  // namespace kvscope::tok

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tokenizer/AddedVocabulary.hpp"
+#include "tokenizer/JsonFields.hpp"
 
 namespace kvscope::tok {
 
@@ -31,5 +32,11 @@ struct TokenizerConfig {
   /// bos, eos, unk, pad and the additional special tokens, in that order, without duplicates.
   std::vector<std::string> specialTokens() const;
 };
+
+/// The settings of one serialized AddedToken, as tokenizer.json "added_tokens" entries and
+/// tokenizer_config.json "added_tokens_decoder" values both hold them: content,
+/// single_word, lstrip, rstrip, special and normalized (default: not special). The id is
+/// the caller's. Errors name `path` inside `jf`'s file.
+void readAddedTokenSettings(const JsonFields& jf, const Json& obj, const std::string& path, AddedToken& t);
 
 }  // namespace kvscope::tok
