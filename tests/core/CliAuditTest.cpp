@@ -9,8 +9,6 @@
 
 #include "CliRunner.hpp"
 #include "TestSupport.hpp"
-#include "kvscope/SafetensorsFile.hpp"
-#include "kvscope/SafetensorsWriter.hpp"
 
 using namespace kvscope::test;
 namespace fs = std::filesystem;
@@ -76,17 +74,8 @@ TEST(CliAudit, InputErrorsExitTwoNamingTheFileAndField) {
   // A version 2 trace whose step table names more records than its layer tensor holds.
   const auto good = dir / "good.kvtrace";
   ASSERT_TRUE(audit({"--model", llama(), "--ids", "0,34", "--max-new", "2", "--save-trace", good.string()}).exitedWith(0));
-  auto file = kvscope::SafetensorsFile::open(good.string());
-  auto doc = nlohmann::json::parse(file->metadata().at("kvtrace"));
-  doc["steps"]["appended"][1][1] = 3;
-  kvscope::SafetensorsWriter w;
-  for (const auto& [k, v] : file->metadata()) w.setMetadata(k, k == "kvtrace" ? doc.dump() : v);
-  for (const auto& n : file->names()) {
-    const auto& e = file->entry(n);
-    w.addRaw(n, e.dtype, e.shape, std::vector<uint8_t>(file->bytes(e), file->bytes(e) + (e.end - e.begin)));
-  }
   const auto cut = dir / "cut.kvtrace";
-  w.write(cut.string());
+  rewriteTrace(good.string(), cut.string(), [](nlohmann::json& doc) { doc["steps"]["appended"][1][1] = 3; });
   const auto before = readWholeFile(cut);
   auto c = audit({"--model", llama(), "--trace", cut.string()});
   EXPECT_TRUE(c.exitedWith(2)) << c;

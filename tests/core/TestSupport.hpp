@@ -6,17 +6,20 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/SafetensorsFile.hpp"
+#include "kvscope/SafetensorsWriter.hpp"
 
 namespace kvscope::test {
 
@@ -57,6 +60,24 @@ inline ::testing::AssertionResult closeTo(const FloatTensor& got, const FloatTen
   if (worst <= tol) return ::testing::AssertionSuccess() << "max abs diff " << worst;
   return ::testing::AssertionFailure() << "max abs diff " << worst << " > " << tol << " at flat index " << at
                                        << " (got " << got.data[at] << ", golden " << want.data[at] << ")";
+}
+
+/// Copies the trace file `in` to `out` with its JSON document (metadata "kvtrace") passed
+/// through `edit` and the tensors named in `drop` left out: damaged traces for error tests.
+inline void rewriteTrace(const std::string& in, const std::string& out,
+                         const std::function<void(nlohmann::json&)>& edit, const std::vector<std::string>& drop = {}) {
+  auto file = SafetensorsFile::open(in);
+  nlohmann::json doc = nlohmann::json::parse(file->metadata().at("kvtrace"));
+  if (edit) edit(doc);
+  SafetensorsWriter w;
+  for (const auto& [k, v] : file->metadata()) w.setMetadata(k, v);
+  w.setMetadata("kvtrace", doc.dump());
+  for (const auto& n : file->names()) {
+    if (std::find(drop.begin(), drop.end(), n) != drop.end()) continue;
+    const auto& e = file->entry(n);
+    w.addRaw(n, e.dtype, e.shape, std::vector<uint8_t>(file->bytes(e), file->bytes(e) + (e.end - e.begin)));
+  }
+  w.write(out, true);
 }
 
 /// Rows [begin, begin+count) of a 2-D tensor.

@@ -370,14 +370,14 @@ TEST(TokenizerSpecialTokens, SkipSpecialTokensOnDecode) {
 
 // --- kvscope-cli tokenize ---------------------------------------------------------------
 
-using RunResult = kvscope::test::CliRun;
+using kvscope::test::CliRun;
 using kvscope::test::runKvscopeCli;
 
 TEST(TokenizerCli, JsonIdsMatchGolden) {
   const json golden = readJson(kGolden + "/gpt2.json");
   ASSERT_FALSE(golden["prompts"].empty());
   for (const auto& prompt : golden["prompts"]) {
-    const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text",
+    const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text",
                                 prompt["text"].get<std::string>(), "--json"});
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const json out = json::parse(r.out);
@@ -389,7 +389,7 @@ TEST(TokenizerCli, JsonIdsMatchGolden) {
 TEST(TokenizerCli, NoSpecialOmitsBos) {
   const json golden = readJson(kGolden + "/llama.json");
   const auto& prompt = golden["prompts"][0];
-  const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/llama", "--text",
+  const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/llama", "--text",
                               prompt["text"].get<std::string>(), "--json", "--no-special"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   auto want = prompt["ids"].get<std::vector<int64_t>>();
@@ -400,7 +400,7 @@ TEST(TokenizerCli, NoSpecialOmitsBos) {
 TEST(TokenizerCli, TableListsEveryToken) {
   const json golden = readJson(kGolden + "/gpt2.json");
   const auto& prompt = golden["prompts"][0];
-  const RunResult r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text", prompt["text"].get<std::string>()});
+  const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text", prompt["text"].get<std::string>()});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   for (const auto& id : prompt["ids"]) {
     EXPECT_NE(r.out.find(" " + std::to_string(id.get<int64_t>()) + "  '"), std::string::npos) << r.out;
@@ -409,7 +409,7 @@ TEST(TokenizerCli, TableListsEveryToken) {
 
 TEST(TokenizerCli, BadModelDirectoryExitsWithCode2) {
   const fs::path missing = scratchDir() / "no-such-model";
-  const RunResult r = runKvscopeCli({"tokenize", "--model", missing.string(), "--text", "hello", "--json"});
+  const CliRun r = runKvscopeCli({"tokenize", "--model", missing.string(), "--text", "hello", "--json"});
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find(missing.string()), std::string::npos) << "stderr: " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;

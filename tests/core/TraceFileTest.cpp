@@ -57,23 +57,11 @@ std::string fieldOf(const std::string& path) {
   return field;
 }
 
-// Copies a trace file to `out` with its document edited and some tensors left out.
+// A damaged copy of `in` in the test folder (test::rewriteTrace).
 std::string rewrite(const std::string& in, const std::string& name, const std::function<void(json&)>& edit,
                     const std::vector<std::string>& drop = {}) {
-  auto file = SafetensorsFile::open(in);
-  json doc = json::parse(file->metadata().at("kvtrace"));
-  if (edit) edit(doc);
-  SafetensorsWriter w;
-  for (const auto& [k, v] : file->metadata()) w.setMetadata(k, v);
-  w.setMetadata("kvtrace", doc.dump());
-  for (const auto& n : file->names()) {
-    if (std::find(drop.begin(), drop.end(), n) != drop.end()) continue;
-    const auto& e = file->entry(n);
-    const uint8_t* p = file->bytes(e);
-    w.addRaw(n, e.dtype, e.shape, std::vector<uint8_t>(p, p + (e.end - e.begin)));
-  }
   const auto out = (tempDir() / name).string();
-  w.write(out, true);
+  test::rewriteTrace(in, out, edit, drop);
   return out;
 }
 const std::string& writtenSmallTrace() {

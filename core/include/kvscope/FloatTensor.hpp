@@ -32,4 +32,7 @@ struct FloatTensor {
 
 std::ostream& operator<<(std::ostream& os, const FloatTensor& t);
 
+/// A shape as text, e.g. "[2, 5, 16]" (FloatTensor::shapeString of any shape).
+std::string shapeString(const std::vector<int64_t>& shape);
+
 }  // namespace kvscope

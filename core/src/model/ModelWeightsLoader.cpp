@@ -3,17 +3,12 @@
 #include <cstdint>
 
 #include "kvscope/Error.hpp"
+#include "kvscope/FloatTensor.hpp"
 #include "model/ModelImpl.hpp"
 
 namespace kvscope {
 
 namespace {
-
-std::string shapeText(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 class TensorLoader {
  public:
@@ -25,8 +20,8 @@ class TensorLoader {
     const SafetensorsEntry& e = file.entry(name);
     if (e.shape != expected)
       throw InputError(file.path(), name,
-                       "shape " + shapeText(e.shape) + " does not match the config, which needs " +
-                           shapeText(expected) + " (config: " + ck_.config().sourceFile + ")");
+                       "shape " + shapeString(e.shape) + " does not match the config, which needs " +
+                           shapeString(expected) + " (config: " + ck_.config().sourceFile + ")");
     return toFloat(file, e);
   }
 
@@ -36,7 +31,7 @@ class TensorLoader {
     const SafetensorsEntry& e = file.entry(name);
     if (e.shape.size() != 2 || e.shape[1] != cols || e.shape[0] < minRows)
       throw InputError(file.path(), name,
-                       "shape " + shapeText(e.shape) + " does not fit the config, which needs [" +
+                       "shape " + shapeString(e.shape) + " does not fit the config, which needs [" +
                            std::to_string(minRows) + " (or more), " + std::to_string(cols) +
                            "] (vocab_size " + std::to_string(minRows) +
                            ", config: " + ck_.config().sourceFile + ")");

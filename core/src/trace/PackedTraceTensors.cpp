@@ -1,16 +1,12 @@
 #include "trace/PackedTraceTensors.hpp"
 
 #include "kvscope/Error.hpp"
+#include "trace/TraceStepResolver.hpp"
 
 namespace kvscope::detail {
 
 namespace {
 std::string layerName(size_t layer, const char* suffix) { return "layer" + std::to_string(layer) + "." + suffix; }
-std::string shapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 std::string entryField(const char* column, size_t step) {
   return std::string("steps.") + column + "[" + std::to_string(step) + "]";
 }
@@ -24,7 +20,7 @@ PackedTraceTensors::PackedTraceTensors(const SafetensorsFile& file, const TraceM
     const auto& e = file_.entry("logits");
     if (e.shape.size() != 2 || e.shape[1] != model_.vocabSize)
       throw InputError(file_.path(), "logits",
-                       "shape " + shapeText(e.shape) + " but the model block says [rows, " +
+                       "shape " + shapeString(e.shape) + " but the model block says [rows, " +
                            std::to_string(model_.vocabSize) + "] (model.vocab_size)");
     rows = e.shape[0];
   }
@@ -34,7 +30,7 @@ PackedTraceTensors::PackedTraceTensors(const SafetensorsFile& file, const TraceM
     const auto& e = file_.entry("checksums");
     if (e.dtype != SafetensorsDtype::U64 || e.shape.size() != 3 || e.shape[1] != model_.numLayers || e.shape[2] != 2)
       throw InputError(file_.path(), "checksums",
-                       safetensorsDtypeName(e.dtype) + " " + shapeText(e.shape) +
+                       safetensorsDtypeName(e.dtype) + " " + shapeString(e.shape) +
                            " but a U64 [rows, " + std::to_string(model_.numLayers) + ", 2] tensor is expected");
     sumRows = e.shape[0];
   }
@@ -78,10 +74,7 @@ void PackedTraceTensors::checkLayerTensors(Kind& kind) {
         continue;
       }
       const auto& e = file_.entry(name);
-      if (e.shape.size() != 3 || e.shape[0] != model_.numKvHeads || e.shape[2] != model_.headDim)
-        throw InputError(file_.path(), name,
-                         "shape " + shapeText(e.shape) + " but the model block says [" +
-                             std::to_string(model_.numKvHeads) + ", t, " + std::to_string(model_.headDim) + "]");
+      checkRecordShape(file_.path(), name, e.shape, model_);
       if (e.shape[1] != total)
         throw InputError(file_.path(), name,
                          std::string("steps.") + kind.column + " adds up to " + std::to_string(total) +

@@ -19,6 +19,14 @@ FloatTensor columns(const FloatTensor& t, int64_t begin, int64_t end) {
 }
 }  // namespace
 
+void checkRecordShape(const std::string& file, const std::string& tensor, const std::vector<int64_t>& shape,
+                      const TraceModelInfo& model) {
+  if (shape.size() != 3 || shape[0] != model.numKvHeads || shape[2] != model.headDim)
+    throw InputError(file, tensor,
+                     "shape " + shapeString(shape) + " but the model block says [" + std::to_string(model.numKvHeads) +
+                         ", t, " + std::to_string(model.headDim) + "]");
+}
+
 void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std::string& path) {
   const auto numLayers = static_cast<size_t>(trace.model.numLayers);
   std::map<int64_t, std::vector<int64_t>> lastLength;  // request -> per-layer length so far

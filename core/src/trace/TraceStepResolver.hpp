@@ -10,6 +10,11 @@
 
 namespace kvscope::detail {
 
+/// Throws InputError(file, tensor) unless `shape` is [model.num_kv_heads, t, model.head_dim],
+/// the shape of every stored K/V tensor whatever the format version.
+void checkRecordShape(const std::string& file, const std::string& tensor, const std::vector<int64_t>& shape,
+                      const TraceModelInfo& model);
+
 /// `trace.steps[i].layers` may already hold declared cache lengths and checksums from the
 /// document; they are kept. Errors are InputError naming `path` and the source's field.
 void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std::string& path);

@@ -52,12 +52,8 @@ class PerStepTensors : public TraceTensorSource {
     return KeyValuePair{load(layerKey(i, l, k)), load(layerKey(i, l, v))};
   }
   FloatTensor load(const std::string& key) const {
-    FloatTensor t = file_.readFloat(key);
-    if (t.shape.size() != 3 || t.shape[0] != model_.numKvHeads || t.shape[2] != model_.headDim)
-      throw InputError(file_.path(), key,
-                       "shape " + t.shapeString() + " but the model block says [" + std::to_string(model_.numKvHeads) +
-                           ", t, " + std::to_string(model_.headDim) + "]");
-    return t;
+    checkRecordShape(file_.path(), key, file_.entry(key).shape, model_);
+    return file_.readFloat(key);
   }
   const SafetensorsFile& file_;
   const TraceModelInfo& model_;

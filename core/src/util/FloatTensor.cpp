@@ -47,7 +47,9 @@ float FloatTensor::maxAbs() const {
   return m;
 }
 
-std::string FloatTensor::shapeString() const {
+std::string FloatTensor::shapeString() const { return kvscope::shapeString(shape); }
+
+std::string shapeString(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << '[';
   for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
