@@ -373,7 +373,8 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
 def _policy_from_args(args) -> Dict[str, Any]:
     return kvtrace.normalize_policy({"temperature": args.temperature, "top_k": args.top_k,
                                      "top_p": args.top_p, "seed": args.seed,
-                                     "tie_rule": args.tie_rule})
+                                     "tie_rule": args.tie_rule,
+                                     "generator": "kvscope"})  # chosen with KV Scope's RequestRng
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -213,6 +213,10 @@ def normalize_policy(p: Any, file: str = "", where: str = "policy") -> Dict[str,
         if p["tie_rule"] not in ("lowest", "highest"):
             bad("tie_rule", 'expected "lowest" or "highest"')
         out["tie_rule"] = p["tie_rule"]
+    if p.get("generator") is not None:
+        if not isinstance(p["generator"], str) or not p["generator"]:
+            bad("generator", 'expected a generator name such as "kvscope" or "torch"')
+        out["generator"] = p["generator"]
     temp = out["temperature"]
     if temp != temp or temp in (float("inf"), float("-inf")) or temp < 0:
         bad("", f"temperature {temp} must be finite and >= 0 (0 = greedy)")

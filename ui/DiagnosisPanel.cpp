@@ -156,6 +156,9 @@ void DiagnosisPanel::showEvidence(int row) {
   QString html = QStringLiteral("<p><b style='color:%1'>%2</b> — %3</p>")
                      .arg(Theme::alarm().name(), QString::fromStdString(f->id).toHtmlEscaped(),
                           QString::fromStdString(f->explanation).toHtmlEscaped());
+  if (!f->causedBy.empty())
+    html += tr("<p>A consequence of <b>%1</b>, not a separate cause.</p>")
+                .arg(QString::fromStdString(f->causedBy).toHtmlEscaped());
   html += tr("<p>Observation: <i>%1</i><br>First check: <b>%2</b></p>")
               .arg(QString::fromStdString(f->matrixRow).toHtmlEscaped(),
                    QString::fromStdString(f->firstCheck).toHtmlEscaped());

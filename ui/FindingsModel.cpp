@@ -34,7 +34,10 @@ QVariant FindingsModel::data(const QModelIndex& index, int role) const {
   switch (role) {
     case Qt::DisplayRole:
       switch (index.column()) {
-        case IdColumn: return QString::fromStdString(f->id);
+        case IdColumn:
+          // A consequence sits under its root (the core orders it right after it).
+          return f->causedBy.empty() ? QString::fromStdString(f->id)
+                                     : QStringLiteral("\u21b3 ") + QString::fromStdString(f->id);
         case WhereColumn: {
           QString where = tr("request %1, step %2").arg(f->request).arg(f->step);
           if (f->layer >= 0) where += tr(", layer %1").arg(f->layer);
@@ -46,7 +49,11 @@ QVariant FindingsModel::data(const QModelIndex& index, int role) const {
         case FirstCheckColumn: return QString::fromStdString(f->firstCheck);
         default: return {};
       }
-    case Qt::ToolTipRole: return QString::fromStdString(f->explanation);
+    case Qt::ToolTipRole:
+      return f->causedBy.empty() ? QString::fromStdString(f->explanation)
+                                 : tr("Caused by %1: %2")
+                                       .arg(QString::fromStdString(f->causedBy),
+                                            QString::fromStdString(f->explanation));
     case Qt::FontRole:
       if (index.column() == IdColumn) {
         QFont font;

@@ -40,13 +40,16 @@ QString HeadlineView::headlineFor(const AuditReport& report) {
     where = tr("request %1, step %2").arg(fd.request).arg(fd.step);
     if (fd.layer >= 0) where += tr(", layer %1").arg(fd.layer);
   }
-  // The finding at the divergence, else the first one.
+  // The root finding at the divergence, else the first root (a consequence never heads).
   const Finding* main = nullptr;
   for (const auto& f : report.findings)
-    if (f.request == fd.request && f.step == fd.step && (fd.layer < 0 || f.layer == fd.layer)) {
+    if (f.causedBy.empty() && f.request == fd.request && f.step == fd.step &&
+        (fd.layer < 0 || f.layer == fd.layer)) {
       main = &f;
       break;
     }
+  for (const auto& f : report.findings)
+    if (!main && f.causedBy.empty()) main = &f;
   if (!main && !report.findings.empty()) main = &report.findings.front();
   QString text = tr("Divergent");
   if (!where.isEmpty()) text += QStringLiteral(": ") + where;
@@ -95,7 +98,11 @@ void HeadlineView::refresh() {
   const auto& findings = r->report.findings;
   if (findings.size() > 1) {
     QStringList ids;
-    for (const auto& f : findings) ids << QString::fromStdString(f.id);
+    for (const auto& f : findings)
+      ids << (f.causedBy.empty()
+                  ? QString::fromStdString(f.id)
+                  : tr("%1 (caused by %2)")
+                        .arg(QString::fromStdString(f.id), QString::fromStdString(f.causedBy)));
     more << tr("%1 findings: %2").arg(findings.size()).arg(ids.join(QStringLiteral(", ")));
   }
   if (!r->report.inputDescription.empty()) more << QString::fromStdString(r->report.inputDescription);

@@ -51,10 +51,9 @@ LayerOverviewView::LayerOverviewView(SelectionContext* context, QWidget* parent)
   badBars_ = makeBars(QColor(0xEF, 0x53, 0x50));
   firstBars_ = makeBars(Theme::alarm());
 
-  floor_ = new QCPItemStraightLine(this);
+  floor_ = addGraph();
   floor_->setPen(QPen(Theme::ok(), 1, Qt::DashLine));
-  floor_->point1->setCoords(0, kNoiseFloor);
-  floor_->point2->setCoords(1, kNoiseFloor);
+  floor_->setLineStyle(QCPGraph::lsStepLeft);
   selected_ = new QCPItemRect(this);
   selected_->setPen(QPen(Theme::selection(), 3));
   selected_->setBrush(Qt::NoBrush);
@@ -81,14 +80,20 @@ void LayerOverviewView::refresh() {
   const auto& snap = context_->snapshot();
   const Selection& sel = context_->selection();
   if (snap && snap->selection.request == sel.request && snap->selection.step == sel.step &&
-      snap->selection.kind == sel.kind)
+      snap->selection.kind == sel.kind) {
     values_ = snap->layerMaxDiff;
-  else if (!context_->output())
+    floors_ = snap->layerNoiseFloor;
+  } else if (!context_->output()) {
     values_.clear();
+  }
+  floors_.resize(values_.size(), kDefaultNoiseFloor);
+  for (double& f : floors_)
+    if (!(f > 0)) f = kDefaultNoiseFloor;
+  auto floorAt = [this](size_t l) { return floors_[l]; };
   QVector<double> okV, badV, firstV;
   firstDivergent_ = -1;
   for (size_t l = 0; l < values_.size(); ++l)
-    if (!(values_[l] <= kNoiseFloor) && !std::isnan(values_[l])) {
+    if (!(values_[l] <= floorAt(l)) && !std::isnan(values_[l])) {
       firstDivergent_ = static_cast<int64_t>(l);
       break;
     }
@@ -101,7 +106,7 @@ void LayerOverviewView::refresh() {
     if (static_cast<int64_t>(l) == firstDivergent_) {
       kf << layer;
       firstV << v;
-    } else if (v > kNoiseFloor) {
+    } else if (v > floorAt(l)) {
       kb << layer;
       badV << v;
     } else {
@@ -109,6 +114,16 @@ void LayerOverviewView::refresh() {
       okV << v;
     }
   }
+  QVector<double> fx, fy;  // a step line across each bar's whole width
+  for (size_t l = 0; l < floors_.size(); ++l) {
+    fx << static_cast<double>(l) - 0.5;
+    fy << floors_[l];
+  }
+  if (!fx.isEmpty()) {
+    fx << fx.back() + 1.0;
+    fy << fy.back();
+  }
+  floor_->setData(fx, fy, true);
   okBars_->setData(ko, okV, true);
   badBars_->setData(kb, badV, true);
   firstBars_->setData(kf, firstV, true);

@@ -26,7 +26,10 @@ class LayerOverviewView : public QCustomPlot {
   /// Widget point at the centre of a layer's bar (for tests and tooltips).
   QPoint layerCenter(int64_t layer) const;
   int64_t layerAt(const QPoint& widgetPos) const;
-  static constexpr double kNoiseFloor = 1e-4;
+  /// The noise floor per layer: the audit's tolerance at this step (kDefaultNoiseFloor
+  /// where the step was not audited).
+  const std::vector<double>& noiseFloor() const { return floors_; }
+  static constexpr double kDefaultNoiseFloor = 1e-4;
 
  protected:
   void mousePressEvent(QMouseEvent* event) override;
@@ -41,9 +44,10 @@ class LayerOverviewView : public QCustomPlot {
   QCPBars* badBars_;
   QCPBars* firstBars_;
   QCPItemRect* selected_;
-  QCPItemStraightLine* floor_;
+  QCPGraph* floor_;
   QCPItemText* firstLabel_;
   std::vector<double> values_;
+  std::vector<double> floors_;
   int64_t firstDivergent_ = -1;
 };
 

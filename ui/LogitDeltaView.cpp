@@ -180,7 +180,8 @@ void LogitDeltaView::paintTokens() {
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates),
                     order.end(),
                     [&d](size_t a, size_t b) { return std::abs(d[a]) > std::abs(d[b]); });
-  const bool significant = snap->maxAbsLogitDelta > 1e-4;
+  const bool significant =
+      snap->maxAbsLogitDelta > (snap->logitNoiseFloor > 0 ? snap->logitNoiseFloor : 1e-4);
   const auto apart = static_cast<std::ptrdiff_t>(std::max<size_t>(1, d.size() / 8));
   for (size_t k = 0; k < candidates && significant && labelled_.size() < kLabelledTokens; ++k) {
     const size_t i = order[k];

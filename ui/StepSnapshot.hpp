@@ -28,6 +28,10 @@ struct StepSnapshot {
   int64_t diffArgDim = -1;
 
   std::vector<double> layerMaxDiff;  // [layers] whole-cache max |cached - reference| (kind)
+  // The audit's own tolerance at this step (dtype, depth, position and magnitude; the same
+  // numbers stage 2 and 4 judged by): below it a difference is precision noise.
+  std::vector<double> layerNoiseFloor;  // [layers] for the selected kind (empty: not audited)
+  double logitNoiseFloor = 0.0;         // for the logits row (0: not audited)
 
   std::vector<float> logitDelta;   // [V] cached - reference logits row of the step
   double maxAbsLogitDelta = 0.0;

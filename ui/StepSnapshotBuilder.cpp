@@ -275,6 +275,11 @@ std::shared_ptr<const StepSnapshot> StepSnapshotBuilder::build(const AuditJobOut
   }
 
   snap->layerMaxDiff = layerDiffs(result, outputSerial, s.request, s.step, s.kind);
+  for (const StepNumerics& n : result.report.steps)
+    if (n.request == s.request && n.step == s.step) {
+      snap->layerNoiseFloor = s.kind == KvKind::Keys ? n.keyTolerance : n.valueTolerance;
+      snap->logitNoiseFloor = n.tolerance;
+    }
 
   // The step's logits row against the reference row for the same real prefix.
   const RequestReference* ref = result.referenceFor(s.request);

@@ -160,7 +160,7 @@ class InspectorViewsTest : public QObject {
     QCOMPARE(ctx()->selection().layer, int64_t(2));
     // The overview marks layer 2 as the first divergent layer at this step.
     QCOMPARE(window_->layerOverview()->firstDivergentLayer(), int64_t(2));
-    QVERIFY(window_->layerOverview()->values()[0] < LayerOverviewView::kNoiseFloor);
+    QVERIFY(window_->layerOverview()->values()[0] < window_->layerOverview()->noiseFloor()[0]);
     QVERIFY(window_->layerOverview()->values()[2] > 0.1);
     // From another request, the window-wide shortcut (Ctrl+D) jumps back.
     ctx()->select(Selection{1, 0, 0, 0, KvKind::Keys});

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "CliCommands.hpp"
+#include "CliText.hpp"
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
@@ -28,23 +29,8 @@ struct AuditArgs {
   int64_t topK = 0;
   double topP = 0.0;
   uint64_t seed = 0;
+  std::vector<std::string> weightsVersions;  // N=DIR
 };
-
-std::vector<int64_t> parseIds(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      out.push_back(std::stoll(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw UsageError("--ids: '" + item + "' is not a token id (expected e.g. 1,2,3)");
-    }
-  }
-  return out;
-}
 
 void writeText(const std::string& path, const std::string& text, bool force) {
   if (!force && std::filesystem::exists(path))
@@ -54,8 +40,39 @@ void writeText(const std::string& path, const std::string& text, bool force) {
   out << text;
 }
 
+// --weights-version N=DIR: the checkpoint of weights version N (N >= 1; --model is 0).
+void parseWeightsVersions(const std::vector<std::string>& items, AuditJobSpec& spec) {
+  for (const auto& item : items) {
+    const auto eq = item.find('=');
+    uint64_t version = 0;
+    try {
+      size_t used = 0;
+      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(item);
+      const std::string n = item.substr(0, eq);
+      if (n.front() == '-') throw std::invalid_argument(item);
+      version = std::stoull(n, &used);
+      if (used != n.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UsageError("--weights-version: '" + item +
+                       "' is not N=DIR (e.g. 1=checkpoints/step-2000)");
+    }
+    if (version == 0)
+      throw UsageError(
+          "--weights-version: version 0 is the --model checkpoint; give later versions (1=DIR, "
+          "...)");
+    if (eq + 1 >= item.size())
+      throw UsageError("--weights-version " + item + ": the directory is missing");
+    if (spec.modelDir.empty())
+      throw UsageError(
+          "--weights-version needs --model (it names later checkpoints of that model)");
+    if (!spec.options.weightsDirectories.emplace(version, item.substr(eq + 1)).second)
+      throw UsageError("--weights-version: version " + std::to_string(version) + " is given twice");
+  }
+}
+
 void run(AuditArgs& a, CliContext& ctx) {
-  for (const auto& list : a.ids) a.spec.promptIds.push_back(parseIds(list));
+  for (const auto& list : a.ids) a.spec.promptIds.push_back(parseIdList(list, "--ids"));
+  parseWeightsVersions(a.weightsVersions, a.spec);
   a.spec.policy.temperature = a.temperature;
   if (a.topK > 0) a.spec.policy.topK = a.topK;
   if (a.topP > 0) a.spec.policy.topP = a.topP;
@@ -94,6 +111,9 @@ void registerAuditCommand(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--model", args->spec.modelDir, "HF checkpoint directory (omit for trace+trace mode)");
   cmd->add_option("--trace", args->spec.traceFile, "audit this trace (from any engine) instead of running the built-in engine");
   cmd->add_option("--reference-trace", args->spec.referenceTraceFile, "trace+trace mode: the uncached (reference) trace");
+  cmd->add_option("--weights-version", args->weightsVersions,
+                  "N=DIR: the checkpoint of weights version N that the trace's steps name "
+                  "(repeatable; --model is version 0)");
   cmd->add_option("--prompt", args->spec.prompts, "prompt text, one request each (built-in engine)");
   cmd->add_option("--ids", args->ids, "prompt token ids as 1,2,3, one request each");
   cmd->add_option("--arrival", args->spec.arrivalTicks, "arrival tick per request (default 0)");

@@ -29,6 +29,7 @@ namespace {
 struct GenerateOptions {
   std::string model;
   std::vector<std::string> prompts;
+  std::vector<std::string> idLists;  // --ids, one comma-separated list per request
   int64_t maxNew = 0;
   std::vector<std::string> faults;
   std::string trace;
@@ -110,9 +111,14 @@ std::vector<RequestSpec> buildRequests(const GenerateOptions& o, const ModelSess
   std::vector<RequestSpec> out;
   for (size_t i = 0; i < o.prompts.size(); ++i) {
     RequestSpec r;
-    r.promptText = o.prompts[i];
-    r.promptIds = session.encode(o.prompts[i]).ids;
-    session.checkIds(r.promptIds, "--prompt " + std::to_string(i));
+    if (o.idLists.empty()) {
+      r.promptText = o.prompts[i];
+      r.promptIds = session.encode(o.prompts[i]).ids;
+      session.checkIds(r.promptIds, "--prompt " + std::to_string(i));
+    } else {
+      r.promptIds = parseIdList(o.idLists[i], "--ids");
+      session.checkIds(r.promptIds, "--ids " + std::to_string(i));
+    }
     r.maxNewTokens = o.maxNew;
     r.policy = policy;
     r.arrivalTick = o.arrivals.empty() ? 0 : o.arrivals[i];
@@ -152,8 +158,13 @@ void printText(const Trace& trace, const ModelSession& session, const std::strin
               << (trace.hasSnapshots() ? ", with cache snapshots" : "") << ")\n";
 }
 
-void runGenerate(const GenerateOptions& o, CliContext& ctx) {
+void runGenerate(GenerateOptions& o, CliContext& ctx) {
   // Everything that needs no model is checked first.
+  if (o.prompts.empty() && o.idLists.empty())
+    throw UsageError("generate: give --prompt TEXT or --ids 1,2,3 (one per request)");
+  for (const auto& list : o.idLists) parseIdList(list, "--ids");
+  if (!o.idLists.empty())
+    o.prompts.assign(o.idLists.size(), std::string());  // one request per id list
   if (o.maxNew < 1)
     throw UsageError("--max-new must be at least 1, got " + std::to_string(o.maxNew));
   if (!o.arrivals.empty() && o.arrivals.size() != o.prompts.size())
@@ -231,9 +242,13 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
       "trace for the audit");
   cmd->add_option("--model", o->model, "Model directory (config.json, *.safetensors, tokenizer)")
       ->required();
-  cmd->add_option("--prompt", o->prompts, "Prompt text; repeat for several requests")
-      ->required()
-      ->allow_extra_args(false);
+  auto* prompt = cmd->add_option("--prompt", o->prompts, "Prompt text; repeat for several requests")
+                     ->allow_extra_args(false);
+  auto* ids =
+      cmd->add_option("--ids", o->idLists,
+                      "Prompt token ids instead of text, e.g. 1,2,3; repeat for several requests")
+          ->allow_extra_args(false);
+  prompt->excludes(ids);
   cmd->add_option("--max-new", o->maxNew, "Tokens to generate per request (at most)")->required();
   cmd->add_option("--fault", o->faults,
                   "Inject a fault: NAME[:key=value,...] (see below); repeatable")

@@ -36,6 +36,7 @@ struct Finding {
   int64_t layer = -1;
   int64_t position = -1;
   double confidence = 0.0;       // 0..1
+  std::string causedBy;          // id of the root finding this one follows from ("" = a root)
   std::string explanation;       // evidence in words
   std::map<std::string, double> evidence;  // evidence in numbers (named)
   bool operator==(const Finding& o) const;
@@ -63,6 +64,9 @@ struct StepNumerics {
   int64_t chosenToken = -1;
   std::vector<double> keyError;    // per layer max |cached - reference| of this step's K records
   std::vector<double> valueError;  // per layer, V records
+  std::vector<double> keyTolerance;    // per layer: the tolerance those errors were held to
+  std::vector<double> valueTolerance;  // (dtype, depth, position and magnitude; docs/audit.md)
+  bool valuesChecked = true;           // false: no reference for this step's weights version
   bool diverged = false;
   bool operator==(const StepNumerics& o) const;
 };
@@ -77,7 +81,8 @@ struct AuditReport {
   int rootStage = 0;              // the first failing stage (0: none)
   std::vector<StepNumerics> steps;
   std::string stopSummary;        // why generation ended, per request
-  double toleranceBase = 0.0;     // the dtype's relative tolerance
+  double toleranceBase = 0.0;     // the dtype's relative tolerance (K/V records at layer 0)
+  std::string toleranceRule;      // the tolerance formula with this audit's numbers
   std::string dtype;
 
   bool clean() const { return verdict == "clean"; }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,11 @@ struct AuditOptions {
   std::function<void(double, const std::string&)> progress;  // fraction, what
   std::function<bool()> cancelled;  // polled between requests/steps; throws AuditCancelled
   int64_t tokenizerVocabSize = 0;   // stage 1: ids the tokenizer can produce (0 = unknown)
+  // Model mode: the checkpoint of each later weights version a trace's steps name
+  // (`weights_version` N), e.g. after another engine's weight update. Version 0 is the
+  // audited model. Without one, a version is replayed from the trace's weight_update
+  // events when it records them, and otherwise its steps are reported "not checked".
+  std::map<uint64_t, std::string> weightsDirectories;
 };
 
 struct AuditCancelled : std::exception {

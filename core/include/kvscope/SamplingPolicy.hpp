@@ -18,6 +18,10 @@ struct SamplingPolicy {
   std::optional<double> topP;           // (0, 1]
   uint64_t seed = 0;                    // per-request generator seed
   enum class TieRule { Lowest, Highest } tieRule = TieRule::Lowest;  // greedy ties
+  // Which random generator drew the sampled tokens: "kvscope" (KV Scope's RequestRng,
+  // replayable from the seed), or another engine's ("torch", "numpy", "vllm", ...), which
+  // the audit cannot replay. Empty: not recorded (see replayableBy()).
+  std::string generator;
 
   bool greedy() const { return temperature == 0.0; }
   /// Throws UsageError with a clear message for temperature < 0 or NaN/inf, top-k < 1,
@@ -25,6 +29,11 @@ struct SamplingPolicy {
   void validate() const;
   std::string describe() const;  // "greedy" or "T=0.7 top-k=50 top-p=0.9 seed=1"
   bool operator==(const SamplingPolicy& o) const;
+  /// Whether KV Scope can replay the sampled tokens from the seed: the trace names KV
+  /// Scope's generator, or names none and was recorded by KV Scope's own engine
+  /// (`traceEngine` starts with "kvscope"). docs/sampling-policy.md.
+  bool replayableBy(const std::string& traceEngine) const;
+  static constexpr const char* kKvScopeGenerator = "kvscope";
 };
 
 void to_json(nlohmann::json& j, const SamplingPolicy& p);

@@ -94,6 +94,8 @@ struct Trace {
   std::vector<TraceStep> steps;  // in recording order
   std::vector<TraceEvent> events;
   std::vector<std::string> faults;  // fault specs the built-in engine injected (for the record)
+  std::string tensorDtype = "F32";  // how the file stores its K/V tensors (F32 | F16 | BF16);
+                                    // set by TraceFile::read, not part of equality
 
   bool operator==(const Trace& o) const;
   const TraceRequest* findRequest(int64_t id) const;

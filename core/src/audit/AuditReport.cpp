@@ -27,7 +27,8 @@ bool StageResult::operator==(const StageResult& o) const {
 bool Finding::operator==(const Finding& o) const {
   return id == o.id && matrixRow == o.matrixRow && firstCheck == o.firstCheck &&
          request == o.request && step == o.step && layer == o.layer && position == o.position &&
-         confidence == o.confidence && explanation == o.explanation && evidence == o.evidence;
+         confidence == o.confidence && causedBy == o.causedBy && explanation == o.explanation &&
+         evidence == o.evidence;
 }
 
 bool FirstDivergence::operator==(const FirstDivergence& o) const {
@@ -38,9 +39,10 @@ bool FirstDivergence::operator==(const FirstDivergence& o) const {
 bool StepNumerics::operator==(const StepNumerics& o) const {
   return request == o.request && step == o.step && position == o.position &&
          maxLogitError == o.maxLogitError && tolerance == o.tolerance &&
-         top2Margin == o.top2Margin && nearTie == o.nearTie &&
-         referenceToken == o.referenceToken && chosenToken == o.chosenToken &&
-         keyError == o.keyError && valueError == o.valueError && diverged == o.diverged;
+         top2Margin == o.top2Margin && nearTie == o.nearTie && referenceToken == o.referenceToken &&
+         chosenToken == o.chosenToken && keyError == o.keyError && valueError == o.valueError &&
+         keyTolerance == o.keyTolerance && valueTolerance == o.valueTolerance &&
+         valuesChecked == o.valuesChecked && diverged == o.diverged;
 }
 
 bool AuditReport::hasFinding(const std::string& id) const { return finding(id) != nullptr; }
@@ -81,6 +83,23 @@ std::string fmt(double v, int precision = 4) {
     os << std::fixed << std::setprecision(precision) << v;
   return os.str();
 }
+// Roots first, each followed by the findings that follow from it (caused_by).
+std::vector<std::pair<const Finding*, int>> rootOrder(const std::vector<Finding>& findings) {
+  std::vector<std::pair<const Finding*, int>> out;
+  auto hasRoot = [&](const Finding& f) {
+    if (f.causedBy.empty()) return false;
+    for (const auto& g : findings)
+      if (g.id == f.causedBy && &g != &f) return true;
+    return false;
+  };
+  for (const auto& f : findings) {
+    if (hasRoot(f)) continue;
+    out.push_back({&f, 0});
+    for (const auto& g : findings)
+      if (hasRoot(g) && g.causedBy == f.id) out.push_back({&g, 1});
+  }
+  return out;
+}
 std::string where(const Finding& f) {
   std::ostringstream os;
   os << "request " << f.request << ", step " << f.step;
@@ -97,6 +116,7 @@ nlohmann::json AuditReport::toJson() const {
   j["input"] = inputDescription;
   j["dtype"] = dtype;
   j["tolerance_base"] = number(toleranceBase);
+  j["tolerance_rule"] = toleranceRule;
   if (firstDivergence.present) {
     j["first_divergence"] = {{"request", firstDivergence.request}, {"step", firstDivergence.step},
                              {"layer", firstDivergence.layer}, {"position", firstDivergence.position}};
@@ -108,13 +128,16 @@ nlohmann::json AuditReport::toJson() const {
   for (const auto& f : findings) {
     ordered_json e;
     for (const auto& [k, v] : f.evidence) e[k] = number(v);
-    j["findings"].push_back({{"id", f.id},
-                             {"row", f.matrixRow},
-                             {"first_check", f.firstCheck},
-                             {"where", {{"request", f.request}, {"step", f.step}, {"layer", f.layer}, {"position", f.position}}},
-                             {"confidence", number(f.confidence)},
-                             {"explanation", f.explanation},
-                             {"evidence", e}});
+    j["findings"].push_back(
+        {{"id", f.id},
+         {"row", f.matrixRow},
+         {"first_check", f.firstCheck},
+         {"where",
+          {{"request", f.request}, {"step", f.step}, {"layer", f.layer}, {"position", f.position}}},
+         {"confidence", number(f.confidence)},
+         {"caused_by", f.causedBy.empty() ? ordered_json() : ordered_json(f.causedBy)},
+         {"explanation", f.explanation},
+         {"evidence", e}});
   }
   j["stages"] = ordered_json::array();
   for (const auto& s : stages)
@@ -123,12 +146,20 @@ nlohmann::json AuditReport::toJson() const {
                            {"checks", s.checks}});
   j["steps"] = ordered_json::array();
   for (const auto& s : steps)
-    j["steps"].push_back({{"request", s.request}, {"step", s.step}, {"position", s.position},
+    j["steps"].push_back({{"request", s.request},
+                          {"step", s.step},
+                          {"position", s.position},
                           {"max_logit_error", number(s.maxLogitError)},
                           {"tolerance", number(s.tolerance)},
-                          {"top2_margin", number(s.top2Margin)}, {"near_tie", s.nearTie},
-                          {"reference_token", s.referenceToken}, {"chosen_token", s.chosenToken},
-                          {"key_error", numbers(s.keyError)}, {"value_error", numbers(s.valueError)},
+                          {"top2_margin", number(s.top2Margin)},
+                          {"near_tie", s.nearTie},
+                          {"reference_token", s.referenceToken},
+                          {"chosen_token", s.chosenToken},
+                          {"key_error", numbers(s.keyError)},
+                          {"value_error", numbers(s.valueError)},
+                          {"key_tolerance", numbers(s.keyTolerance)},
+                          {"value_tolerance", numbers(s.valueTolerance)},
+                          {"values_checked", s.valuesChecked},
                           {"diverged", s.diverged}});
   j["stopping"] = stopSummary;
   return nlohmann::json::parse(j.dump());
@@ -139,16 +170,20 @@ std::string AuditReport::toMarkdown() const {
   md << "# KV Scope audit: " << (clean() ? "clean" : "**divergent**") << "\n\n";
   md << "- Input: " << inputDescription << "\n- Mode: " << mode << "\n- Compute dtype: " << dtype
      << " (relative tolerance " << fmt(toleranceBase) << ")\n";
+  if (!toleranceRule.empty()) md << "- Tolerance: " << toleranceRule << "\n";
   if (firstDivergence.present)
     md << "- First divergence: request " << firstDivergence.request << ", step "
        << firstDivergence.step << ", layer " << firstDivergence.layer << ", position "
        << firstDivergence.position << "\n";
   md << "\n## Findings\n\n";
   if (findings.empty()) md << "None: cached and uncached generation agree.\n";
-  for (const auto& f : findings) {
-    md << "### `" << f.id << "` — " << f.matrixRow << "\n\n"
-       << "- Where: " << where(f) << "\n- First check: " << f.firstCheck << "\n- Confidence: "
-       << fmt(f.confidence, 2) << "\n- Evidence: " << f.explanation << "\n";
+  for (const auto& [fp, depth] : rootOrder(findings)) {
+    const Finding& f = *fp;
+    md << (depth ? "#### ↳ `" : "### `") << f.id << "` — " << f.matrixRow << "\n\n";
+    if (!f.causedBy.empty())
+      md << "- Caused by: `" << f.causedBy << "` (a consequence, not a separate cause)\n";
+    md << "- Where: " << where(f) << "\n- First check: " << f.firstCheck
+       << "\n- Confidence: " << fmt(f.confidence, 2) << "\n- Evidence: " << f.explanation << "\n";
     for (const auto& [k, v] : f.evidence) md << "  - `" << k << "` = " << fmt(v) << "\n";
     md << "\n";
   }
@@ -180,7 +215,8 @@ std::string AuditReport::toText() const {
        << stageStatusName(s.status) << s.summary << "\n";
   os << "\nfindings:\n";
   if (findings.empty()) os << "  none\n";
-  for (const auto& f : findings) os << "  " << f << "\n";
+  for (const auto& [f, depth] : rootOrder(findings))
+    os << (depth ? "      <- caused by " + f->causedBy + ": " : "  ") << *f << "\n";
   os << "\nmax |logit error| per step (tolerance):\n";
   for (const auto& s : steps)
     os << "  request " << s.request << " step " << std::setw(3) << s.step << "  " << std::setw(10)

@@ -10,6 +10,7 @@
 #include "audit/PolicyStage.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/RequestWalk.hpp"
+#include "audit/RngPairCheck.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/Error.hpp"
 
@@ -30,8 +31,14 @@ StageResult stage(int n, const char* id, const char* title) { return StageResult
 
 class AuditRun {
  public:
-  AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow)
-      : trace_(cached), refs_(refs), opts_(o), tol_(cached.model.computeDtype, o.toleranceScale), window_(slidingWindow) {}
+  AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
+           const std::string& storage, const Trace* referenceTrace = nullptr)
+      : trace_(cached),
+        referenceTrace_(referenceTrace),
+        refs_(refs),
+        opts_(o),
+        tol_(cached.model.computeDtype, o.toleranceScale, storage, cached.model.numLayers),
+        window_(slidingWindow) {}
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
     AuditResult out;
@@ -41,6 +48,7 @@ class AuditRun {
     rep.mode = std::move(mode);
     rep.dtype = tol_.dtype();
     rep.toleranceBase = tol_.relative();
+    rep.toleranceRule = tol_.describe();
     FindingBuilder findings;
     for (const auto& f : stage1Findings) findings.addExisting(f, -1);
     rep.stages = {stage1, stage(2, "cache", "Cache construction"), stage(3, "positions", "Positions and requests"),
@@ -55,7 +63,9 @@ class AuditRun {
       if (opts_.cancelled && opts_.cancelled()) throw AuditCancelled();
       if (opts_.progress) opts_.progress(static_cast<double>(done++) / static_cast<double>(trace_.requests.size()), "request " + std::to_string(req.id));
       const auto stream = RequestWalk::streamOf(req);
-      RequestWalk walk(trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); });
+      RequestWalk walk(
+          trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); },
+          [&] { return refs_.unavailableReason(); });
       analyses[req.id] = walk.run();
       uint64_t last = 0;
       for (const auto& a : analyses[req.id]) last = a.version;
@@ -69,6 +79,8 @@ class AuditRun {
     cacheAndPositionStages(rep, analyses, findings);
     std::vector<Finding> policyFindings;
     rep.stages[4] = policyStage(trace_, policyFindings);
+    if (referenceTrace_)
+      checkRngAgainstReference(*referenceTrace_, trace_, analyses, rep.stages[4], policyFindings);
     std::vector<Finding> stopFindings;
     rep.stages[5] = stoppingStage(trace_, stopFindings, rep.stopSummary);
     for (const auto& f : policyFindings) findings.addExisting(f, tickOf(f));
@@ -104,6 +116,9 @@ class AuditRun {
         n.chosenToken = a.step->chosenToken;
         n.keyError = a.keyError;
         n.valueError = a.valueError;
+        n.keyTolerance = a.keyTol;
+        n.valueTolerance = a.valueTol;
+        n.valuesChecked = !a.referenceMissing;
         n.diverged = a.diverged();
         rep.steps.push_back(n);
         if (!a.logitsCompared) continue;
@@ -117,9 +132,11 @@ class AuditRun {
     std::sort(rep.steps.begin(), rep.steps.end(), [](const StepNumerics& a, const StepNumerics& b) {
       return a.request < b.request || (a.request == b.request && a.step < b.step);
     });
-    st.checks.push_back(std::string(diverged ? "FAIL: " : "ok: ") + std::to_string(compared - diverged) + " of " +
-                        std::to_string(compared) + " logits rows within tolerance (" + tol_.dtype() + ", relative " +
-                        fmt(tol_.relative()) + " x max(1, |logits|))");
+    st.checks.push_back(std::string(diverged ? "FAIL: " : "ok: ") +
+                        std::to_string(compared - diverged) + " of " + std::to_string(compared) +
+                        " logits rows within tolerance (" + tol_.dtype() + ", relative " +
+                        fmt(tol_.logitRelative()) +
+                        " x max(1, |logits|) x depth and position factors)");
     if (first) {
       // Drift grows smoothly across layers; a bug jumps at one layer.
       std::ostringstream growth;
@@ -153,18 +170,53 @@ class AuditRun {
         records += static_cast<int>(a.step->layers.size());
         if (a.firstBadLayer >= 0) ++badRecords;
         if (a.lengthMismatchLayer >= 0 || a.duplicateLayer >= 0) ++lengthBad;
-        for (const auto& l : a.step->layers) checksums += l.keyChecksum ? 1 : 0;
+        for (const auto& l : a.step->layers)
+          checksums += l.keyChecksum || !l.snapshotKeys.empty() ? 1 : 0;
       }
     const auto& m = trace_.model;
     cache.checks.push_back("ok: one K and one V record set per layer (" + std::to_string(m.numLayers) + " layers), axes [h_kv=" +
                            std::to_string(m.numKvHeads) + ", t, d=" + std::to_string(m.headDim) + "] per request row");
     cache.checks.push_back(std::string(lengthBad ? "FAIL: " : "ok: ") + "cache length equals the inputs consumed at every step" +
                            (lengthBad ? " (" + std::to_string(lengthBad) + " steps off)" : ""));
-    cache.checks.push_back(std::string(badRecords ? "FAIL: " : "ok: ") + "new K/V records equal the reference projection of their layer and position" +
-                           (badRecords ? " (" + std::to_string(badRecords) + " steps with mismatching records)" : ""));
-    cache.checks.push_back(checksums ? std::string(f.has("cross_request") ? "FAIL: " : "ok: ") + "earlier rows unchanged (" +
-                                           std::to_string(checksums) + " layer checksums verified against the rebuilt cache)"
-                                     : "skipped: earlier rows unchanged (the trace has no checksums or snapshots)");
+    // Steps without a reference for their weights version were not value-checked: say so.
+    std::map<uint64_t, std::vector<std::string>> unchecked;  // version -> "request r step s"
+    std::map<uint64_t, std::string> uncheckedWhy;
+    int checkedSteps = 0;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) {
+        if (a.step->layers.empty()) continue;
+        if (a.referenceMissing) {
+          unchecked[a.version].push_back("r" + std::to_string(r) + "s" +
+                                         std::to_string(a.step->step));
+          uncheckedWhy[a.version] = a.referenceMissingReason;
+        } else {
+          ++checkedSteps;
+        }
+      }
+    if (checkedSteps > 0 || unchecked.empty())
+      cache.checks.push_back(
+          std::string(badRecords ? "FAIL: " : "ok: ") +
+          "new K/V records equal the reference projection of their layer and position" +
+          (badRecords ? " (" + std::to_string(badRecords) + " steps with mismatching records)"
+                      : "") +
+          (unchecked.empty() ? "" : " (" + std::to_string(checkedSteps) + " steps checked)"));
+    for (const auto& [version, where] : unchecked) {
+      std::string list;
+      for (size_t i = 0; i < where.size() && i < 8; ++i) list += (i ? ", " : "") + where[i];
+      if (where.size() > 8) list += ", ... (" + std::to_string(where.size()) + " steps)";
+      cache.checks.push_back("not checked: K/V values and logits of weights version " +
+                             std::to_string(version) + " (" + list + "): " +
+                             (uncheckedWhy[version].empty() ? "no reference for that version"
+                                                            : uncheckedWhy[version]));
+    }
+    int rewrittenSteps = 0;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) rewrittenSteps += a.rewrittenLayer >= 0 ? 1 : 0;
+    cache.checks.push_back(
+        checksums ? std::string(rewrittenSteps ? "FAIL: " : "ok: ") + "earlier rows unchanged (" +
+                        std::to_string(checksums) +
+                        " layer checksums or snapshots verified against the rebuilt cache)"
+                  : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
     const bool cacheFail = f.has("duplicate_append") || f.has("wrong_layer") || lengthBad > 0;
     cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
     cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
@@ -214,8 +266,9 @@ class AuditRun {
           break;
         }
       if (rep.firstDivergence.layer < 0)
-        for (size_t l = 0; l < best->keyError.size(); ++l)
-          if (best->keyError[l] > 0 && (best->keyError[l] > tol_.forMagnitude(1.0) || best->valueError[l] > tol_.forMagnitude(1.0))) {
+        for (size_t l = 0; l < best->keyError.size() && l < best->keyTolerance.size(); ++l)
+          if (best->keyError[l] > best->keyTolerance[l] ||
+              best->valueError[l] > best->valueTolerance[l]) {
             rep.firstDivergence.layer = static_cast<int64_t>(l);
             break;
           }
@@ -236,6 +289,7 @@ class AuditRun {
   }
 
   const Trace& trace_;
+  const Trace* referenceTrace_;  // trace+trace mode
   ReferenceSet& refs_;
   const AuditOptions& opts_;
   Tolerance tol_;
@@ -285,8 +339,10 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
     fail("the trace was recorded with other weights: fingerprint " + m.fingerprint.substr(0, 12) + "... vs the model's " +
          model.fingerprint().substr(0, 12) + "...");
   else
-    s1.checks.push_back(m.fingerprint.empty() ? "skipped: the trace names no checkpoint fingerprint"
-                                              : "ok: checkpoint fingerprint " + m.fingerprint.substr(0, 12) + "... matches");
+    s1.checks.push_back(m.fingerprint.empty()
+                            ? "not checked: the trace names no checkpoint fingerprint"
+                            : "ok: checkpoint fingerprint " + m.fingerprint.substr(0, 12) +
+                                  "... matches");
   if (m.numLayers != c.numLayers || m.numKvHeads != c.numKvHeads || m.headDim != c.headDim)
     fail("the trace's cache shape (layers " + std::to_string(m.numLayers) + ", kv heads " + std::to_string(m.numKvHeads) +
          ", head dim " + std::to_string(m.headDim) + ") does not fit the model (" + std::to_string(c.numLayers) + ", " +
@@ -327,8 +383,8 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";
-  ReferenceSet refs(model, cached);
-  AuditRun run(cached, refs, options, model.config().slidingWindow);
+  ReferenceSet refs(model, cached, options.weightsDirectories);
+  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype);
   AuditResult result = run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
                                cached.engine.rfind("kvscope", 0) == 0 ? "model+engine" : "model+trace");
   if (options.perStepReference && s1.status == StageStatus::Pass) perStepCrossCheck(model, result);
@@ -374,7 +430,12 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
   s1.summary = findings.empty() ? "reference trace by " + reference.engine + " fits" : "the reference trace does not fit the audited one";
   auto shared = std::make_shared<const Trace>(reference);
   ReferenceSet refs(shared);
-  AuditRun run(cached, refs, options, 0);
+  // Both traces' storage rounding bounds how exactly they can agree: take the coarser.
+  const std::string storage = detail::Tolerance::unitRoundoff(reference.tensorDtype) >
+                                      detail::Tolerance::unitRoundoff(cached.tensorDtype)
+                                  ? reference.tensorDtype
+                                  : cached.tensorDtype;
+  AuditRun run(cached, refs, options, 0, storage, shared.get());
   AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
   out.referenceTrace = shared;
   return out;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "audit/RequestWalk.hpp"
+#include "audit/RewriteOrigin.hpp"
 #include "audit/SignatureSearch.hpp"
 
 namespace kvscope::detail {
@@ -29,6 +30,82 @@ int64_t Diagnosis::slotSharer(int64_t request, int64_t slot, int64_t upToTick) c
   for (const auto& s : trace_.steps)
     if (s.request != request && s.slot == slot && s.tick <= upToTick) return s.request;
   return -1;
+}
+
+void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
+  const TraceStep& st = *a.step;
+  const auto l = a.rewrittenLayer;
+  const TraceRequest* req = trace_.findRequest(r);
+  const RequestReference* own =
+      req ? refs_.get(r, a.version, RequestWalk::streamOf(*req)) : nullptr;
+  const std::string rows = a.rewrittenColumns.empty()
+                               ? std::string()
+                               : "entries " + std::to_string(a.rewrittenColumns.front()) + ".." +
+                                     std::to_string(a.rewrittenColumns.back());
+  if (own) {
+    if (auto m = RewriteOrigin(tol_, references_).explain(r, a, *own)) {
+      std::map<std::string, double> ev{
+          {"rewritten_entries", static_cast<double>(a.rewrittenColumns.size())},
+          {"rows_compared", static_cast<double>(m->rows)},
+          {"match_error", m->error},
+          {"own_reference_error", m->ownError},
+          {"max_logit_error", a.logitError}};
+      if (m->kind == "wrong_layer") {
+        ev["source_layer"] = static_cast<double>(m->sourceLayer);
+        f.add("wrong_layer", r, st.step, st.tick, l, -1, 0.97,
+              "layer " + std::to_string(l) + "'s whole cache was replaced at this step: its " +
+                  rows + " (earlier rows included) equal layer " + std::to_string(m->sourceLayer) +
+                  "'s reference projections at the same positions (max diff " + num(m->error) +
+                  ") instead of its own (max diff " + num(m->ownError) +
+                  "); the cache length stayed right. Layer " + std::to_string(l) +
+                  " stores and reads layer " + std::to_string(m->sourceLayer) + "'s K/V",
+              ev);
+      } else {
+        ev["other_request"] = static_cast<double>(m->otherRequest);
+        ev["other_layer"] = static_cast<double>(m->sourceLayer);
+        f.add("cross_request", r, st.step, st.tick, l, -1, 0.97,
+              "layer " + std::to_string(l) + "'s " + rows +
+                  " were overwritten since the previous step: they equal request " +
+                  std::to_string(m->otherRequest) + "'s reference" +
+                  (m->sourceLayer != l ? " of layer " + std::to_string(m->sourceLayer)
+                                       : std::string()) +
+                  " at the same positions (max diff " + num(m->error) + ", own reference " +
+                  num(m->ownError) + "): another request was written into this request's cache" +
+                  (a.logitsCompared ? "; this request's logits moved by " + num(a.logitError)
+                                    : std::string()),
+              ev);
+      }
+      return;
+    }
+  }
+  const int64_t other = interleavedRequest(r, a);
+  const int64_t sharer = slotSharer(r, st.slot, st.tick);
+  std::map<std::string, double> ev{{"layer", static_cast<double>(l)},
+                                   {"slot", static_cast<double>(st.slot)}};
+  std::string ex = "earlier cache rows of layer " + std::to_string(l) +
+                   " changed since the previous step (the recorded cache no longer matches the "
+                   "appended records)";
+  if (!a.rewrittenColumns.empty()) {
+    ex += "; snapshot " + rows + " differ and match no other layer's or request's reference";
+    ev["rewritten_entries"] = static_cast<double>(a.rewrittenColumns.size());
+  }
+  if (sharer >= 0) {
+    ex += "; request " + std::to_string(sharer) + " used the same cache row (slot " +
+          std::to_string(st.slot) + ")";
+    ev["other_request"] = static_cast<double>(sharer);
+  } else if (other >= 0) {
+    ex += "; request " + std::to_string(other) + " ran in between";
+    ev["other_request"] = static_cast<double>(other);
+  }
+  if (a.logitsCompared) {
+    ex += "; this request's logits moved by " + num(a.logitError);
+    ev["max_logit_error"] = a.logitError;
+  }
+  f.add("cross_request", r, st.step, st.tick, l, -1,
+        sharer >= 0  ? 0.9
+        : other >= 0 ? 0.8
+                     : 0.5,
+        ex, ev);
 }
 
 void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
@@ -64,7 +141,17 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                      ", recorded " + std::to_string(a.recordedPosition) + " (offset " + std::to_string(a.positionOffset) + ")";
     if (!st.fedMask.empty()) ex += "; left-padded input: positions must follow cumsum(mask) - 1, not arange";
     if (a.logitsCompared) ex += "; logits moved by " + num(a.logitError);
-    f.add("position", r, st.step, st.tick, 0, a.expectedPosition, 0.95, ex, ev);
+    // Positions taken from a cache length that a duplicate append inflated follow from it.
+    const int64_t excess = a.lengthBefore.empty() ? 0 : a.lengthBefore[0] - a.cacheRealBefore;
+    Finding pos = FindingBuilder::make("position", r, st.step, 0, a.expectedPosition, 0.95, ex, ev);
+    if (excess > 0 && a.positionOffset == excess && f.hasFor("duplicate_append", r)) {
+      pos.causedBy = "duplicate_append";
+      pos.explanation += "; the offset equals the " + std::to_string(excess) +
+                         " extra cache entries the duplicate append left: the engine takes "
+                         "positions from the cache length";
+      pos.evidence["extra_cache_entries"] = static_cast<double>(excess);
+    }
+    f.addExisting(pos, st.tick);
   }
   if (a.streamMismatch) {
     // Whose tokens were fed? Another request's stream at the same indices means ownership.
@@ -90,37 +177,36 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                 " (token ownership)",
             {{"stream_index", static_cast<double>(a.cacheRealBefore)}});
   }
-  if (a.rewrittenLayer >= 0) {
-    const int64_t other = interleavedRequest(r, a);
-    const int64_t sharer = slotSharer(r, st.slot, st.tick);
-    std::map<std::string, double> ev{{"layer", static_cast<double>(a.rewrittenLayer)}, {"slot", static_cast<double>(st.slot)}};
-    std::string ex = "earlier cache rows of layer " + std::to_string(a.rewrittenLayer) +
-                     " changed since the previous step (the recorded cache checksum no longer matches the appended records)";
-    if (!a.rewrittenColumns.empty()) {
-      ex += "; snapshot entries " + std::to_string(a.rewrittenColumns.front()) + ".." + std::to_string(a.rewrittenColumns.back()) + " differ";
-      ev["rewritten_entries"] = static_cast<double>(a.rewrittenColumns.size());
-    }
-    if (sharer >= 0) {
-      ex += "; request " + std::to_string(sharer) + " used the same cache row (slot " + std::to_string(st.slot) + ")";
-      ev["other_request"] = static_cast<double>(sharer);
-    } else if (other >= 0) {
-      ex += "; request " + std::to_string(other) + " ran in between";
-      ev["other_request"] = static_cast<double>(other);
-    }
-    if (a.logitsCompared) {
-      ex += "; this request's logits moved by " + num(a.logitError);
-      ev["max_logit_error"] = a.logitError;
-    }
-    f.add("cross_request", r, st.step, st.tick, a.rewrittenLayer, -1, sharer >= 0 ? 0.97 : other >= 0 ? 0.85 : 0.5, ex, ev);
-  }
+  if (a.rewrittenLayer >= 0) rewritten(r, a, f);
   if (a.versionMix) {
-    f.add("stale_cache", r, st.step, st.tick, -1, a.cacheRealBefore, 0.95,
-          "the forward used weights version " + std::to_string(a.version) + " while the cache still holds K/V computed with version " +
-              std::to_string(a.oldestVersion) + " (no cache reset after the weight update)" +
-              (a.logitsCompared ? "; logits differ from the version-" + std::to_string(a.version) + " reference by " + num(a.logitError) : ""),
-          {{"weights_version", static_cast<double>(a.version)},
-           {"cache_weights_version", static_cast<double>(a.oldestVersion)},
-           {"max_logit_error", a.logitError}});
+    std::map<std::string, double> ev{
+        {"weights_version", static_cast<double>(a.version)},
+        {"cache_weights_version", static_cast<double>(a.oldestVersion)},
+        {"max_logit_error", a.logitError}};
+    std::string ex = "the forward used weights version " + std::to_string(a.version) +
+                     " while the cache still holds K/V computed with version " +
+                     std::to_string(a.oldestVersion) + " (no cache reset after the weight update)";
+    if (a.staleValuesChecked) {
+      ev["reused_rows"] = static_cast<double>(a.reusedRows);
+      ev["reused_vs_old_weights"] = a.reusedVsOld;
+      ev["reused_vs_new_weights"] = a.reusedVsNew;
+      ev["fresh_vs_new_weights"] = a.freshVsNew;
+      ev["tolerance"] = a.staleTolerance;
+      ex += "; the " + std::to_string(a.reusedRows) + " reused rows equal the version-" +
+            std::to_string(a.oldestVersion) + " projections (max diff " + num(a.reusedVsOld) +
+            ") and differ from the version-" + std::to_string(a.version) + " ones (" +
+            num(a.reusedVsNew) + "), while this step's fresh layer-0 rows equal the version-" +
+            std::to_string(a.version) + " projections (" + num(a.freshVsNew) + ")";
+    } else {
+      ex += "; values not checked: " + a.staleNotChecked;
+    }
+    if (a.logitsCompared)
+      ex += "; logits differ from the version-" + std::to_string(a.version) + " reference by " +
+            num(a.logitError);
+    const bool valuesAgree = a.staleValuesChecked && a.reusedVsOld <= a.staleTolerance &&
+                             a.freshVsNew <= a.staleTolerance && a.reusedVsNew > a.staleTolerance;
+    f.add("stale_cache", r, st.step, st.tick, -1, a.cacheRealBefore, valuesAgree ? 0.99 : 0.9, ex,
+          ev);
   }
   if (a.beyondContext) {
     f.add("context_limit", r, st.step, st.tick, -1, a.beyondPosition, 1.0,
@@ -163,13 +249,18 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                   "): another request's row was written into this one",
               ev);
       } else {
-        ev["offset"] = static_cast<double>(m->position - (a.cacheRealBefore + a.firstBadColumn));
+        const int64_t expected =
+            a.cacheRealBefore + a.firstBadRealOrdinal;  // real tokens, not padding columns
+        ev["offset"] = static_cast<double>(m->position - expected);
         ev["computed_at_position"] = static_cast<double>(m->position);
         f.add("position", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.9,
-              "layer 0's key for the token at stream position " + std::to_string(a.firstBadStreamIndex) +
-                  " equals the reference key of the same token at position " + std::to_string(m->position) +
-                  " (offset " + std::to_string(m->position - (a.cacheRealBefore + a.firstBadColumn)) +
-                  ") although the trace records the right position ids: the engine applied other positions; logits moved by " +
+              "layer 0's key for the token at stream position " +
+                  std::to_string(a.firstBadStreamIndex) +
+                  " equals the reference key of the same token at position " +
+                  std::to_string(m->position) + " (offset " +
+                  std::to_string(m->position - expected) +
+                  ") although the trace records the right position ids: the engine applied other "
+                  "positions; logits moved by " +
                   num(a.logitError),
               ev);
       }

@@ -14,6 +14,9 @@ Finding FindingBuilder::make(const std::string& id, int64_t request, int64_t ste
   f.id = id;
   f.matrixRow = row.observation;
   f.firstCheck = row.firstCheck;
+  // The matrix row speaks of "layer 2"; the finding names the layer it is about.
+  if (id == "wrong_layer" && layer >= 0)
+    f.firstCheck = "layer " + std::to_string(layer) + "'s cache source and append";
   f.request = request;
   f.step = step;
   f.layer = layer;
@@ -58,11 +61,23 @@ std::vector<Finding> FindingBuilder::finish() const {
   std::stable_sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {
     return a.tick < b.tick || (a.tick == b.tick && a.finding.request < b.finding.request);
   });
+  // A consequence follows its root directly (caused_by names a finding that is present).
+  auto rootPresent = [&](const Entry& e) {
+    return !e.finding.causedBy.empty() &&
+           std::any_of(sorted.begin(), sorted.end(),
+                       [&](const Entry& r) { return r.finding.id == e.finding.causedBy; });
+  };
   std::vector<Finding> out;
-  for (const auto& e : sorted) {
+  auto emit = [&](const Entry& e) {
     Finding f = e.finding;
     f.evidence["requests_affected"] = static_cast<double>(e.requests.size());
     out.push_back(std::move(f));
+  };
+  for (const auto& e : sorted) {
+    if (rootPresent(e)) continue;
+    emit(e);
+    for (const auto& c : sorted)
+      if (rootPresent(c) && c.finding.causedBy == e.finding.id) emit(c);
   }
   return out;
 }

@@ -7,10 +7,18 @@
 #include "kvscope/Error.hpp"
 #include "kvscope/FailureMatrix.hpp"
 #include "kvscope/PolicyReplay.hpp"
+#include "kvscope/Sampler.hpp"
 
 namespace kvscope::detail {
 
 namespace {
+std::string fmtProbability(double p) {
+  std::ostringstream os;
+  os.precision(3);
+  os << p;
+  return os.str();
+}
+
 Finding makeFinding(const std::string& id, int64_t request, int64_t step, double confidence,
                     std::string explanation, std::map<std::string, double> evidence) {
   return FindingBuilder::make(id, request, step, -1, -1, confidence, std::move(explanation), std::move(evidence));
@@ -39,6 +47,7 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
     if (steps.empty()) continue;
     ++checked;
     PolicyReplayReport rep = PolicyReplay().replay(steps);
+    const bool replayable = req.policy.replayableBy(trace.engine);
     std::ostringstream sum;
     sum << "request " << req.id << ": " << rep.greedySteps << " greedy, " << rep.sampledSteps
         << " sampled steps; max |sum(p) - 1| " << rep.maxSumError;
@@ -73,7 +82,29 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
     } else if (rep.greedySteps > 0) {
       st.checks.push_back(std::string("ok: request ") + std::to_string(req.id) + ": greedy tie rule " + toString(rep.tieRule));
     }
-    if (rep.rngAnomaly()) {
+    if (rep.sampledSteps > 0 && !replayable) {
+      // Another engine's generator: check what the recorded logits prove, not the draws.
+      double minChosen = 1.0;
+      for (size_t i = 0; i < order.size(); ++i) {
+        if (req.policy.greedy()) break;
+        const auto p = Sampler::warpedProbabilitiesDouble(order[i]->logits.data, req.policy);
+        const auto t = static_cast<size_t>(order[i]->chosenToken);
+        if (t < p.size()) minChosen = std::min(minChosen, p[t]);
+      }
+      st.checks.push_back(std::string(rep.ineligibleSteps.empty() ? "ok: " : "FAIL: ") +
+                          "request " + std::to_string(req.id) +
+                          ": every sampled token is eligible under the recorded policy (lowest "
+                          "probability of a chosen token " +
+                          fmtProbability(minChosen) + ")");
+      st.checks.push_back("not checked: request " + std::to_string(req.id) +
+                          ": the replay of the random draws: the trace's generator is " +
+                          (req.policy.generator.empty() ? std::string("not named")
+                                                        : "'" + req.policy.generator + "'") +
+                          ", which KV Scope cannot replay from the seed (only generator \"" +
+                          SamplingPolicy::kKvScopeGenerator +
+                          "\" is); audit it against a second run of the same engine (trace+trace) "
+                          "to check the draw order");
+    } else if (rep.rngAnomaly()) {
       ++anomalies;
       const size_t at = rep.firstMismatch.value_or(0);
       std::ostringstream ex;

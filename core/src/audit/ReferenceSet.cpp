@@ -9,7 +9,9 @@
 
 namespace kvscope::detail {
 
-ReferenceSet::ReferenceSet(const Model& model, const Trace& trace) : model_(&model), trace_(&trace) {}
+ReferenceSet::ReferenceSet(const Model& model, const Trace& trace,
+                           std::map<uint64_t, std::string> weightsDirectories)
+    : model_(&model), trace_(&trace), directories_(std::move(weightsDirectories)) {}
 
 ReferenceSet::ReferenceSet(std::shared_ptr<const Trace> reference) : referenceTrace_(std::move(reference)) {}
 
@@ -17,6 +19,24 @@ const Model* ReferenceSet::modelFor(uint64_t version) {
   if (version == model_->weightsVersion()) return model_;
   auto it = updated_.find(version);
   if (it != updated_.end()) return it->second.get();
+  auto dir = directories_.find(version);
+  if (dir != directories_.end()) {
+    auto other = Model::load(dir->second);
+    const auto& a = model_->config();
+    const auto& b = other->config();
+    if (a.numLayers != b.numLayers || a.numKvHeads != b.numKvHeads || a.headDim != b.headDim ||
+        a.vocabSize != b.vocabSize)
+      throw InputError(dir->second + "/config.json", "num_hidden_layers",
+                       "the checkpoint given for weights version " + std::to_string(version) +
+                           " has " + std::to_string(b.numLayers) + " layers, " +
+                           std::to_string(b.numKvHeads) + " kv heads, head dim " +
+                           std::to_string(b.headDim) + ", vocab " + std::to_string(b.vocabSize) +
+                           "; version 0 (" + model_->checkpoint().directory() + ") has " +
+                           std::to_string(a.numLayers) + ", " + std::to_string(a.numKvHeads) +
+                           ", " + std::to_string(a.headDim) + ", " + std::to_string(a.vocabSize));
+    updated_[version] = std::move(other);
+    return updated_[version].get();
+  }
   // Replay the trace's weight updates on a fresh copy of the checkpoint.
   std::vector<const TraceEvent*> updates;
   for (const auto& e : trace_->events)
@@ -25,7 +45,8 @@ const Model* ReferenceSet::modelFor(uint64_t version) {
             [](const TraceEvent* a, const TraceEvent* b) { return a->weightsVersion < b->weightsVersion; });
   if (updates.size() != version || updates.empty() || updates.back()->weightsVersion != version || updates.front()->tensor.empty()) {
     reason_ = "the trace used weights version " + std::to_string(version) +
-              " but does not record how the weights changed (weight_update events)";
+              " but no checkpoint was given for it (--weights-version " + std::to_string(version) +
+              "=DIR) and the trace does not record how the weights changed (weight_update events)";
     return nullptr;
   }
   auto fresh = Model::load(model_->checkpoint().directory());

@@ -15,8 +15,10 @@ namespace kvscope::detail {
 
 class ReferenceSet {
  public:
-  /// Model mode. `trace` supplies the weight-update events for versions > 0.
-  ReferenceSet(const Model& model, const Trace& trace);
+  /// Model mode. Versions > 0 come from `weightsDirectories` (version -> checkpoint
+  /// directory), or are replayed from the trace's weight-update events.
+  ReferenceSet(const Model& model, const Trace& trace,
+               std::map<uint64_t, std::string> weightsDirectories = {});
   /// Trace mode: `reference` is an uncached (or trusted) trace of the same requests.
   explicit ReferenceSet(std::shared_ptr<const Trace> reference);
 
@@ -37,6 +39,7 @@ class ReferenceSet {
   const Trace* trace_ = nullptr;
   std::shared_ptr<const Trace> referenceTrace_;
   std::map<uint64_t, std::shared_ptr<Model>> updated_;  // weights versions > 0
+  std::map<uint64_t, std::string> directories_;         // version -> checkpoint given by the user
   std::map<std::pair<int64_t, uint64_t>, RequestReference> cache_;
   std::string reason_;
 };

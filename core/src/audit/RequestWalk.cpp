@@ -13,6 +13,15 @@ int64_t StepAnalysis::lastRealStreamIndex() const {
   return -1;
 }
 
+int64_t StepAnalysis::realOrdinal(int64_t column) const {
+  const auto& mask = step->fedMask;
+  if (mask.empty()) return column;
+  int64_t n = 0;
+  for (int64_t j = 0; j < column && j < static_cast<int64_t>(mask.size()); ++j)
+    n += mask[static_cast<size_t>(j)] ? 1 : 0;
+  return n;
+}
+
 namespace {
 uint64_t checksumOf(const std::vector<std::vector<float>>& heads) {
   XXH3_state_t* st = XXH3_createState();
@@ -45,15 +54,48 @@ std::vector<int64_t> RequestWalk::streamOf(const TraceRequest& r) {
   return s;
 }
 
-RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request, const Tolerance& tolerance,
-                         ReferenceLookup reference)
-    : trace_(trace), request_(request), tol_(tolerance), reference_(std::move(reference)) {
+RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
+                         const Tolerance& tolerance, ReferenceLookup reference,
+                         MissingReason whyMissing)
+    : trace_(trace),
+      request_(request),
+      tol_(tolerance),
+      reference_(std::move(reference)),
+      whyMissing_(std::move(whyMissing)) {
   stream_ = streamOf(request);
   const auto L = static_cast<size_t>(trace.model.numLayers), H = static_cast<size_t>(trace.model.numKvHeads);
   keys_.assign(L, std::vector<std::vector<float>>(H));
   values_ = keys_;
   length_.assign(L, 0);
-  versions_.assign(L, {});
+  columnVersion_.assign(L, {});
+  columnStream_.assign(L, {});
+}
+
+const RequestReference* RequestWalk::lookup(uint64_t version) {
+  const RequestReference* ref = reference_(version);
+  lastMissingReason_ = ref || !whyMissing_ ? std::string() : whyMissing_();
+  return ref;
+}
+
+std::pair<double, double> RequestWalk::rebuiltColumnDiff(size_t l, int64_t c,
+                                                         const RequestReference& ref,
+                                                         int64_t p) const {
+  const int64_t d = trace_.model.headDim;
+  const int64_t T = ref.keys[l].shape[1];
+  double err = 0, mag = 0;
+  for (size_t h = 0; h < keys_[l].size(); ++h)
+    for (int64_t k = 0; k < d; ++k) {
+      const auto at = static_cast<size_t>((static_cast<int64_t>(h) * T + p) * d + k);
+      const auto own = static_cast<size_t>(c * d + k);
+      for (const auto& [x, y] :
+           {std::pair<double, double>{keys_[l][h][own], ref.keys[l].data[at]},
+            std::pair<double, double>{values_[l][h][own], ref.values[l].data[at]}}) {
+        err = std::max(err, std::fabs(x - y));
+        if (std::isnan(x) != std::isnan(y)) err = INFINITY;
+        mag = std::max(mag, std::fabs(y));
+      }
+    }
+  return {err, mag};
 }
 
 void RequestWalk::alignStream(StepAnalysis& a, const std::vector<int64_t>& real, int64_t& streamPos) {
@@ -87,7 +129,9 @@ void RequestWalk::checkPositions(StepAnalysis& a, const std::vector<int64_t>& re
   const TraceStep& st = *a.step;
   for (size_t k = 0; k < real.size(); ++k) {
     const int64_t recorded = st.positions[static_cast<size_t>(real[k])];
-    const int64_t expected = a.cacheRealBefore + static_cast<int64_t>(k);
+    // A previous token fed again sits at its own position, one before the cache's end.
+    const int64_t expected =
+        a.cacheRealBefore + static_cast<int64_t>(k) - (a.duplicatedPrevious ? 1 : 0);
     if (trace_.model.maxPositions > 0 && recorded >= trace_.model.maxPositions && !a.beyondContext) {
       a.beyondContext = true;
       a.beyondPosition = recorded;
@@ -109,7 +153,8 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : length_[l] + appended;
   a.lengthAfter[l] = after;
   if (after != length_[l] + a.fedCount && a.lengthMismatchLayer < 0) a.lengthMismatchLayer = static_cast<int>(l);
-  // Rebuild the cache from the appended records.
+  // Rebuild the cache from the appended records, keeping each column's stream index and
+  // weights version.
   const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim;
   for (int64_t h = 0; h < H && appended > 0; ++h) {
     auto* kd = rec.keys.data.data() + h * appended * d;
@@ -117,32 +162,92 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     keys_[l][static_cast<size_t>(h)].insert(keys_[l][static_cast<size_t>(h)].end(), kd, kd + appended * d);
     values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * d);
   }
+  for (int64_t j = 0; j < appended; ++j) {
+    columnStream_[l].push_back(j < static_cast<int64_t>(a.streamIndex.size())
+                                   ? a.streamIndex[static_cast<size_t>(j)]
+                                   : -1);
+    columnVersion_[l].push_back(a.version);
+  }
   length_[l] += appended;
-  if (appended > 0) versions_[l].push_back(a.version);
-  const auto& vs = versions_[l];
+  const auto& vs = columnVersion_[l];
   if (std::any_of(vs.begin(), vs.end(), [&](uint64_t v) { return v != a.version; })) {
     a.versionMix = true;
     a.oldestVersion = *std::min_element(vs.begin(), vs.end());
   }
   // Earlier rows unchanged? Checksums prove it without storing the cache; snapshots also
   // say which entries changed.
-  if (rec.keyChecksum && rec.valueChecksum && a.rewrittenLayer < 0 &&
+  bool rewritten = false;
+  if (rec.keyChecksum && rec.valueChecksum &&
       (*rec.keyChecksum != checksumOf(keys_[l]) || *rec.valueChecksum != checksumOf(values_[l])))
-    a.rewrittenLayer = static_cast<int>(l);
+    rewritten = true;
   if (!rec.snapshotKeys.empty() && rec.snapshotKeys.shape[1] == length_[l]) {
     const int64_t t = length_[l];
+    std::vector<int64_t> changedColumns;
     for (int64_t c = 0; c < t; ++c) {
       bool changed = false;
       for (int64_t h = 0; h < H && !changed; ++h)
-        for (int64_t k = 0; k < d && !changed; ++k)
-          changed = rec.snapshotKeys.data[static_cast<size_t>((h * t + c) * d + k)] !=
-                    keys_[l][static_cast<size_t>(h)][static_cast<size_t>(c * d + k)];
-      if (changed) {
-        if (a.rewrittenLayer < 0) a.rewrittenLayer = static_cast<int>(l);
-        if (static_cast<int>(l) == a.rewrittenLayer) a.rewrittenColumns.push_back(c);
+        for (int64_t k = 0; k < d && !changed; ++k) {
+          const size_t at = static_cast<size_t>((h * t + c) * d + k),
+                       own = static_cast<size_t>(c * d + k);
+          changed = rec.snapshotKeys.data[at] != keys_[l][static_cast<size_t>(h)][own] ||
+                    rec.snapshotValues.data[at] != values_[l][static_cast<size_t>(h)][own];
+        }
+      if (changed) changedColumns.push_back(c);
+    }
+    rewritten = rewritten || !changedColumns.empty();
+    if (!changedColumns.empty() && a.rewrittenLayer < 0) {
+      a.rewrittenColumns = changedColumns;
+      for (int64_t c : changedColumns)
+        a.rewrittenStream.push_back(columnStream_[l][static_cast<size_t>(c)]);
+    }
+    // From here on the cache is what the engine really held: a rewrite is reported at the
+    // step it happens, not again at every later step.
+    for (int64_t h = 0; h < H && !changedColumns.empty(); ++h) {
+      keys_[l][static_cast<size_t>(h)].assign(rec.snapshotKeys.data.begin() + h * t * d,
+                                              rec.snapshotKeys.data.begin() + (h + 1) * t * d);
+      values_[l][static_cast<size_t>(h)].assign(rec.snapshotValues.data.begin() + h * t * d,
+                                                rec.snapshotValues.data.begin() + (h + 1) * t * d);
+    }
+  }
+  if (rewritten) {
+    if (a.rewrittenLayer < 0) a.rewrittenLayer = static_cast<int>(l);
+    a.rewrittenLayers.push_back(static_cast<int>(l));
+  }
+}
+
+void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* current) {
+  const RequestReference* old = lookup(a.oldestVersion);
+  if (old && !current) lookup(a.version);  // for its reason
+  if (!old || !current) {
+    const uint64_t missing = !old ? a.oldestVersion : a.version;
+    a.staleNotChecked = "no reference for weights version " + std::to_string(missing) +
+                        (lastMissingReason_.empty() ? "" : ": " + lastMissingReason_);
+    return;
+  }
+  double tolerance = 0;
+  for (size_t l = 0; l < keys_.size(); ++l) {
+    const auto& streams = columnStream_[l];
+    for (size_t c = 0; c < streams.size(); ++c) {
+      const int64_t p = streams[c];
+      if (p < 0 || l >= old->keys.size() || l >= current->keys.size() ||
+          p >= old->keys[l].shape[1] || p >= current->keys[l].shape[1])
+        continue;
+      const auto vsOld = rebuiltColumnDiff(l, static_cast<int64_t>(c), *old, p);
+      const auto vsNew = rebuiltColumnDiff(l, static_cast<int64_t>(c), *current, p);
+      tolerance = std::max(tolerance, tol_.forRecord(static_cast<int64_t>(l), p, vsNew.second));
+      if (columnVersion_[l][c] != a.version) {
+        a.reusedVsOld = std::max(a.reusedVsOld, vsOld.first);
+        a.reusedVsNew = std::max(a.reusedVsNew, vsNew.first);
+        if (l == 0) ++a.reusedRows;
+      } else if (l == 0) {
+        // Fresh rows of layer 0 depend only on the token, its position and the new
+        // weights; deeper ones also on the attention over the stale rows.
+        a.freshVsNew = std::max(a.freshVsNew, vsNew.first);
       }
     }
   }
+  a.staleTolerance = tolerance;
+  a.staleValuesChecked = true;
 }
 
 void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
@@ -154,7 +259,8 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
     if (p < 0 || p >= T || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;
     auto [ke, km] = columnDiff(rec.keys, static_cast<int64_t>(j), ref.keys[l], p);
     auto [ve, vm] = columnDiff(rec.values, static_cast<int64_t>(j), ref.values[l], p);
-    const double kt = tol_.forMagnitude(km), vt = tol_.forMagnitude(vm);
+    const double kt = tol_.forRecord(static_cast<int64_t>(l), p, km),
+                 vt = tol_.forRecord(static_cast<int64_t>(l), p, vm);
     kErr = std::max(kErr, ke);
     vErr = std::max(vErr, ve);
     kTol = std::max(kTol, kt);
@@ -162,6 +268,7 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
     if ((ke > kt || ve > vt) && a.firstBadLayer < 0) {
       a.firstBadLayer = static_cast<int>(l);
       a.firstBadColumn = static_cast<int64_t>(j);
+      a.firstBadRealOrdinal = a.realOrdinal(static_cast<int64_t>(j));
       a.firstBadStreamIndex = p;
     }
   }
@@ -195,7 +302,7 @@ void RequestWalk::compareLogits(StepAnalysis& a, const RequestReference& ref) {
   }
   a.logitsCompared = true;
   a.logitError = err;
-  a.logitTol = tol_.forMagnitude(mag);
+  a.logitTol = tol_.forLogits(p, mag);
   a.top2Margin = best - second;
   a.referenceToken = arg;
   a.logitsDiverged = err > a.logitTol;
@@ -214,7 +321,8 @@ std::vector<StepAnalysis> RequestWalk::run() {
       for (auto& layer : keys_) for (auto& h : layer) h.clear();
       for (auto& layer : values_) for (auto& h : layer) h.clear();
       std::fill(length_.begin(), length_.end(), 0);
-      for (auto& v : versions_) v.clear();
+      for (auto& v : columnVersion_) v.clear();
+      for (auto& v : columnStream_) v.clear();
     }
     std::vector<int64_t> real;
     for (size_t j = 0; j < st->fedIds.size(); ++j)
@@ -230,13 +338,15 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.valueError.assign(L, 0.0);
     a.keyTol.assign(L, 0.0);
     a.valueTol.assign(L, 0.0);
-    const RequestReference* ref = reference_(a.version);
+    const RequestReference* ref = lookup(a.version);
     a.referenceMissing = ref == nullptr;
+    if (!ref) a.referenceMissingReason = lastMissingReason_;
     for (size_t l = 0; l < st->layers.size() && l < L; ++l) {
       checkCache(a, l, st->layers[l]);
       if (ref) compareRecords(a, l, st->layers[l], *ref);
     }
     if (ref) compareLogits(a, *ref);
+    if (a.versionMix) checkStaleValues(a, ref);
     cacheReal += static_cast<int64_t>(real.size());
     out.push_back(std::move(a));
   }

@@ -16,8 +16,9 @@ namespace kvscope::detail {
 class RequestWalk {
  public:
   using ReferenceLookup = std::function<const RequestReference*(uint64_t version)>;
+  using MissingReason = std::function<std::string()>;
   RequestWalk(const Trace& trace, const TraceRequest& request, const Tolerance& tolerance,
-              ReferenceLookup reference);
+              ReferenceLookup reference, MissingReason whyMissing = {});
   std::vector<StepAnalysis> run();
   /// The request's intended stream: prompt + generated.
   static std::vector<int64_t> streamOf(const TraceRequest& r);
@@ -28,6 +29,12 @@ class RequestWalk {
   void checkCache(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec);
   void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, const RequestReference& ref);
   void compareLogits(StepAnalysis& a, const RequestReference& ref);
+  const RequestReference* lookup(uint64_t version);
+  void checkStaleValues(StepAnalysis& a, const RequestReference* current);
+  /// max |rebuilt cache column c of layer l - ref[:, p, :]| over heads, keys and values, and max
+  /// |ref|.
+  std::pair<double, double> rebuiltColumnDiff(size_t l, int64_t c, const RequestReference& ref,
+                                              int64_t p) const;
 
   const Trace& trace_;
   const TraceRequest& request_;
@@ -37,7 +44,12 @@ class RequestWalk {
   // The cache rebuilt from appended records: [layer][head] -> t*d floats.
   std::vector<std::vector<std::vector<float>>> keys_, values_;
   std::vector<int64_t> length_;                 // per layer
-  std::vector<std::vector<uint64_t>> versions_;  // per layer: versions of the records held
+  std::vector<std::vector<uint64_t>>
+      columnVersion_;  // per layer, per cache column: weights version
+  std::vector<std::vector<int64_t>>
+      columnStream_;  // per layer, per cache column: stream index (-1 pad)
+  MissingReason whyMissing_;
+  std::string lastMissingReason_;
 };
 
 }  // namespace kvscope::detail

@@ -4,32 +4,14 @@
 #include <cmath>
 #include <limits>
 
+#include "audit/ColumnDiff.hpp"
+
 namespace kvscope::detail {
 
 namespace {
-// max |rec[:, c, :] - ref[:, p, :]| over keys and values; and the reference magnitude.
-struct Diff {
-  double err = std::numeric_limits<double>::infinity();
-  double mag = 0.0;
-};
-Diff columnDiff(const TraceLayerRecord& rec, int64_t c, const FloatTensor& k, const FloatTensor& v, int64_t p) {
-  Diff out;
-  if (k.shape.size() != 3 || p < 0 || p >= k.shape[1] || rec.keys.shape.size() != 3 || k.shape[0] != rec.keys.shape[0] ||
-      k.shape[2] != rec.keys.shape[2])
-    return out;
-  const int64_t h = k.shape[0], t = k.shape[1], d = k.shape[2], tr = rec.keys.shape[1];
-  double err = 0, mag = 0;
-  for (int64_t hh = 0; hh < h; ++hh)
-    for (int64_t j = 0; j < d; ++j) {
-      const double rk = k.data[static_cast<size_t>((hh * t + p) * d + j)];
-      const double rv = v.data[static_cast<size_t>((hh * t + p) * d + j)];
-      err = std::max({err, std::fabs(rec.keys.data[static_cast<size_t>((hh * tr + c) * d + j)] - rk),
-                      std::fabs(rec.values.data[static_cast<size_t>((hh * tr + c) * d + j)] - rv)});
-      mag = std::max({mag, std::fabs(rk), std::fabs(rv)});
-    }
-  out.err = err;
-  out.mag = mag;
-  return out;
+ColumnDiff recordDiff(const TraceLayerRecord& rec, int64_t c, const FloatTensor& k,
+                      const FloatTensor& v, int64_t p) {
+  return kvColumnDiff(rec.keys, rec.values, c, k, v, p);
 }
 }  // namespace
 
@@ -39,12 +21,14 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
   const auto l = static_cast<size_t>(a.firstBadLayer);
   const TraceLayerRecord& rec = a.step->layers[l];
   const int64_t c = a.firstBadColumn, p = a.firstBadStreamIndex;
-  const Diff self = columnDiff(rec, c, own.keys[l], own.values[l], p);
+  const ColumnDiff self = recordDiff(rec, c, own.keys[l], own.values[l], p);
+  const auto layer = static_cast<int64_t>(l);
   // 1. Another layer at the same position (wrong-layer cache source).
   for (size_t j = 0; j < own.keys.size(); ++j) {
     if (j == l) continue;
-    Diff dj = columnDiff(rec, c, own.keys[j], own.values[j], p);
-    if (dj.err <= tol_.forMagnitude(dj.mag))
+    const ColumnDiff dj = recordDiff(rec, c, own.keys[j], own.values[j], p);
+    if (dj.err <= tol_.forRecord(std::max(layer, static_cast<int64_t>(j)), p, dj.mag) &&
+        dj.err < self.err)
       return SignatureMatch{"wrong_layer", static_cast<int64_t>(j), p, request, dj.err, self.err};
   }
   // 2. The same layer of another request (cross-request or batch-row mixing).
@@ -52,8 +36,8 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
     if (other == request || !ref || l >= ref->keys.size()) continue;
     const int64_t T = ref->keys[l].shape[1];
     for (int64_t q = 0; q < T; ++q) {
-      Diff dq = columnDiff(rec, c, ref->keys[l], ref->values[l], q);
-      if (dq.err <= tol_.forMagnitude(dq.mag))
+      const ColumnDiff dq = recordDiff(rec, c, ref->keys[l], ref->values[l], q);
+      if (dq.err <= tol_.forRecord(layer, q, dq.mag) && dq.err < self.err)
         return SignatureMatch{"cross_request", static_cast<int64_t>(l), q, other, dq.err, self.err};
     }
   }
@@ -80,7 +64,9 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
           bestMag = mag;
         }
       }
-      if (best >= 0 && bestErr <= tol_.forMagnitude(bestMag) && best != a.cacheRealBefore + c)
+      // Positions count real entries: padding columns hold no position.
+      if (best >= 0 && bestErr <= tol_.forRecord(0, best, bestMag) &&
+          best != a.cacheRealBefore + a.realOrdinal(c))
         return SignatureMatch{"position", 0, best, request, bestErr, self.err};
     }
   }

@@ -30,14 +30,24 @@ struct StepAnalysis {
   int64_t fedCount = 0;              // entries fed (padding included)
   int duplicateLayer = -1;           // first layer whose append exceeds the fed entries
   int lengthMismatchLayer = -1;      // cache length != entries consumed
-  int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed
-  std::vector<int64_t> rewrittenColumns;  // with snapshots: which cache entries changed
+  int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed (first layer)
+  std::vector<int64_t>
+      rewrittenColumns;  // with snapshots: which cache entries of that layer changed
+  std::vector<int64_t> rewrittenStream;  // their stream indices (-1: padding or unknown)
+  std::vector<int> rewrittenLayers;      // every layer whose earlier rows changed
   bool versionMix = false;           // records of several weights versions in one cache
   uint64_t oldestVersion = 0;
+  // Value evidence for a stale cache (max |row - reference| over every layer): the reused
+  // rows against the old and the new weights' reference, the fresh rows against the new.
+  bool staleValuesChecked = false;
+  std::string staleNotChecked;  // why not, when a reference was missing
+  double reusedVsOld = 0.0, reusedVsNew = 0.0, freshVsNew = 0.0, staleTolerance = 0.0;
+  int64_t reusedRows = 0;
   // Values against the reference.
   std::vector<double> keyError, valueError, keyTol, valueTol;
   int firstBadLayer = -1;
-  int64_t firstBadColumn = -1;       // fed entry index of the first bad record
+  int64_t firstBadColumn = -1;       // fed entry index of the first bad record (pads included)
+  int64_t firstBadRealOrdinal = -1;  // the same counted over real entries only
   int64_t firstBadStreamIndex = -1;
   double logitError = 0.0;
   double logitTol = 0.0;
@@ -45,7 +55,8 @@ struct StepAnalysis {
   int64_t referenceToken = -1;
   bool logitsCompared = false;
   bool logitsDiverged = false;
-  bool referenceMissing = false;
+  bool referenceMissing = false;  // no reference for this step's weights version
+  std::string referenceMissingReason;
 
   bool structural() const {
     return streamMismatch || duplicatedPrevious || !positionsOk || duplicateLayer >= 0 ||
@@ -53,6 +64,8 @@ struct StepAnalysis {
   }
   bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
   int64_t lastRealStreamIndex() const;
+  /// Real entries among the first `column` fed entries (padding columns do not count).
+  int64_t realOrdinal(int64_t column) const;
 };
 
 }  // namespace kvscope::detail

@@ -1,18 +1,78 @@
 #include "audit/Tolerance.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 namespace kvscope::detail {
 
-double Tolerance::relativeFor(const std::string& d) {
-  if (d == "bfloat16" || d == "bf16" || d == "BF16") return 4e-2;
-  if (d == "float16" || d == "fp16" || d == "F16" || d == "half") return 5e-3;
-  return 5e-5;  // float32
+std::string Tolerance::canonical(const std::string& d) {
+  std::string s = d;
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  if (s == "bfloat16" || s == "bf16" || s == "BF16") return "bfloat16";
+  if (s == "float16" || s == "fp16" || s == "F16" || s == "half") return "float16";
+  return "float32";
 }
 
-Tolerance::Tolerance(const std::string& computeDtype, double scale)
-    : dtype_(computeDtype.empty() ? "float32" : computeDtype), relative_(relativeFor(dtype_) * scale) {}
+// Calibration (docs/audit.md): float32 cached-vs-recompute noise <= 4.7e-6 relative on the
+// logits; bf16/f16 compute against the float32 reference: see the table there.
+double Tolerance::recordBaseFor(const std::string& d) {
+  const std::string c = canonical(d);
+  if (c == "bfloat16") return 2.5e-2;
+  if (c == "float16") return 4e-3;
+  return 5e-5;
+}
 
-double Tolerance::forMagnitude(double maxAbs) const { return relative_ * std::max(1.0, maxAbs); }
+double Tolerance::logitBaseFor(const std::string& d) {
+  const std::string c = canonical(d);
+  if (c == "bfloat16") return 4e-2;
+  if (c == "float16") return 5e-3;
+  return 5e-5;
+}
+
+double Tolerance::unitRoundoff(const std::string& d) {
+  const std::string c = canonical(d);
+  if (c == "bfloat16") return std::ldexp(1.0, -8);
+  if (c == "float16") return std::ldexp(1.0, -11);
+  return std::ldexp(1.0, -24);
+}
+
+double Tolerance::depthFactor(int64_t layer) {
+  return 1.0 + static_cast<double>(std::max<int64_t>(layer, 0));
+}
+
+double Tolerance::positionFactor(int64_t position) {
+  return 1.0 + std::log2(1.0 + static_cast<double>(std::max<int64_t>(position, 0))) / 16.0;
+}
+
+Tolerance::Tolerance(const std::string& computeDtype, double scale, const std::string& storageDtype,
+                     int64_t numLayers)
+    : dtype_(canonical(computeDtype.empty() ? "float32" : computeDtype)),
+      recordBase_(recordBaseFor(dtype_) * scale),
+      logitBase_(logitBaseFor(dtype_) * scale),
+      storageFloor_(2.0 * unitRoundoff(storageDtype)),
+      numLayers_(numLayers) {}
+
+double Tolerance::forRecord(int64_t layer, int64_t position, double maxAbs) const {
+  const double m = std::max(1.0, maxAbs);
+  return std::min(recordBase_ * depthFactor(layer) * positionFactor(position), kMaxRelative) * m +
+         storageFloor_ * m;
+}
+
+double Tolerance::forLogits(int64_t position, double maxAbs) const {
+  return std::min(logitBase_ * depthFactor(numLayers_) * positionFactor(position), kMaxRelative) *
+         std::max(1.0, maxAbs);
+}
+
+std::string Tolerance::describe() const {
+  std::ostringstream os;
+  os.precision(3);
+  os << dtype_ << ": K/V records min(" << recordBase_ << " x (1 + layer) x (1 + log2(1 + pos)/16), "
+     << kMaxRelative << ") x max(1, |ref|)";
+  if (storageFloor_ > 1e-6) os << " + " << storageFloor_ << " x max(1, |ref|) (trace storage)";
+  os << "; logits min(" << logitBase_ << " x " << depthFactor(numLayers_) << " (depth "
+     << numLayers_ << ") x (1 + log2(1 + pos)/16), " << kMaxRelative << ") x max(1, |ref|)";
+  return os.str();
+}
 
 }  // namespace kvscope::detail

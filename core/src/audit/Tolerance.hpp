@@ -1,28 +1,65 @@
-// Numerical tolerance by compute dtype, scaled by the magnitude of the compared values.
-// Calibrated on tests/fixtures/hf/calibration/precision_noise.json (cached vs full
-// recompute on a GPU, logits of magnitude ~7.5): float32 noise <= 3.5e-5 (relative
-// 4.7e-6), float16 <= 3.9e-3 (5.2e-4), bfloat16 <= 2.0e-3 on the tiny models, larger on
-// real ones. The relative bases sit about 10x above the calibrated noise (bfloat16: 8x
-// float16's, as its epsilon is 8x larger) and far below the executed bugs of the method
-// (wrong layer 3.70, wrong position 23.0 on logits of magnitude ~10).
+// Numerical tolerance of the audit: how far a cached run's K/V records and logits may sit
+// from the float32 reference before they count as different. It follows the trace's
+// compute dtype, grows with depth and position the way precision drift grows, and never
+// drops below what the trace's own storage dtype can represent.
+//
+//   record(layer l, position p, magnitude m) = min(base(dtype) * depth(l) * pos(p), 0.25) * max(1,
+//   m)
+//                                            + storage floor
+//   logits(p, m)                             = min(logitBase(dtype) * depth(L) * pos(p), 0.25) *
+//   max(1, m) depth(l) = 1 + l              pos(p) = 1 + log2(1 + p) / 16 storage floor = 2 * unit
+//   roundoff of the trace's K/V storage dtype * max(1, m)
+//
+// The cap (a quarter of the magnitude) keeps deep layers of reduced-precision runs
+// auditable: another layer's or position's K/V differs by about its whole magnitude, while
+// bf16 drift of a real model stays well below it.
+//
+// The bases are calibrated on real noise (docs/audit.md "Tolerances"): cached vs full
+// recompute on a GPU (tests/fixtures/hf/calibration/precision_noise.json) and bf16/f16
+// runs of the independent PyTorch engine against the float32 reference. They sit well
+// above that noise and far below the executed bugs of the method (wrong layer 3.70,
+// wrong position 23.0 on logits of magnitude ~10; a wrong-layer record differs by about its
+// own magnitude).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kvscope::detail {
 
 class Tolerance {
  public:
-  explicit Tolerance(const std::string& computeDtype, double scale = 1.0);
-  /// Absolute tolerance for values whose magnitude is `maxAbs`.
-  double forMagnitude(double maxAbs) const;
-  double relative() const { return relative_; }
+  /// `computeDtype`: the trace's compute_dtype; `storageDtype`: how its K/V tensors are
+  /// stored (F32 | F16 | BF16); `numLayers`: depth used for the logits.
+  explicit Tolerance(const std::string& computeDtype, double scale = 1.0,
+                     const std::string& storageDtype = "F32", int64_t numLayers = 0);
+  /// Absolute tolerance for a K/V record of `layer` at stream position `position` whose
+  /// reference magnitude is `maxAbs`.
+  double forRecord(int64_t layer, int64_t position, double maxAbs) const;
+  /// Absolute tolerance for a logits row at `position` whose reference magnitude is `maxAbs`.
+  double forLogits(int64_t position, double maxAbs) const;
+  /// The relative base for K/V records at layer 0 (and for logits before the depth factor).
+  double relative() const { return recordBase_; }
+  double logitRelative() const { return logitBase_; }
   const std::string& dtype() const { return dtype_; }
-  static double relativeFor(const std::string& computeDtype);
+  /// Canonical dtype name: float32 | bfloat16 | float16 (accepts torch and safetensors names).
+  static std::string canonical(const std::string& dtype);
+  static double recordBaseFor(const std::string& computeDtype);
+  static double logitBaseFor(const std::string& computeDtype);
+  /// The unit roundoff of a storage dtype (F32 2^-24, F16 2^-11, BF16 2^-8).
+  static double unitRoundoff(const std::string& dtype);
+  static double depthFactor(int64_t layer);
+  static double positionFactor(int64_t position);
+  static constexpr double kMaxRelative = 0.25;
+  /// One line for reports: the formula with this audit's numbers.
+  std::string describe() const;
 
  private:
   std::string dtype_;
-  double relative_;
+  double recordBase_;
+  double logitBase_;
+  double storageFloor_;
+  int64_t numLayers_;
 };
 
 }  // namespace kvscope::detail

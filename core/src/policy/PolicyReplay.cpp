@@ -338,7 +338,9 @@ PolicyReplayReport PolicyReplay::replay(const std::vector<RecordedStep>& recorde
         bestRecorded = rec;
       }
     }
-    if (bestLen == 0) {
+    // One token agreeing with a shifted draw is chance, not evidence: a shift must explain
+    // at least two sampled tokens, unless the recorded draw counts show it.
+    if (bestLen == 0 || (bestLen < 2 && !bestRecorded)) {
       explained = false;
       break;
     }

@@ -65,7 +65,12 @@ std::string SamplingPolicy::describe() const {
 
 bool SamplingPolicy::operator==(const SamplingPolicy& o) const {
   return temperature == o.temperature && topK == o.topK && topP == o.topP && seed == o.seed &&
-         tieRule == o.tieRule;
+         tieRule == o.tieRule && generator == o.generator;
+}
+
+bool SamplingPolicy::replayableBy(const std::string& traceEngine) const {
+  if (!generator.empty()) return generator == kKvScopeGenerator;
+  return traceEngine.rfind("kvscope", 0) == 0;
 }
 
 void to_json(nlohmann::json& j, const SamplingPolicy& p) {
@@ -75,6 +80,7 @@ void to_json(nlohmann::json& j, const SamplingPolicy& p) {
   j["top_p"] = p.topP ? nlohmann::json(*p.topP) : nlohmann::json(nullptr);
   j["seed"] = p.seed;
   j["tie_rule"] = tieRuleName(p.tieRule);
+  if (!p.generator.empty()) j["generator"] = p.generator;
 }
 
 // Errors name the offending key; the caller that knows the file rethrows with its path.
@@ -108,6 +114,12 @@ void from_json(const nlohmann::json& j, SamplingPolicy& p) {
       out.tieRule = SamplingPolicy::TieRule::Highest;
     else
       throw InputError("", "tie_rule", "expected \"lowest\" or \"highest\"");
+  }
+  if ((it = j.find("generator")) != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      throw InputError("", "generator",
+                       "expected a generator name such as \"kvscope\" or \"torch\"");
+    out.generator = it->get<std::string>();
   }
   try {
     out.validate();

@@ -50,12 +50,25 @@ Trace TraceFile::read(const std::string& path) {
   } catch (const json::exception& e) {
     throw InputError(path, "__metadata__.kvtrace", std::string("invalid JSON: ") + e.what());
   }
-  if (version == "1") return detail::readTraceV1(doc, *file);
+  // The storage dtype of the K/V tensors bounds how exactly two traces can agree.
+  std::string tensorDtype = "F32";
+  for (const auto& name : file->names())
+    if (name.rfind("layer", 0) == 0) {
+      const auto d = file->entry(name).dtype;
+      if (d == SafetensorsDtype::F16 || d == SafetensorsDtype::BF16)
+        tensorDtype = safetensorsDtypeName(d);
+    }
+  if (version == "1") {
+    Trace v1 = detail::readTraceV1(doc, *file);
+    v1.tensorDtype = tensorDtype;
+    return v1;
+  }
   Trace trace = detail::traceHeaderFromJson(doc, path, kFormatVersion);
   const auto layouts = detail::stepsFromColumns(detail::JsonFieldReader(doc, path, "").child("steps"), path, trace);
   const detail::PackedTraceTensors tensors(*file, trace.model, layouts);
   tensors.applyChecksums(trace);
   detail::resolveStepTensors(trace, tensors, path);
+  trace.tensorDtype = tensorDtype;
   return trace;
 }
 
