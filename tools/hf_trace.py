@@ -296,7 +296,8 @@ def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: 
            prompt_text: str = "") -> List[int]:
     """Runs one request. `forward(ids, positions, cache)` returns (logits row of the last fed
     token, cache after the step); cache None starts a new one. Returns the generated ids."""
-    policy = kvtrace.normalize_policy(policy)
+    # This loop draws with KV Scope's generator, so the audit can replay it from the seed.
+    policy = dict(kvtrace.normalize_policy(policy), generator="kvscope")
     prompt = [int(t) for t in prompt_ids]
     if not prompt:
         raise ValueError(f"request {request} has an empty prompt")
@@ -373,8 +374,7 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
 def _policy_from_args(args) -> Dict[str, Any]:
     return kvtrace.normalize_policy({"temperature": args.temperature, "top_k": args.top_k,
                                      "top_p": args.top_p, "seed": args.seed,
-                                     "tie_rule": args.tie_rule,
-                                     "generator": "kvscope"})  # chosen with KV Scope's RequestRng
+                                     "tie_rule": args.tie_rule})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,0 +1,396 @@
+"""Tests of the independent torch engine (st_numpy, torch_model, torch_engine, record_run).
+
+    /usr/bin/python3 -m unittest discover -s tests/independent -p "test_*.py"
+
+Needs numpy and torch (Debian's python3-torch); without them the module is skipped.
+The checks: float32 forward and greedy decode against the transformers golden fixtures,
+cached vs uncached agreement, bf16/f16 really in reduced precision yet close to float32,
+each bug changing the recorded trace the way it should, the transformers-recorded bug
+scenarios reproduced, and written traces read back with tools/kvtrace.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the interpreter
+    if os.environ.get("CI"):  # CI installs python3-torch (scripts/setup.sh): a skip there hides a break
+        raise
+    raise unittest.SkipTest(f"the independent engine needs numpy and torch ({e}); "
+                            "run with /usr/bin/python3 (python3-torch)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import kvtrace  # noqa: E402
+import record_run  # noqa: E402
+import st_numpy  # noqa: E402
+import torch_engine as te  # noqa: E402
+
+HF = os.path.join(REPO, "tests", "fixtures", "hf")
+MODELS = {n: os.path.join(HF, "models", n) for n in ("gpt2", "llama")}
+
+
+def read_json(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+GOLDEN = {n: read_json(os.path.join(HF, "golden", f"{n}.json")) for n in MODELS}
+PROMPT = {n: GOLDEN[n]["prompts"][0]["ids"] for n in MODELS}
+TOL = 1e-4
+
+
+def golden_tensors(name):
+    return st_numpy.load_file(os.path.join(HF, "golden", f"{name}.safetensors"))
+
+
+class _Temp(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+
+class SafetensorsReaderTest(_Temp):
+    def test_roundtrip_and_shards(self):
+        full = st_numpy.load_checkpoint(MODELS["llama"])
+        names = sorted(full)
+        half = len(names) // 2
+        shard_dir = self.path("sharded")
+        os.makedirs(shard_dir)
+        weight_map = {}
+        for i, part in enumerate((names[:half], names[half:])):
+            fname = f"model-0000{i + 1}-of-00002.safetensors"
+            st_numpy.save_file(os.path.join(shard_dir, fname), {k: full[k] for k in part})
+            weight_map.update({k: fname for k in part})
+        with open(os.path.join(shard_dir, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        again = st_numpy.load_checkpoint(shard_dir)
+        self.assertEqual(sorted(again), names)
+        for k in names:
+            np.testing.assert_array_equal(again[k], full[k])
+
+    def _write_raw(self, path, header, data):
+        raw = json.dumps(header).encode()
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + data)
+
+    def test_bf16_and_f16(self):
+        values = np.array([1.0, -2.5, 0.1, 3.0e4], dtype=np.float32)
+        bf16 = (values.view(np.uint32) >> 16).astype("<u2")  # truncation: exact bf16 values
+        f16 = values.astype("<f2")
+        data = bf16.tobytes() + f16.tobytes()
+        self._write_raw(self.path("x.safetensors"), {
+            "a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+            "b": {"dtype": "F16", "shape": [2, 2], "data_offsets": [8, 16]}}, data)
+        t = st_numpy.load_file(self.path("x.safetensors"))
+        np.testing.assert_array_equal(t["a"], (bf16.astype(np.uint32) << 16).view(np.float32))
+        self.assertEqual(t["a"].dtype, np.float32)
+        self.assertAlmostEqual(float(t["a"][1]), -2.5)
+        np.testing.assert_array_equal(t["b"].reshape(-1), f16)
+
+    def test_bad_input_names_file_and_tensor(self):
+        p = self.path("bad.safetensors")
+        self._write_raw(p, {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8)
+        with self.assertRaises(ValueError) as cm:
+            st_numpy.load_file(p)
+        self.assertIn("bad.safetensors", str(cm.exception))
+        self.assertIn("'w'", str(cm.exception))
+        self._write_raw(p, {"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}}, b"\0")
+        with self.assertRaisesRegex(ValueError, "unsupported dtype"):
+            st_numpy.load_file(p)
+        with open(p, "wb") as f:
+            f.write(b"\x05")
+        with self.assertRaisesRegex(ValueError, "bad.safetensors"):
+            st_numpy.load_file(p)
+
+
+class GoldenTest(unittest.TestCase):
+    """float32 against transformers (prompt logits, prefill caches, greedy decode)."""
+
+    def test_forward_and_greedy_match_transformers(self):
+        for name, d in MODELS.items():
+            g = golden_tensors(name)
+            model = te.Model(d)
+            engine = te.DecodeEngine(model)
+            L = model.cfg.num_layers
+            for i, p in enumerate(GOLDEN[name]["prompts"]):
+                with self.subTest(model=name, prompt=i):
+                    ids = p["ids"]
+                    cache = te.KVCache(L)
+                    logits = model.forward(ids, list(range(len(ids))), cache).numpy()
+                    self.assertLess(np.abs(logits - g[f"p{i}.prompt_logits"]).max(), TOL)
+                    ks, vs = cache.snapshot()
+                    for l in range(L):
+                        self.assertLess(np.abs(ks[l] - g[f"p{i}.prefill.layer{l}.k"]).max(), TOL)
+                        self.assertLess(np.abs(vs[l] - g[f"p{i}.prefill.layer{l}.v"]).max(), TOL)
+                    run = engine.run_cached(ids, 16)
+                    self.assertEqual(run.requests[0]["generated"], p["greedy_manual"])
+                    steps = np.stack([s.logits for s in run.steps])
+                    self.assertLess(np.abs(steps - g[f"p{i}.greedy.step_logits"]).max(), TOL)
+                    last = run.steps[-1]
+                    for l in range(L):
+                        self.assertLess(np.abs(last.cache_keys[l] - g[f"p{i}.final.layer{l}.k"]).max(), TOL)
+
+    def test_cached_matches_uncached(self):
+        for name, d in MODELS.items():
+            with self.subTest(model=name):
+                engine = te.DecodeEngine(te.Model(d))
+                c = engine.run_cached(PROMPT[name], 10)
+                u = engine.run_uncached(PROMPT[name], 10)
+                self.assertEqual(c.requests[0]["generated"], u.requests[0]["generated"])
+                for sc, su in zip(c.steps, u.steps):
+                    self.assertEqual((sc.fed_ids, sc.positions), (su.fed_ids, su.positions))
+                    self.assertLess(np.abs(sc.logits - su.logits).max(), TOL)
+                    for l in range(len(sc.cache_keys)):
+                        self.assertEqual(sc.cache_keys[l].shape, su.cache_keys[l].shape)
+                        self.assertLess(np.abs(sc.cache_keys[l] - su.cache_keys[l]).max(), TOL)
+                        self.assertLess(np.abs(sc.cache_values[l] - su.cache_values[l]).max(), TOL)
+
+
+class ReducedPrecisionTest(unittest.TestCase):
+    BOUND = {"bfloat16": 2.0, "float16": 0.25}  # loose: observed 0.86 and 0.08 on these models
+
+    def test_bf16_and_f16_close_but_not_equal(self):
+        for name, d in MODELS.items():
+            ref = te.DecodeEngine(te.Model(d)).run_cached(PROMPT[name], 4)
+            for dtype, bound in self.BOUND.items():
+                with self.subTest(model=name, dtype=dtype):
+                    engine = te.DecodeEngine(te.Model(d, dtype))
+                    run = engine.run_cached(PROMPT[name], 4)
+                    diff = np.abs(run.steps[0].logits - ref.steps[0].logits).max()
+                    self.assertGreater(diff, 0.0)
+                    self.assertLess(diff, bound)
+                    self.assertEqual(run.steps[0].chosen, ref.steps[0].chosen)
+                    k = torch.from_numpy(run.steps[0].cache_keys[1])
+                    rounded = k.bfloat16().float() if dtype == "bfloat16" else k.half().float()
+                    self.assertTrue(torch.equal(k, rounded), "cache not held in the reduced dtype")
+                    self.assertGreater(np.abs(run.steps[0].cache_keys[1] - ref.steps[0].cache_keys[1]).max(), 0)
+                    unc = engine.run_uncached(PROMPT[name], 4)
+                    self.assertLess(np.abs(unc.steps[0].logits - run.steps[0].logits).max(), bound)
+
+
+class BugTest(_Temp):
+    def setUp(self):
+        super().setUp()
+        self.gpt2 = te.Model(MODELS["gpt2"])
+        self.clean = te.DecodeEngine(self.gpt2).run_cached(PROMPT["gpt2"], 8)
+
+    def run_bug(self, bug, model=None, **kw):
+        return te.DecodeEngine(model or self.gpt2, bug, kw.pop("second_model", None)).run_cached(
+            PROMPT["gpt2"], 8, **kw)
+
+    def test_parse_bug(self):
+        self.assertEqual(te.parse_bug("wrong_layer:layer=2,source=0,step=3"),
+                         [{"name": "wrong_layer", "layer": 2, "source": 0, "step": 3}])
+        self.assertEqual(te.parse_bug("cross_request:prompt=5/6/7")[0]["prompt"], [5, 6, 7])
+        self.assertEqual(len(te.parse_bug("wrong_layer+cross_request")), 2)
+        for bad in ("nope", "wrong_layer:depth=1", "wrong_position:offset=x", "wrong_layer+duplicate_append"):
+            with self.assertRaises(ValueError):
+                te.parse_bug(bad)
+
+    def test_wrong_layer(self):
+        run = self.run_bug("wrong_layer:layer=2,source=0,step=3")
+        for s, c in zip(run.steps, self.clean.steps):
+            self.assertEqual(s.cache_keys[2].shape, c.cache_keys[2].shape)  # length stays right
+            same = np.array_equal(s.cache_keys[2], s.cache_keys[0]) and np.array_equal(s.cache_values[2], s.cache_values[0])
+            self.assertEqual(same, s.step >= 3)
+        self.assertGreater(np.abs(run.steps[3].logits - self.clean.steps[3].logits).max(), 1e-3)
+        with self.assertRaises(ValueError):
+            te.DecodeEngine(self.gpt2, "wrong_layer:layer=0,source=1").new_cache()
+
+    def test_cross_request(self):
+        run = self.run_bug("cross_request:step=3")
+        order = [(s.request, s.step) for s in run.steps]
+        self.assertEqual(order[:5], [(0, 0), (0, 1), (0, 2), (1, 0), (0, 3)])
+        self.assertEqual({s.slot for s in run.steps}, {0})
+        self.assertEqual([r["id"] for r in run.requests], [0, 1])
+        other = run.steps[3]
+        self.assertEqual(len(other.fed_ids), len(PROMPT["gpt2"]) + 2)
+        victim = run.steps[4]
+        n = other.cache_keys[0].shape[1]
+        for l in range(3):  # request 0 continues on request 1's records
+            np.testing.assert_array_equal(victim.cache_keys[l][:, :n], other.cache_keys[l])
+        self.assertEqual(victim.positions, [n])
+        self.assertGreater(np.abs(victim.logits - self.clean.steps[3].logits).max(), 1e-3)
+
+    def test_duplicate_append(self):
+        run = self.run_bug("duplicate_append:step=2")
+        lengths = [s.cache_keys[0].shape[1] for s in run.steps]
+        P = len(PROMPT["gpt2"])
+        self.assertEqual(lengths[:4], [P, P + 1, P + 3, P + 5])
+        self.assertEqual([s.positions[0] for s in run.steps[1:4]], [P, P + 1, P + 3])
+        k = run.steps[2].cache_keys[1]
+        np.testing.assert_array_equal(k[:, -1], k[:, -2])
+        np.testing.assert_array_equal(run.steps[2].logits, self.clean.steps[2].logits)  # one copy seen
+        self.assertGreater(np.abs(run.steps[3].logits - self.clean.steps[3].logits).max(), 1e-4)
+
+    def test_positions(self):
+        P = len(PROMPT["gpt2"])
+        run = self.run_bug("wrong_position:offset=-1,step=2")
+        self.assertEqual([s.positions[-1] for s in run.steps[:4]], [P - 1, P, P, P + 1])
+        run = self.run_bug("positions_from_zero")
+        self.assertEqual([s.positions for s in run.steps[1:4]], [[0], [0], [0]])
+        self.assertEqual([s.cache_keys[0].shape[1] for s in run.steps[1:3]], [P + 1, P + 2])
+
+    def test_stale_cache(self):
+        run = self.run_bug("stale_cache:step=4", second_model=os.path.join(HF, "models", "gpt2-updated"))
+        self.assertEqual([s.weights_version for s in run.steps], [0] * 4 + [1] * 4)
+        self.assertEqual(run.requests[0]["generated"][:4], self.clean.requests[0]["generated"][:4])
+        P = len(PROMPT["gpt2"])
+        for l in range(3):  # the old cache kept: rows of earlier steps unchanged
+            np.testing.assert_array_equal(run.steps[4].cache_keys[l][:, :P + 3], self.clean.steps[3].cache_keys[l])
+        self.assertGreater(np.abs(run.steps[4].logits - self.clean.steps[4].logits).max(), 1e-3)
+        self.assertEqual(self.gpt2.directory, MODELS["gpt2"])  # weights restored afterwards
+        with self.assertRaises(ValueError):
+            te.DecodeEngine(self.gpt2, "stale_cache")
+
+    def test_tie_rule_with_tied_checkpoint(self):
+        for name in MODELS:
+            with self.subTest(model=name):
+                tied_dir = self.path(f"tied-{name}")
+                info = record_run.make_tied_checkpoint(MODELS[name], tied_dir, PROMPT[name], tie_step=2)
+                a, b = info["token_a"], info["token_b"]
+                self.assertLess(a, b)
+                self.assertTrue(os.path.exists(os.path.join(tied_dir, "tokenizer.json")))
+                tied = te.Model(tied_dir)
+                lowest = te.DecodeEngine(tied).run_cached(PROMPT[name], 6)
+                self.assertEqual(lowest.requests[0]["generated"], info["clean_tokens"] + lowest.requests[0]["generated"][3:])
+                self.assertEqual(lowest.steps[2].tied, [a, b])
+                highest = te.DecodeEngine(tied, "tie_rule").run_cached(PROMPT[name], 6)
+                self.assertEqual(highest.requests[0]["generated"][:3], info["clean_tokens"][:2] + [b])
+                self.assertEqual(highest.injected[0]["step"], 2)
+
+    def test_rng_extra_draw(self):
+        same = [self.run_bug(None, temperature=0.8, seed=1234) for _ in range(2)]
+        self.assertEqual(same[0].requests[0]["generated"], same[1].requests[0]["generated"])
+        self.assertEqual([(s.rng_before, s.rng_after) for s in same[0].steps[:3]], [(0, 1), (1, 2), (2, 3)])
+        extra = self.run_bug("rng_extra_draw", temperature=0.8, seed=1234)
+        self.assertNotEqual(extra.requests[0]["generated"], same[0].requests[0]["generated"])
+        self.assertEqual([(s.rng_before, s.rng_after) for s in extra.steps[:3]], [(1, 2), (3, 4), (5, 6)])
+        with self.assertRaises(ValueError):
+            self.run_bug("rng_extra_draw")
+
+    def test_cache_bugs_on_llama_bf16(self):
+        llama = te.Model(MODELS["llama"], "bfloat16")
+        P = len(PROMPT["llama"])
+        run = te.DecodeEngine(llama, "wrong_layer:layer=1,source=0,step=2").run_cached(PROMPT["llama"], 4)
+        np.testing.assert_array_equal(run.steps[2].cache_keys[1], run.steps[2].cache_keys[0])
+        self.assertFalse(np.array_equal(run.steps[1].cache_keys[1], run.steps[1].cache_keys[0]))
+        run = te.DecodeEngine(llama, "duplicate_append").run_cached(PROMPT["llama"], 4)
+        self.assertEqual([s.cache_values[2].shape[1] for s in run.steps], [P, P + 2, P + 4, P + 6])
+        run = te.DecodeEngine(llama, "cross_request:step=2").run_cached(PROMPT["llama"], 4)
+        self.assertEqual([(s.request, s.step, s.slot) for s in run.steps],
+                         [(0, 0, 0), (0, 1, 0), (1, 0, 0), (0, 2, 0), (0, 3, 0)])
+
+    def test_reproduces_transformers_scenarios(self):
+        """The bugs as patched here give the runs transformers itself recorded
+        (tests/fixtures/hf/scenarios: tokens, positions, logits and caches)."""
+        scen, models = os.path.join(HF, "scenarios"), os.path.join(HF, "models")
+        cases = {"clean": {}, "wrong_layer": {"bug": "wrong_layer:layer=1,source=0,step=1"},
+                 "duplicate_append": {"bug": "duplicate_append"}, "wrong_position": {"bug": "wrong_position"},
+                 "positions_from_zero": {"bug": "positions_from_zero"},
+                 "cross_request": {"bug": "cross_request:step=4"},
+                 "stale_cache": {"bug": "stale_cache:step=5", "second": "gpt2-updated"},
+                 "tie_rule": {"bug": "tie_rule", "model": "gpt2-tied"},
+                 "rng_same_order": {"temperature": 0.8}, "rng_extra_draw": {"bug": "rng_extra_draw", "temperature": 0.8}}
+        for sc, c in cases.items():
+            if not os.path.exists(os.path.join(scen, f"gpt2.{sc}.json")):
+                continue
+            with self.subTest(scenario=sc):
+                meta = read_json(os.path.join(scen, f"gpt2.{sc}.json"))
+                ten = st_numpy.load_file(os.path.join(scen, f"gpt2.{sc}.safetensors"))
+                bug = te.parse_bug(c.get("bug"))
+                if sc == "cross_request":
+                    bug[0]["prompt"] = meta["request1_ids"]
+                model = te.Model(os.path.join(models, c["model"])) if "model" in c else self.gpt2
+                second = os.path.join(models, c["second"]) if "second" in c else None
+                run = te.DecodeEngine(model, bug, second).run_cached(
+                    meta["steps"][0]["input_ids"], len(meta["tokens"]), temperature=c.get("temperature", 0.0), seed=1234)
+                self.assertEqual(run.requests[0]["generated"], meta["tokens"])
+                self.assertEqual([(s.request, s.step) for s in run.steps], [(s["request"], s["step"]) for s in meta["steps"]])
+                for s in run.steps:
+                    key = f"r{s.request}.s{s.step}"
+                    self.assertEqual(s.positions, ten[key + ".positions"].tolist())
+                    self.assertLess(np.abs(s.logits - ten[key + ".logits"][-1]).max(), TOL)
+                    for l in range(3):
+                        self.assertLess(np.abs(s.cache_keys[l] - ten[f"{key}.layer{l}.k"]).max(), TOL)
+                        self.assertLess(np.abs(s.cache_values[l] - ten[f"{key}.layer{l}.v"]).max(), TOL)
+
+
+class TraceTest(_Temp):
+    def test_written_trace_reads_back(self):
+        out = self.path("clean.kvtrace")
+        s = record_run.record(MODELS["llama"], out, PROMPT["llama"], 5, dtype="bfloat16")
+        t = kvtrace.read_trace(out)
+        self.assertEqual((t.mode, t.engine, len(t.steps)), ("cached", "torch_engine.py", 5))
+        m = t.model
+        self.assertEqual((m["architecture"], m["num_layers"], m["num_heads"], m["num_kv_heads"], m["head_dim"],
+                          m["vocab_size"], m["compute_dtype"], m["stored_dtype"]),
+                         ("llama", 3, 4, 2, 16, 1200, "bfloat16", "F32"))
+        self.assertEqual(m["fingerprint"], kvtrace.model_fingerprint(MODELS["llama"]))
+        self.assertEqual(t.requests[0]["generated"], s["generated"])
+        self.assertEqual(t.requests[0]["policy"]["temperature"], 0.0)
+        P = len(PROMPT["llama"])
+        self.assertEqual([st.layers[0].cache_length for st in t.steps], [P + i for i in range(5)])
+        self.assertEqual([st.layers[0].keys.shape[1] for st in t.steps], [P, 1, 1, 1, 1])
+        self.assertTrue(t.has_snapshots())
+        self.assertEqual([st.chosen for st in t.steps], s["generated"])
+
+    def test_uncached_and_two_request_traces(self):
+        out = self.path("ref.kvtrace")
+        record_run.record(MODELS["gpt2"], out, PROMPT["gpt2"], 4, uncached=True, temperature=0.7, seed=5)
+        t = kvtrace.read_trace(out)
+        self.assertEqual(t.mode, "uncached")
+        self.assertEqual(t.steps[2].fed_ids, [t.requests[0]["generated"][1]])
+        self.assertEqual(t.requests[0]["policy"]["generator"], "torch")
+        out = self.path("cross.kvtrace")
+        s = record_run.record(MODELS["gpt2"], out, PROMPT["gpt2"], 6, bug="cross_request:step=3")
+        t = kvtrace.read_trace(out)
+        self.assertEqual([r["id"] for r in t.requests], [0, 1])
+        self.assertEqual([(st.request, st.tick, st.slot) for st in t.steps][2:5], [(0, 2, 0), (1, 3, 0), (0, 4, 0)])
+        self.assertEqual(s["injected"][0]["bug"], "cross_request")
+        out = self.path("stale.kvtrace")
+        record_run.record(MODELS["gpt2"], out, PROMPT["gpt2"], 6, bug="stale_cache:step=3",
+                          second_model=os.path.join(HF, "models", "gpt2-updated"))
+        t = kvtrace.read_trace(out)
+        self.assertEqual([st.weights_version for st in t.steps], [0, 0, 0, 1, 1, 1])
+
+    def test_command_line(self):
+        out = self.path("cli.kvtrace")
+        ids = ",".join(map(str, PROMPT["gpt2"]))
+        p = subprocess.run([sys.executable, os.path.join(HERE, "record_run.py"), "--model", MODELS["gpt2"],
+                            "--prompt-ids", ids, "--max-new", "3", "--bug", "wrong_position:offset=-1",
+                            "--out", out], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        summary = json.loads(p.stdout)
+        self.assertEqual(len(summary["generated"]), 3)
+        self.assertEqual(len(kvtrace.read_trace(out).steps), 3)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = record_run.main(["--model", MODELS["gpt2"], "--prompt-ids", ids, "--max-new", "2",
+                                  "--bug", "bogus", "--out", self.path("x.kvtrace")])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown bug 'bogus'", err.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()

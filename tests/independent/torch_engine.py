@@ -1,0 +1,362 @@
+"""An independent PyTorch decode engine: the decode loop over torch_model.Model, the bugs
+patched in the way engines really have them, and the token chooser.
+
+It shares no code with KV Scope's C++ core. `DecodeEngine.run_cached` is the engine under
+test (step 0 feeds the prompt, then one generated token per step with the cache, positions
+from `cache.get_seq_length()`); `run_uncached` is its reference (the whole prefix
+recomputed in a fresh cache every step). Both return a `RunLog` that record_run.py writes
+as a KV Scope trace.
+
+Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
+  wrong_layer:layer=L,source=J,step=S   a cache subclass: from step S, update() of layer L
+                                        replaces L's whole cache with a copy of J's
+  cross_request:step=S[,prompt=a/b/c]   request 1 prefilled into request 0's cache object
+                                        between request 0's steps S-1 and S
+  duplicate_append:step=S               a cache subclass: update() appends every record twice
+  wrong_position:offset=O,step=S        decode positions past_len + O
+  positions_from_zero:step=S            decode positions restart at 0
+  stale_cache:step=S                    weights swapped to the second checkpoint before step S,
+                                        the old cache kept (weights_version 1 from S)
+  tie_rule                              greedy ties broken toward the highest id
+  rng_extra_draw:step=S                 one extra torch.rand draw before each sample from S
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_model import DTYPES, KVCache, Model, ModelConfig, Precision  # noqa: E402,F401
+
+
+# ----------------------------------------------------------------------------- bugs
+
+# name -> {parameter: default}; `step` is the first step the bug acts on.
+BUG_PARAMS: Dict[str, Dict[str, object]] = {
+    "wrong_layer": {"layer": 1, "source": 0, "step": 1},
+    "cross_request": {"step": 4, "prompt": None},
+    "duplicate_append": {"step": 1},
+    "wrong_position": {"offset": -1, "step": 1},
+    "positions_from_zero": {"step": 1},
+    "stale_cache": {"step": 5},
+    "tie_rule": {},
+    "rng_extra_draw": {"step": 0},
+}
+CACHE_BUGS = ("wrong_layer", "duplicate_append")
+POLICY_BUGS = ("tie_rule", "rng_extra_draw")
+
+
+def parse_bug(spec) -> List[Dict[str, object]]:
+    """Parses `NAME[:k=v,...][+NAME...]` (or a dict, or a list of dicts) into a list of
+    {"name": NAME, params...} with the defaults of BUG_PARAMS filled in. Integer values;
+    `prompt` of cross_request is token ids joined by '/'."""
+    if spec is None or spec == "" or spec == []:
+        return []
+    if isinstance(spec, dict):
+        items = [dict(spec)]
+    elif isinstance(spec, list):
+        items = [dict(s) for s in spec]
+    else:
+        items = []
+        for part in str(spec).split("+"):
+            name, _, rest = part.strip().partition(":")
+            item: Dict[str, object] = {"name": name}
+            for kv in filter(None, rest.split(",")):
+                k, eq, v = kv.partition("=")
+                if not eq:
+                    raise ValueError(f"bug {name}: parameter {kv!r} is not k=v")
+                item[k.strip()] = v.strip()
+            items.append(item)
+    out = []
+    for item in items:
+        name = item.pop("name", None)
+        if name not in BUG_PARAMS:
+            raise ValueError(f"unknown bug {name!r} (known: {', '.join(BUG_PARAMS)})")
+        params = dict(BUG_PARAMS[name])
+        for k, v in item.items():
+            if k not in params:
+                raise ValueError(f"bug {name}: unknown parameter {k!r} (known: {', '.join(params) or 'none'})")
+            try:
+                if k == "prompt":
+                    params[k] = [int(t) for t in (v.split("/") if isinstance(v, str) else v)]
+                else:
+                    params[k] = int(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"bug {name}: parameter {k}={v!r} is not an integer") from None
+        out.append({"name": name, **params})
+    names = [b["name"] for b in out]
+    if len(set(names)) != len(names) or sum(n in CACHE_BUGS for n in names) > 1:
+        raise ValueError(f"bugs {names}: each bug once, and at most one of {CACHE_BUGS}")
+    return out
+
+
+class WrongLayerCache(KVCache):
+    """From step `from_step` on, update() for `layer` replaces that layer's WHOLE cache
+    (prefix rows too) with a copy of layer `source`'s and returns it; the length stays
+    right. Steps are counted by update() calls per layer (step 0 = the prefill)."""
+
+    def __init__(self, num_layers: int, layer: int, source: int, from_step: int):
+        super().__init__(num_layers)
+        if not 0 <= source < layer < num_layers:
+            raise ValueError(f"wrong_layer needs 0 <= source < layer < {num_layers} "
+                             f"(source {source}, layer {layer}): the source must be updated first")
+        self.layer, self.source, self.from_step = layer, source, from_step
+        self.calls = [0] * num_layers
+
+    def update(self, layer_idx, k_new, v_new):
+        step = self.calls[layer_idx]
+        self.calls[layer_idx] += 1
+        k_all, v_all = super().update(layer_idx, k_new, v_new)
+        if layer_idx == self.layer and step >= self.from_step:
+            self.keys[layer_idx] = self.keys[self.source].clone()
+            self.values[layer_idx] = self.values[self.source].clone()
+            return self.keys[layer_idx], self.values[layer_idx]
+        return k_all, v_all
+
+
+class DuplicateAppendCache(KVCache):
+    """From step `from_step` on, update() appends each new record twice and returns the
+    cache with both copies (get_seq_length() then reports the inflated length)."""
+
+    def __init__(self, num_layers: int, from_step: int):
+        super().__init__(num_layers)
+        self.from_step = from_step
+        self.calls = [0] * num_layers
+
+    def update(self, layer_idx, k_new, v_new):
+        step = self.calls[layer_idx]
+        self.calls[layer_idx] += 1
+        if step >= self.from_step:
+            k_new, v_new = torch.cat([k_new, k_new], dim=2), torch.cat([v_new, v_new], dim=2)
+        return super().update(layer_idx, k_new, v_new)
+
+
+# ----------------------------------------------------------------------------- choosing
+
+class TokenChooser:
+    """Greedy (torch.argmax: ties to the lowest id) or temperature sampling with
+    torch.multinomial and a per-request torch.Generator. `draws` counts generator calls."""
+
+    def __init__(self, temperature: float = 0.0, seed: int = 0, tie_highest: bool = False,
+                 extra_draw_from: Optional[int] = None):
+        if temperature < 0:
+            raise ValueError(f"temperature {temperature} must be >= 0")
+        self.temperature, self.seed = float(temperature), int(seed)
+        self.tie_highest, self.extra_draw_from = tie_highest, extra_draw_from
+        self.generator = torch.Generator().manual_seed(self.seed) if temperature > 0 else None
+        self.draws = 0
+
+    def policy(self) -> Dict[str, object]:
+        """The policy the trace declares (the intended one, whatever the bug)."""
+        if self.temperature == 0:
+            return {"temperature": 0.0}
+        return {"temperature": self.temperature, "seed": self.seed, "generator": "torch"}
+
+    def choose(self, row: torch.Tensor, step: int) -> Tuple[int, int, int]:
+        """(token, draws before the choosing draw, draws after) for a float32 row [V]."""
+        if self.generator is None:
+            if self.tie_highest:  # the bug: the last of the maxima
+                return int(row.numel() - 1 - torch.argmax(row.flip(0))), self.draws, self.draws
+            return int(torch.argmax(row)), self.draws, self.draws
+        if self.extra_draw_from is not None and step >= self.extra_draw_from:
+            torch.rand(1, generator=self.generator)  # the bug: one draw too many
+            self.draws += 1
+        before = self.draws
+        probs = torch.softmax(row / self.temperature, dim=-1)
+        token = int(torch.multinomial(probs, 1, generator=self.generator)[0])
+        self.draws += 1
+        return token, before, self.draws
+
+
+# ----------------------------------------------------------------------------- decode loop
+
+class StepLog:
+    """What one step of the engine did (one row of the trace)."""
+
+    def __init__(self, **kw):
+        self.request: int = kw["request"]
+        self.step: int = kw["step"]
+        self.fed_ids: List[int] = list(kw["fed_ids"])
+        self.positions: List[int] = list(kw["positions"])
+        self.chosen: int = kw["chosen"]
+        self.logits: np.ndarray = kw["logits"]
+        self.cache_keys: List[np.ndarray] = kw["cache_keys"]
+        self.cache_values: List[np.ndarray] = kw["cache_values"]
+        self.weights_version: int = kw.get("weights_version", 0)
+        self.slot: int = kw.get("slot", 0)
+        self.events: List[str] = list(kw.get("events", ()))
+        self.rng_before: int = kw.get("rng_before", 0)
+        self.rng_after: int = kw.get("rng_after", 0)
+        top = float(self.logits.max())
+        self.tied: List[int] = [int(i) for i in np.flatnonzero(self.logits == top)]
+
+
+class RunLog:
+    """A whole run: requests (dicts for TraceWriter.add_request), steps in engine order,
+    and `injected` (where each bug acted)."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.requests: List[Dict[str, object]] = []
+        self.steps: List[StepLog] = []
+        self.injected: List[Dict[str, object]] = []
+        self.weights_dirs: List[str] = []
+
+
+class DecodeEngine:
+    """The decode loop: step 0 feeds the prompt, then one generated token per step with
+    the cache; positions = cache.get_seq_length() + i. `bugs` (parse_bug) patch it."""
+
+    def __init__(self, model: Model, bugs=None, second_model: Optional[str] = None):
+        self.model = model
+        self.bugs = {b["name"]: b for b in parse_bug(bugs)}
+        self.second_model = second_model
+        if "stale_cache" in self.bugs and not second_model:
+            raise ValueError("stale_cache needs a second checkpoint (second_model / --second-model)")
+        for name in ("cross_request", "stale_cache"):
+            if name in self.bugs and self.bugs[name]["step"] < 1:
+                raise ValueError(f"{name}: step must be >= 1 (it acts between two steps)")
+
+    def new_cache(self) -> KVCache:
+        """A fresh cache object, patched when a cache bug is selected."""
+        L = self.model.cfg.num_layers
+        if "wrong_layer" in self.bugs:
+            b = self.bugs["wrong_layer"]
+            return WrongLayerCache(L, b["layer"], b["source"], b["step"])
+        if "duplicate_append" in self.bugs:
+            return DuplicateAppendCache(L, self.bugs["duplicate_append"]["step"])
+        return KVCache(L)
+
+    def new_chooser(self, temperature: float, seed: int) -> TokenChooser:
+        """The request's token chooser, patched by tie_rule / rng_extra_draw."""
+        tie = "tie_rule" in self.bugs
+        extra = self.bugs["rng_extra_draw"]["step"] if "rng_extra_draw" in self.bugs else None
+        if tie and temperature > 0:
+            raise ValueError("tie_rule acts on greedy decoding: use temperature 0")
+        if extra is not None and temperature <= 0:
+            raise ValueError("rng_extra_draw acts on sampling: give a temperature > 0")
+        return TokenChooser(temperature, seed, tie_highest=tie, extra_draw_from=extra)
+
+    def positions(self, past: int, n: int, step: int) -> List[int]:
+        """Position ids of the fed tokens: past_len + i, or what a position bug makes."""
+        b = self.bugs.get("wrong_position")
+        if b and step >= b["step"]:
+            return [past + b["offset"] + i for i in range(n)]
+        b = self.bugs.get("positions_from_zero")
+        if b and step >= b["step"]:
+            return list(range(n))
+        return [past + i for i in range(n)]
+
+    def _log(self, run: RunLog, cache: KVCache, logits: torch.Tensor, **kw) -> StepLog:
+        ks, vs = cache.snapshot()
+        st = StepLog(logits=logits[-1].numpy().copy(), cache_keys=ks, cache_values=vs, **kw)
+        run.steps.append(st)
+        return st
+
+    def run_cached(self, prompt_ids: List[int], max_new: int, temperature: float = 0.0,
+                   seed: int = 0) -> RunLog:
+        """The cached run of request 0 (and request 1 for cross_request)."""
+        if max_new < 1 or not prompt_ids:
+            raise ValueError("need a prompt and max_new >= 1")
+        run = RunLog("cached")
+        run.weights_dirs = [self.model.directory]
+        model, version = self.model, 0
+        original_dir = model.directory
+        cache = self.new_cache()
+        chooser = self.new_chooser(temperature, seed)
+        tokens: List[int] = []
+        fed = list(prompt_ids)
+        run.requests.append({"id": 0, "prompt_ids": list(prompt_ids), "generated": tokens,
+                             "policy": chooser.policy(), "max_new_tokens": max_new})
+        try:
+            for step in range(max_new):
+                b = self.bugs.get("stale_cache")
+                if b and step == b["step"]:
+                    model.load_weights(self.second_model)  # new weights, the old cache kept
+                    version = 1
+                    run.weights_dirs.append(self.second_model)
+                    run.injected.append({"bug": "stale_cache", "step": step, "weights": self.second_model})
+                b = self.bugs.get("cross_request")
+                if b and step == b["step"]:
+                    self._reuse_slot(run, cache, b, list(prompt_ids) + tokens[:step - 1],
+                                     temperature, seed, version)
+                past = cache.get_seq_length()
+                pos = self.positions(past, len(fed), step)
+                logits = model.forward(fed, pos, cache)
+                tok, before, after = chooser.choose(logits[-1], step)
+                self._log(run, cache, logits, request=0, step=step, fed_ids=fed, positions=pos,
+                          chosen=tok, weights_version=version, slot=0,
+                          events=["arrival"] if step == 0 else [], rng_before=before, rng_after=after)
+                tokens.append(tok)
+                fed = [tok]
+        finally:
+            if model.directory != original_dir:
+                model.load_weights(original_dir)
+        self._note_injections(run)
+        return run
+
+    def _reuse_slot(self, run: RunLog, cache: KVCache, bug: dict, stream0: List[int],
+                    temperature: float, seed: int, version: int) -> None:
+        """cross_request: request 1 arrives and is prefilled into request 0's cache object
+        (the slot is cleared and refilled, as a reused slot is); request 0 is not told."""
+        other = bug["prompt"] or list(reversed(stream0))
+        chooser = TokenChooser(temperature, seed + 1)
+        cache.reset()
+        pos = list(range(len(other)))
+        logits = self.model.forward(other, pos, cache)
+        tok, before, after = chooser.choose(logits[-1], 0)
+        run.requests.append({"id": 1, "prompt_ids": other, "generated": [tok],
+                             "policy": chooser.policy(), "max_new_tokens": 1})
+        self._log(run, cache, logits, request=1, step=0, fed_ids=other, positions=pos, chosen=tok,
+                  weights_version=version, slot=0, events=["arrival"], rng_before=before,
+                  rng_after=after)
+        run.injected.append({"bug": "cross_request", "step": bug["step"], "victim_request": 0,
+                             "other_prompt_len": len(other)})
+
+    def _note_injections(self, run: RunLog) -> None:
+        """Adds where the loop/cache bugs acted to run.injected."""
+        for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
+                     "rng_extra_draw"):
+            if name in self.bugs:
+                run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
+        if "tie_rule" in self.bugs:
+            ties = [s.step for s in run.steps if len(s.tied) > 1]
+            flips = [s.step for s in run.steps if len(s.tied) > 1 and s.chosen != s.tied[0]]
+            run.injected.append({"bug": "tie_rule", "tie_steps": ties, "step": flips[0] if flips else None,
+                                 "tied_tokens": run.steps[flips[0]].tied if flips else []})
+
+    def run_uncached(self, prompt_ids: List[int], max_new: int, temperature: float = 0.0,
+                     seed: int = 0) -> RunLog:
+        """The reference run: every step recomputes the whole prefix in a fresh cache and
+        records the last position's logits and that pass's full cache. Only the policy
+        bugs (tie_rule, rng_extra_draw) apply."""
+        if set(self.bugs) - set(POLICY_BUGS):
+            raise ValueError(f"the uncached reference takes only policy bugs {POLICY_BUGS}, not "
+                             f"{sorted(set(self.bugs) - set(POLICY_BUGS))}")
+        if max_new < 1 or not prompt_ids:
+            raise ValueError("need a prompt and max_new >= 1")
+        run = RunLog("uncached")
+        run.weights_dirs = [self.model.directory]
+        chooser = self.new_chooser(temperature, seed)
+        tokens: List[int] = []
+        run.requests.append({"id": 0, "prompt_ids": list(prompt_ids), "generated": tokens,
+                             "policy": chooser.policy(), "max_new_tokens": max_new})
+        stream = list(prompt_ids)
+        for step in range(max_new):
+            cache = KVCache(self.model.cfg.num_layers)
+            logits = self.model.forward(stream, list(range(len(stream))), cache)
+            tok, before, after = chooser.choose(logits[-1], step)
+            fed = stream if step == 0 else stream[-1:]
+            pos = list(range(len(stream))) if step == 0 else [len(stream) - 1]
+            self._log(run, cache, logits, request=0, step=step, fed_ids=list(fed), positions=pos,
+                      chosen=tok, slot=0, events=["arrival"] if step == 0 else [],
+                      rng_before=before, rng_after=after)
+            tokens.append(tok)
+            stream.append(tok)
+        self._note_injections(run)
+        return run

@@ -1,0 +1,271 @@
+"""The audit on runs KV Scope did not record: every transformers-recorded scenario and every
+independent-engine run (gpt2 and llama; float32 and bfloat16 compute; greedy and
+torch-sampled) must give the expected root findings, first step and first layer, nothing
+else, and every clean run nothing but `drift`. One table of all rows is printed.
+
+Run: /usr/bin/python3 -m unittest discover -s tests/scenarios -p "test_*.py"
+(needs numpy, torch and a built kvscope-cli; $KVSCOPE_CLI names it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "independent"))
+import foreign_runs as fr  # noqa: E402
+import scenario_to_trace  # noqa: E402
+
+try:
+    import torch  # noqa: F401
+    import record_run
+    import st_numpy
+    HAVE_TORCH = True
+except ImportError:  # the independent engine needs torch; the scenarios do not
+    if os.environ.get("CI"):  # CI installs python3-torch (scripts/setup.sh): a skip there hides a break
+        raise
+    HAVE_TORCH = False
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "hf")
+MODELS = os.path.join(FIXTURES, "models")
+SCENARIOS = os.path.join(FIXTURES, "scenarios")
+ROWS = [["source", "run", "mode", "expected", "got (root findings; consequences)", "first", "result"]]
+FAILURES = []
+
+
+def record_row(source, run, mode, expect, out, problems):
+    got = ", ".join(out.roots) or "-"
+    if out.consequences:
+        got += "; " + ", ".join(f"{c} (caused)" for c in out.consequences)
+    if out.error:
+        got = out.error[:60]
+    want = ", ".join(expect.findings) or "none"
+    if expect.first_step is not None:
+        want += f" @s{expect.first_step}" + (f" L{expect.first_layer}" if expect.first_layer is not None else "")
+    ROWS.append([source, run, mode, want, got, out.where(), "ok" if not problems else "FAIL"])
+    if problems:
+        FAILURES.append(f"{source} {run} ({mode}): " + "; ".join(problems))
+
+
+def tearDownModule():
+    print("\nKV Scope audit on foreign runs (" + str(len(ROWS) - 1) + " runs):\n" + fr.table(ROWS) + "\n")
+
+
+def check(case, source, run, mode, expect, out):
+    problems = out.problems(expect)
+    record_row(source, run, mode, expect, out, problems)
+    case.assertEqual(problems, [], f"{source} {run} ({mode})")
+
+
+@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+class TransformersScenarioTest(unittest.TestCase):
+    """tests/fixtures/hf/scenarios: real runs of transformers' decode loop, converted."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="kvscope-scenarios-")
+        cls.traces = {}
+        for name in sorted(os.listdir(SCENARIOS)):
+            if not name.endswith(".json"):
+                continue
+            with open(os.path.join(SCENARIOS, name), encoding="utf-8") as f:
+                doc = json.load(f)
+            model = {"gpt2-updated": "gpt2"}.get(doc["model"], doc["model"])  # version 0 of the update
+            out = os.path.join(cls.tmp, name[:-5] + ".kvtrace")
+            scenario_to_trace.convert(os.path.join(SCENARIOS, name), os.path.join(MODELS, model), out)
+            cls.traces[name[:-5]] = (doc, os.path.join(MODELS, model), out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_every_scenario_with_the_model(self):
+        for name, (doc, model, trace) in sorted(self.traces.items()):
+            with self.subTest(scenario=name):
+                expect = fr.scenario_expectation(doc)
+                extra = []
+                if doc["model"] == "gpt2-updated":
+                    extra = ["--weights-version", "1=" + os.path.join(MODELS, "gpt2-updated")]
+                if name.endswith("rng_extra_draw"):
+                    # torch's generator cannot be replayed: alone, the run is not evidence.
+                    expect = fr.Expectation([])
+                out = fr.audit(trace, model=model, extra=extra)
+                check(self, "transformers", name.split(".", 1)[1], "model+trace", expect, out)
+
+    def test_torch_sampled_runs_in_trace_mode(self):
+        _, _, same = self.traces["gpt2.rng_same_order"]
+        _, _, extra = self.traces["gpt2.rng_extra_draw"]
+        out = fr.audit(same, reference_trace=same)
+        check(self, "transformers", "rng_same_order vs itself", "trace+trace", fr.Expectation([]), out)
+        out = fr.audit(extra, reference_trace=same)
+        check(self, "transformers", "rng_extra_draw vs rng_same_order", "trace+trace", fr.Expectation(["rng_order"], 0), out)
+        ev = next(f for f in out.report["findings"] if f["id"] == "rng_order")["evidence"]
+        self.assertEqual(ev["seed"], 1234)
+        self.assertGreater(ev["chosen_probability"], 0)
+        self.assertGreater(ev["reference_probability"], 0)
+        self.assertLessEqual(ev["max_logit_error"], ev["tolerance"])
+
+    def test_sampled_run_alone_says_the_replay_was_not_checked(self):
+        _, model, trace = self.traces["gpt2.rng_extra_draw"]
+        out = fr.audit(trace, model=model)
+        policy = next(s for s in out.report["stages"] if s["id"] == "policy")
+        self.assertTrue(any(c.startswith("not checked:") and "'torch'" in c for c in policy["checks"]), policy["checks"])
+        self.assertTrue(any(c.startswith("ok:") and "eligible" in c for c in policy["checks"]), policy["checks"])
+
+    def test_stale_cache_value_evidence_needs_both_checkpoints(self):
+        doc, model, trace = self.traces["gpt2.stale_cache"]
+        both = fr.audit(trace, model=model, extra=["--weights-version", "1=" + os.path.join(MODELS, "gpt2-updated")])
+        ev = next(f for f in both.report["findings"] if f["id"] == "stale_cache")["evidence"]
+        self.assertLessEqual(ev["reused_vs_old_weights"], ev["tolerance"])
+        self.assertGreater(ev["reused_vs_new_weights"], ev["tolerance"])
+        self.assertLessEqual(ev["fresh_vs_new_weights"], ev["tolerance"])
+        one = fr.audit(trace, model=model)
+        self.assertEqual(one.roots, ["stale_cache"])
+        cache = next(s for s in one.report["stages"] if s["id"] == "cache")
+        unchecked = [c for c in cache["checks"] if c.startswith("not checked:")]
+        self.assertEqual(len(unchecked), 1, cache["checks"])
+        first = doc["expect"]["weights_changed_before_step"]
+        self.assertIn(f"r0s{first}", unchecked[0])
+        self.assertIn("--weights-version 1=DIR", unchecked[0])
+        self.assertIn("values not checked", one.report["findings"][0]["explanation"])
+
+
+def _updated_checkpoint(src: str, dst: str, seed: int = 7) -> str:
+    """A copy of `src` whose attention k/v projection weights changed, as after a training
+    step (the second checkpoint of a weight-update run)."""
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if not name.endswith(".safetensors"):
+            shutil.copy2(os.path.join(src, name), os.path.join(dst, name))
+    weights = st_numpy.load_checkpoint(src)
+    rng = np.random.default_rng(seed)
+    for k, v in list(weights.items()):
+        if any(p in k for p in ("k_proj.weight", "v_proj.weight", "attn.c_attn.weight")):
+            w = v.astype(np.float32)
+            weights[k] = w + 0.3 * float(np.abs(w).mean()) * rng.standard_normal(w.shape).astype(np.float32)
+    st_numpy.save_file(os.path.join(dst, "model.safetensors"), weights, {"format": "pt"})
+    return dst
+
+
+PROMPTS = {"gpt2": [33, 85, 68, 300, 290, 926, 995, 302, 434, 847, 275, 768, 89, 978, 14],
+           "llama": [0, 34, 86, 69, 301, 291, 938, 1014, 303, 435, 856, 276, 781, 90, 996, 15]}
+SAMPLED = {"temperature": 0.8, "seed": 4321}
+
+# name -> (bug spec, sampled?, expectation). Steps count as the trace does (0 = prefill).
+ENGINE_RUNS = {
+    "clean": (None, False, fr.Expectation([])),
+    "clean sampled": (None, True, fr.Expectation([])),
+    "wrong_layer L1<-L0 from s2": ("wrong_layer:layer=1,source=0,step=2", False, fr.Expectation(["wrong_layer"], 2, 1)),
+    "wrong_layer L2<-L1 from s3": ("wrong_layer:layer=2,source=1,step=3", False, fr.Expectation(["wrong_layer"], 3, 2)),
+    "wrong_layer sampled": ("wrong_layer:layer=2,source=0,step=3", True, fr.Expectation(["wrong_layer"], 3, 2)),
+    "cross_request at s4": ("cross_request:step=4", False, fr.Expectation(["cross_request"], 4, 0)),
+    "wrong_layer + cross_request": ("wrong_layer:layer=1,source=0,step=1+cross_request:step=4", False,
+                                    fr.Expectation(["wrong_layer", "cross_request"], 1, 1)),
+    "duplicate_append from s2": ("duplicate_append:step=2", False, fr.Expectation(["duplicate_append"], 2, 0)),
+    "wrong_position -1 from s2": ("wrong_position:offset=-1,step=2", False, fr.Expectation(["position"], 2, 0)),
+    "positions_from_zero": ("positions_from_zero:step=1", False, fr.Expectation(["position"], 1, 0)),
+    "stale_cache at s4": ("stale_cache:step=4", False, fr.Expectation(["stale_cache"], 4)),
+}
+
+
+@unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
+@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+class IndependentEngineTest(unittest.TestCase):
+    """tests/independent: a PyTorch engine that shares no code with KV Scope's core."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="kvscope-engine-")
+        cls.updated = {m: _updated_checkpoint(os.path.join(MODELS, m), os.path.join(cls.tmp, m + "-updated"))
+                       for m in PROMPTS}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def _record(self, model, dtype, name, bug=None, sampled=False, uncached=False, model_dir=None):
+        out = os.path.join(self.tmp, f"{model}.{dtype}.{name.replace(' ', '_')}{'.uncached' if uncached else ''}.kvtrace")
+        kw = dict(SAMPLED) if sampled else {}
+        second = self.updated[model] if bug and "stale_cache" in bug else None
+        summary = record_run.record(model_dir or os.path.join(MODELS, model), out, PROMPTS[model], 10, dtype=dtype,
+                                    bug=bug, uncached=uncached, second_model=second, **kw)
+        return out, summary
+
+    def _matrix(self, dtype):
+        for model in PROMPTS:
+            for name, (bug, sampled, expect) in ENGINE_RUNS.items():
+                with self.subTest(model=model, dtype=dtype, run=name):
+                    trace, _ = self._record(model, dtype, name, bug, sampled)
+                    extra = ["--weights-version", "1=" + self.updated[model]] if bug and "stale_cache" in bug else []
+                    out = fr.audit(trace, model=os.path.join(MODELS, model), extra=extra)
+                    check(self, f"engine {model} {dtype}", name, "model+trace", expect, out)
+
+    def test_float32_runs(self):
+        self._matrix("float32")
+
+    def test_bfloat16_runs(self):
+        self._matrix("bfloat16")
+
+    def test_float16_runs(self):
+        """float16 compute (emulated: every op rounded to float16), a few rows."""
+        for model in PROMPTS:
+            for name in ("clean", "clean sampled", "wrong_layer L2<-L1 from s3", "wrong_position -1 from s2"):
+                bug, sampled, expect = ENGINE_RUNS[name]
+                with self.subTest(model=model, run=name):
+                    trace, _ = self._record(model, "float16", name, bug, sampled)
+                    check(self, f"engine {model} float16", name, "model+trace", expect,
+                          fr.audit(trace, model=os.path.join(MODELS, model)))
+
+    def test_bfloat16_tolerances_are_the_ones_exercised(self):
+        trace, _ = self._record("llama", "bfloat16", "clean")
+        out = fr.audit(trace, model=os.path.join(MODELS, "llama"))
+        self.assertEqual(out.report["dtype"], "bfloat16")
+        self.assertIn("bfloat16", out.report["tolerance_rule"])
+        steps = out.report["steps"]
+        # Real bf16 noise sits above the float32 tolerance and below the bf16 one.
+        worst = max(max(s["key_error"]) for s in steps)
+        self.assertGreater(worst, 1e-2, "the bf16 run should carry bf16-sized noise")
+        for s in steps:
+            for err, tol in zip(s["key_error"], s["key_tolerance"]):
+                self.assertLessEqual(err, tol)
+            self.assertLess(s["key_tolerance"][0], s["key_tolerance"][-1], "the tolerance grows with depth")
+
+    def test_tie_rule(self):
+        for model in PROMPTS:
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(model=model, dtype=dtype):
+                    tied = os.path.join(self.tmp, f"{model}-tied-{dtype}")
+                    info = record_run.make_tied_checkpoint(os.path.join(MODELS, model), tied, PROMPTS[model], tie_step=2,
+                                                           dtype=dtype)
+                    trace, _ = self._record(model, dtype, "tie_rule", "tie_rule", model_dir=tied)
+                    out = fr.audit(trace, model=tied)
+                    check(self, f"engine {model} {dtype}", "tie_rule (highest index)", "model+trace",
+                          fr.Expectation(["tie_rule"], info["step"]), out)
+
+    def test_sampled_runs_in_trace_mode(self):
+        for model in PROMPTS:
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(model=model, dtype=dtype):
+                    clean, _ = self._record(model, dtype, "pair clean", None, True)
+                    uncached, _ = self._record(model, dtype, "pair clean", None, True, uncached=True)
+                    extra, _ = self._record(model, dtype, "pair extra draw", "rng_extra_draw", True)
+                    src = f"engine {model} {dtype}"
+                    check(self, src, "clean sampled vs itself", "trace+trace", fr.Expectation([]),
+                          fr.audit(clean, reference_trace=clean))
+                    check(self, src, "clean sampled vs its uncached run", "trace+trace", fr.Expectation([]),
+                          fr.audit(clean, reference_trace=uncached))
+                    check(self, src, "rng_extra_draw vs uncached", "trace+trace", fr.Expectation(["rng_order"]),
+                          fr.audit(extra, reference_trace=uncached))
+
+
+if __name__ == "__main__":
+    unittest.main()
