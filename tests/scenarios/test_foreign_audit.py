@@ -267,5 +267,112 @@ class IndependentEngineTest(unittest.TestCase):
                           fr.audit(extra, reference_trace=uncached))
 
 
+def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:
+    """A random-weight Llama of the fixture's width with `layers` layers (HF names, one
+    F32 file, the fixture's tokenizer): depth for the tolerance and trace+trace tests."""
+    src = os.path.join(MODELS, "llama")
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if name.endswith(".json") and name != "config.json":
+            shutil.copy2(os.path.join(src, name), dst)
+    with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["num_hidden_layers"] = layers
+    with open(os.path.join(dst, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)
+    raw = st_numpy.load_checkpoint(src)
+    rng = np.random.default_rng(seed)
+    weights = {k: v.astype(np.float32) for k, v in raw.items() if ".layers." not in k}
+    for i in range(layers):
+        for k, v in raw.items():
+            if k.startswith("model.layers.0."):
+                w = np.ones(v.shape, np.float32) if "norm" in k else std * rng.standard_normal(v.shape).astype(np.float32)
+                weights[k.replace("model.layers.0.", f"model.layers.{i}.")] = w
+    st_numpy.save_file(os.path.join(dst, "model.safetensors"), weights, {"format": "pt"})
+    return dst
+
+
+@unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
+@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+class DeepModelTest(unittest.TestCase):
+    """44 layers: drift must stay drift deep down, and a jump at one layer is that layer."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="kvscope-deep-")
+        cls.model = _deep_llama(os.path.join(cls.tmp, "llama-44"), 44)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def _record(self, name, **kw):
+        out = os.path.join(self.tmp, name + ".kvtrace")
+        record_run.record(self.model, out, PROMPTS["llama"], 8, **kw)
+        return out
+
+    def test_bfloat16_drift_and_a_jump_at_layer_4(self):
+        src = "engine llama-44 bfloat16"
+        check(self, src, "clean", "model+trace", fr.Expectation([]),
+              fr.audit(self._record("clean-bf16", dtype="bfloat16"), model=self.model))
+        out = fr.audit(self._record("wl4-bf16", dtype="bfloat16", bug="wrong_layer:layer=4,source=3,step=3"), model=self.model)
+        check(self, src, "wrong_layer L4<-L3 from s3", "model+trace", fr.Expectation(["wrong_layer"], 3, 4), out)
+
+    def test_trace_pair_without_a_model_finds_layer_40(self):
+        import kvtrace
+        clean = self._record("clean")
+        f16 = lambda path: (kvtrace.write_trace(kvtrace.read_trace(path), path + ".f16", dtype="F16"), path + ".f16")[1]
+        uncached = f16(self._record("uncached", uncached=True))
+        whole = f16(self._record("wl40", bug="wrong_layer:layer=40,source=39,step=6"))
+        # A loop that stores layer 39's new records as layer 40's (records only, no snapshots).
+        t = kvtrace.read_trace(clean)
+        for s in t.steps:
+            for rec in s.layers:
+                rec.cache_keys = rec.cache_values = rec.checksum_k = rec.checksum_v = None
+            if s.step >= 6:
+                s.layers[40].keys, s.layers[40].values = s.layers[39].keys.copy(), s.layers[39].values.copy()
+        records = os.path.join(self.tmp, "records40.kvtrace")
+        kvtrace.write_trace(t, records, dtype="F16")
+        src = "engine llama-44 float32, F16 storage"
+        check(self, src, "clean vs uncached", "trace+trace", fr.Expectation([]),
+              fr.audit(f16(clean), reference_trace=uncached))
+        for name, trace in (("whole-cache L40<-L39 from s6", whole), ("records L40<-L39 from s6", records)):
+            out = fr.audit(trace, reference_trace=uncached)
+            check(self, src, name, "trace+trace", fr.Expectation(["wrong_layer"], 6, 40), out)
+            f = out.report["findings"][0]
+            self.assertEqual(f["first_check"], "layer 40's cache source and append")
+            self.assertEqual(f["evidence"]["source_layer"], 39)
+            self.assertGreaterEqual(f["confidence"], 0.9)
+            self.assertIn("layer 39's reference", f["explanation"])
+
+
+@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+class LeftPaddingTest(unittest.TestCase):
+    def test_position_offsets_count_real_tokens(self):
+        """A left-padded row whose engine applied positions 2 too high while recording the
+        right ones: the offset is 2 (real tokens), not 2 minus the 3 padding columns."""
+        import subprocess
+        import kvtrace
+        with tempfile.TemporaryDirectory() as tmp:
+            raw, mine = os.path.join(tmp, "batch.kvtrace"), os.path.join(tmp, "mine.kvtrace")
+            subprocess.run([fr.cli_path(), "generate", "--model", os.path.join(MODELS, "llama"), "--ids", "5,6,7,8,9,10,11,12",
+                            "--ids", "20,21,22,23,24", "--batch", "--max-new", "4", "--fault",
+                            "wrong_position:offset=2,step=0,request=1", "--trace", raw], check=True, capture_output=True)
+            t = kvtrace.read_trace(raw)
+            padded = next(s for s in t.steps if s.request == 1 and s.step == 0)
+            self.assertEqual(padded.fed_mask, [0, 0, 0, 1, 1, 1, 1, 1])
+            for s in t.steps:  # record the positions the engine should have used
+                if s.request == 1:
+                    s.positions = [p - 2 if s.fed_mask is None or s.fed_mask[i] else p for i, p in enumerate(s.positions)]
+            t.engine, t.faults = "my_decode_loop.py", []
+            kvtrace.write_trace(t, mine)
+            out = fr.audit(mine, model=os.path.join(MODELS, "llama"))
+            check(self, "own loop llama", "left-padded row, positions applied +2", "model+trace",
+                  fr.Expectation(["position"], 0, 0, first_request=1), out)
+            ev = out.report["findings"][0]["evidence"]
+            self.assertEqual(ev["offset"], 2)
+            self.assertEqual(ev["computed_at_position"], 2)
+
+
 if __name__ == "__main__":
     unittest.main()

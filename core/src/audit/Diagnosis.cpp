@@ -338,7 +338,8 @@ void Diagnosis::run(FindingBuilder& f) {
         valueBased(r, a, f);
         valueDone = true;
       }
-      driftAndTies(r, a, f);
+      // After a divergence, later near-tie flips are its consequences, not drift.
+      if (!valueDone && !structuralSeen) driftAndTies(r, a, f);
       previousTick_[r] = a.step->tick;
     }
   }
