@@ -44,6 +44,10 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
       {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
       {QStringLiteral("reference-trace"),
        QStringLiteral("Uncached reference trace (trace+trace mode)."), QStringLiteral("FILE")},
+      {QStringLiteral("weights-version"),
+       QStringLiteral("N=DIR: the checkpoint of weights version N that the trace's steps name "
+                      "(repeatable; --model is version 0)."),
+       QStringLiteral("N=DIR")},
       {QStringLiteral("prompt"), QStringLiteral("Prompt text (repeatable)."),
        QStringLiteral("TEXT")},
       {QStringLiteral("arrival"),
@@ -98,6 +102,15 @@ bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, Q
   o->modelDir = p.value(QStringLiteral("model"));
   o->traceFile = p.value(QStringLiteral("trace"));
   o->referenceTraceFile = p.value(QStringLiteral("reference-trace"));
+  o->weightsVersions = p.values(QStringLiteral("weights-version"));
+  try {  // the same rule as kvscope-cli (N >= 1, a directory, a model)
+    AuditJobSpec check;
+    check.modelDir = o->modelDir.toStdString();
+    for (const QString& item : o->weightsVersions) addWeightsVersion(check, item.toStdString());
+  } catch (const std::exception& e) {
+    *error = QString::fromStdString(e.what());
+    return false;
+  }
   o->prompts = p.values(QStringLiteral("prompt"));
   o->faults = p.values(QStringLiteral("fault"));
   o->exportPng = p.value(QStringLiteral("export-png"));
@@ -177,6 +190,7 @@ AuditJobSpec HeadlessController::specFor(const HeadlessOptions& o) {
   s.modelDir = o.modelDir.toStdString();
   s.traceFile = o.traceFile.toStdString();
   s.referenceTraceFile = o.referenceTraceFile.toStdString();
+  for (const QString& item : o.weightsVersions) addWeightsVersion(s, item.toStdString());
   for (const QString& p : o.prompts) s.prompts.push_back(p.toStdString());
   for (qlonglong t : o.arrivals) s.arrivalTicks.push_back(static_cast<int64_t>(t));
   s.maxNewTokens = o.maxNew;

@@ -34,6 +34,7 @@ struct HeadlessOptions {
   QString modelDir;
   QString traceFile;
   QString referenceTraceFile;
+  QStringList weightsVersions;  // --weights-version N=DIR
   QStringList prompts;
   QList<qlonglong> arrivals;  // --arrival TICK, one per prompt (missing: tick 0)
   int maxNew = 16;

@@ -39,6 +39,12 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   trace_->setPlaceholderText(tr("cached trace (empty: run the built-in engine)"));
   reference_ = new QLineEdit(this);
   reference_->setPlaceholderText(tr("uncached reference trace (trace+trace mode)"));
+  weights_ = new QLineEdit(this);
+  weights_->setPlaceholderText(tr("later checkpoints, e.g. 1=ckpt/step-2000 (weights versions)"));
+  weights_->setToolTip(tr(
+      "The checkpoint of each weights version the trace's steps name, as N=DIR, separated by ';'.\n"
+      "The model above is version 0. Without them, steps of later versions are not "
+      "value-checked."));
   prompts_ = new QPlainTextEdit(this);
   prompts_->setPlaceholderText(tr("One prompt per line"));
   prompts_->setTabChangesFocus(true);
@@ -78,6 +84,7 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   form->addRow(tr("Model"), withBrowse(model_, &browseModel, this));
   form->addRow(tr("Trace"), withBrowse(trace_, &browseTrace, this));
   form->addRow(tr("Reference"), withBrowse(reference_, &browseRef, this));
+  form->addRow(tr("Later weights"), weights_);
   form->addRow(tr("Prompts"), prompts_);
   form->addRow(tr("Arrival ticks"), arrivals_);
   form->addRow(arrivalError_);
@@ -124,6 +131,13 @@ AuditJobSpec RunSetupPanel::spec() const {
   s.modelDir = model_->text().trimmed().toStdString();
   s.traceFile = trace_->text().trimmed().toStdString();
   s.referenceTraceFile = reference_->text().trimmed().toStdString();
+  for (const QString& item : weights_->text().split(QLatin1Char(';'), Qt::SkipEmptyParts)) {
+    try {
+      addWeightsVersion(s, item.trimmed().toStdString(), "Later weights");
+    } catch (const std::exception&) {
+      // validate() reports it; spec() leaves a bad item out
+    }
+  }
   for (const QString& line : prompts_->toPlainText().split(QLatin1Char('\n'))) {
     if (!line.trimmed().isEmpty()) s.prompts.push_back(line.toStdString());
   }
@@ -142,6 +156,9 @@ void RunSetupPanel::setSpec(const AuditJobSpec& s) {
   model_->setText(QString::fromStdString(s.modelDir));
   trace_->setText(QString::fromStdString(s.traceFile));
   reference_->setText(QString::fromStdString(s.referenceTraceFile));
+  QStringList items;
+  for (const auto& item : weightsVersionItems(s)) items << QString::fromStdString(item);
+  weights_->setText(items.join(QStringLiteral("; ")));
   QStringList prompts;
   for (const auto& p : s.prompts) prompts << QString::fromStdString(p);
   setPrompts(prompts);
@@ -185,6 +202,15 @@ void RunSetupPanel::setArrivalTicks(const std::vector<int64_t>& ticks) {
 QString RunSetupPanel::arrivalText() const { return arrivals_->text(); }
 
 bool RunSetupPanel::validate(QString* error) const {
+  AuditJobSpec check;
+  check.modelDir = model_->text().trimmed().toStdString();
+  try {
+    for (const QString& item : weights_->text().split(QLatin1Char(';'), Qt::SkipEmptyParts))
+      addWeightsVersion(check, item.trimmed().toStdString(), "Later weights");
+  } catch (const std::exception& e) {
+    *error = QString::fromStdString(e.what());
+    return false;
+  }
   std::vector<int64_t> ticks;
   if (!parseArrivalTicks(arrivals_->text(), &ticks, error)) return false;
   const auto prompts = spec().prompts.size();

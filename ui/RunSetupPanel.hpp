@@ -68,6 +68,7 @@ class RunSetupPanel : public QWidget {
   QLineEdit* model_;
   QLineEdit* trace_;
   QLineEdit* reference_;
+  QLineEdit* weights_;  // "1=DIR; 2=DIR": checkpoints of later weights versions
   QPlainTextEdit* prompts_;
   QLineEdit* arrivals_;
   QLabel* arrivalError_;

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "CliRunner.hpp"
+#include "PythonTools.hpp"
 #include "TestSupport.hpp"
 
 using namespace kvscope::test;
@@ -92,4 +93,58 @@ TEST(CliAudit, InputErrorsExitTwoNamingTheFileAndField) {
   auto help = audit({"--help"});
   EXPECT_TRUE(help.exitedWith(0)) << help;
   EXPECT_NE(help.out.find("cross_request"), std::string::npos) << "fault syntax is documented in --help";
+}
+
+TEST(CliAudit, WeightsVersionsNameLaterCheckpoints) {
+  // The transformers-recorded weight update: steps 5.. used gpt2-updated's k/v weights.
+  const auto dir = freshDir("cli-audit-weights");
+  fs::create_directories(dir);
+  const auto trace = (dir / "stale.kvtrace").string();
+  const auto repo = kvscope::test::toolsDir().parent_path();
+  const auto convert = kvscope::test::run(
+      std::string(kvscope::test::kPython) + " " +
+      kvscope::test::quote((repo / "tests/scenarios/scenario_to_trace.py").string()) + " " +
+      kvscope::test::quote(fixture("hf/scenarios/gpt2.stale_cache.json")) + " " +
+      kvscope::test::quote(hfModel("gpt2")) + " " + kvscope::test::quote(trace));
+  ASSERT_EQ(convert.status, 0) << convert.output;
+  auto both = audit({"--model", hfModel("gpt2"), "--trace", trace, "--weights-version",
+                     "1=" + hfModel("gpt2-updated"), "--json"});
+  ASSERT_TRUE(both.exitedWith(1)) << both;
+  const auto report = nlohmann::json::parse(both.out);
+  ASSERT_EQ(report["findings"].size(), 1u) << both.out;
+  const auto& ev = report["findings"][0]["evidence"];
+  EXPECT_EQ(report["findings"][0]["id"], "stale_cache");
+  EXPECT_LE(ev["reused_vs_old_weights"].get<double>(), ev["tolerance"].get<double>()) << ev;
+  EXPECT_GT(ev["reused_vs_new_weights"].get<double>(), ev["tolerance"].get<double>()) << ev;
+  for (const auto& c : report["stages"][1]["checks"])
+    EXPECT_EQ(c.get<std::string>().rfind("not checked:", 0), std::string::npos) << c;
+  auto one = audit({"--model", hfModel("gpt2"), "--trace", trace});
+  EXPECT_TRUE(one.exitedWith(1)) << one;
+  EXPECT_NE(one.out.find("values not checked"), std::string::npos) << one;
+
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--weights-version", "one=/x"},
+           {"--weights-version", "0=/x"},
+           {"--weights-version", "1="},
+           {"--weights-version", "-1=/x"},
+           {"--weights-version", "1=/a", "--weights-version", "1=/b"}}) {
+    std::vector<std::string> args{"--model", hfModel("gpt2"), "--trace", trace};
+    args.insert(args.end(), bad.begin(), bad.end());
+    auto r = audit(args);
+    EXPECT_TRUE(r.exitedWith(2)) << r;
+    EXPECT_NE(r.err.find("--weights-version"), std::string::npos) << r;
+  }
+  auto noModel = audit({"--reference-trace", trace, "--trace", trace, "--weights-version",
+                        "1=" + hfModel("gpt2-updated")});
+  EXPECT_TRUE(noModel.exitedWith(2)) << noModel;
+  EXPECT_NE(noModel.err.find("needs a model"), std::string::npos) << noModel;
+  const auto missing = (dir / "no-such-checkpoint").string();
+  auto absent =
+      audit({"--model", hfModel("gpt2"), "--trace", trace, "--weights-version", "1=" + missing});
+  EXPECT_TRUE(absent.exitedWith(2)) << absent;
+  EXPECT_NE(absent.err.find(missing), std::string::npos) << absent;
+  auto shape = audit(
+      {"--model", hfModel("gpt2"), "--trace", trace, "--weights-version", "1=" + hfModel("llama")});
+  EXPECT_TRUE(shape.exitedWith(2)) << shape;
+  EXPECT_NE(shape.err.find("weights version 1"), std::string::npos) << shape;
 }

@@ -201,3 +201,33 @@ TEST(GenerateCli, BadFaultsPoliciesAndOptionsExitWithCode2) {
     EXPECT_TRUE(r.exitedWith(2)) << r;
   }
 }
+
+TEST(GenerateCli, IdsInsteadOfPromptText) {
+  using kvscope::test::hfModel;
+  using kvscope::test::runKvscopeCli;
+  auto r = runKvscopeCli({"generate", "--model", hfModel("llama"), "--ids", "0,34,86,69", "--ids",
+                          "5,6", "--max-new", "3", "--json"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["requests"].size(), 2u);
+  EXPECT_EQ(j["requests"][0]["prompt_ids"], (std::vector<int64_t>{0, 34, 86, 69}));
+  EXPECT_EQ(j["requests"][1]["prompt_ids"], (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(j["requests"][0]["generated"].size(), 3u);
+  // The same ids as text-free prompts generate what the reference's greedy argmax picks.
+  auto ref =
+      runKvscopeCli({"reference", "--model", hfModel("llama"), "--ids", "0,34,86,69", "--json"});
+  ASSERT_TRUE(ref.exitedWith(0)) << ref;
+  EXPECT_EQ(nlohmann::json::parse(ref.out)["top"][0]["id"], j["requests"][0]["generated"][0])
+      << ref.out;
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--ids", "1,x"},
+                                             {"--ids", ""},
+                                             {"--ids", "1", "--prompt", "text"},
+                                             {"--ids", "99999"},
+                                             {}}) {
+    std::vector<std::string> args{"generate", "--model", hfModel("llama"), "--max-new", "2"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    auto b = runKvscopeCli(args);
+    EXPECT_TRUE(b.exitedWith(2)) << b;
+  }
+}

@@ -65,6 +65,37 @@ class CommandLineTest : public QObject {
  private Q_SLOTS:
   void init() { QSettings().clear(); }
 
+  void weightsVersionsReachTheSpecAndTheSetupPanel() {
+    HeadlessOptions o;
+    QString error;
+    QVERIFY2(parse({QStringLiteral("--model"), QStringLiteral("/m/v0"),
+                    QStringLiteral("--weights-version"), QStringLiteral("1=/m/v1"),
+                    QStringLiteral("--weights-version"), QStringLiteral("2=/m/v2")},
+                   &o, &error),
+             qPrintable(error));
+    const AuditJobSpec spec = HeadlessController::specFor(o);
+    QCOMPARE(spec.options.weightsDirectories,
+             (std::map<uint64_t, std::string>{{1, "/m/v1"}, {2, "/m/v2"}}));
+    for (const QStringList& bad :
+         {QStringList{QStringLiteral("--model"), QStringLiteral("/m"),
+                      QStringLiteral("--weights-version"), QStringLiteral("0=/m")},
+          QStringList{QStringLiteral("--weights-version"), QStringLiteral("1=/m/v1")},
+          QStringList{QStringLiteral("--model"), QStringLiteral("/m"),
+                      QStringLiteral("--weights-version"), QStringLiteral("x")}}) {
+      o = {};
+      error.clear();
+      QVERIFY2(!parse(bad, &o, &error), qPrintable(bad.join(QLatin1Char(' '))));
+      QVERIFY2(error.contains(QStringLiteral("--weights-version")), qPrintable(error));
+    }
+    RunSetupPanel panel;
+    panel.setSpec(spec);
+    QVERIFY(panel.validate(&error));
+    QCOMPARE(panel.spec().options.weightsDirectories, spec.options.weightsDirectories);
+    panel.setModelDir(QString());
+    QVERIFY(!panel.validate(&error));
+    QVERIFY2(error.contains(QStringLiteral("needs a model")), qPrintable(error));
+  }
+
   void arrivalOptionsParseAndValidate() {
     HeadlessOptions o;
     QString error;

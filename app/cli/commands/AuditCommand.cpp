@@ -40,39 +40,9 @@ void writeText(const std::string& path, const std::string& text, bool force) {
   out << text;
 }
 
-// --weights-version N=DIR: the checkpoint of weights version N (N >= 1; --model is 0).
-void parseWeightsVersions(const std::vector<std::string>& items, AuditJobSpec& spec) {
-  for (const auto& item : items) {
-    const auto eq = item.find('=');
-    uint64_t version = 0;
-    try {
-      size_t used = 0;
-      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(item);
-      const std::string n = item.substr(0, eq);
-      if (n.front() == '-') throw std::invalid_argument(item);
-      version = std::stoull(n, &used);
-      if (used != n.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw UsageError("--weights-version: '" + item +
-                       "' is not N=DIR (e.g. 1=checkpoints/step-2000)");
-    }
-    if (version == 0)
-      throw UsageError(
-          "--weights-version: version 0 is the --model checkpoint; give later versions (1=DIR, "
-          "...)");
-    if (eq + 1 >= item.size())
-      throw UsageError("--weights-version " + item + ": the directory is missing");
-    if (spec.modelDir.empty())
-      throw UsageError(
-          "--weights-version needs --model (it names later checkpoints of that model)");
-    if (!spec.options.weightsDirectories.emplace(version, item.substr(eq + 1)).second)
-      throw UsageError("--weights-version: version " + std::to_string(version) + " is given twice");
-  }
-}
-
 void run(AuditArgs& a, CliContext& ctx) {
   for (const auto& list : a.ids) a.spec.promptIds.push_back(parseIdList(list, "--ids"));
-  parseWeightsVersions(a.weightsVersions, a.spec);
+  for (const auto& item : a.weightsVersions) addWeightsVersion(a.spec, item);
   a.spec.policy.temperature = a.temperature;
   if (a.topK > 0) a.spec.policy.topK = a.topK;
   if (a.topP > 0) a.spec.policy.topP = a.topP;

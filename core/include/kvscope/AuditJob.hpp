@@ -36,4 +36,12 @@ struct AuditJobOutput {
 /// Throws InputError / UsageError for bad input, AuditCancelled when cancelled.
 AuditJobOutput runAuditJob(const AuditJobSpec& spec);
 
+/// Adds "N=DIR" (the checkpoint of weights version N >= 1; the model is version 0) to
+/// `spec.options.weightsDirectories`. Throws UsageError naming `option` for a bad item, a
+/// version given twice, or no model directory. One rule for the CLI and the GUI.
+void addWeightsVersion(AuditJobSpec& spec, const std::string& item,
+                       const std::string& option = "--weights-version");
+/// The items of `spec.options.weightsDirectories` as "N=DIR", in version order.
+std::vector<std::string> weightsVersionItems(const AuditJobSpec& spec);
+
 }  // namespace kvscope

@@ -82,4 +82,33 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   return out;
 }
 
+void addWeightsVersion(AuditJobSpec& spec, const std::string& item, const std::string& option) {
+  const auto eq = item.find('=');
+  uint64_t version = 0;
+  try {
+    if (eq == std::string::npos || eq == 0 || item.front() == '-' || item.front() == '+')
+      throw std::invalid_argument(item);
+    size_t used = 0;
+    version = std::stoull(item.substr(0, eq), &used);
+    if (used != eq) throw std::invalid_argument(item);
+  } catch (const std::exception&) {
+    throw UsageError(option + ": '" + item + "' is not N=DIR (e.g. 1=checkpoints/step-2000)");
+  }
+  if (version == 0)
+    throw UsageError(
+        option + ": version 0 is the model checkpoint itself; give later versions (1=DIR, ...)");
+  if (eq + 1 >= item.size()) throw UsageError(option + " " + item + ": the directory is missing");
+  if (spec.modelDir.empty())
+    throw UsageError(option + " needs a model (it names later checkpoints of that model)");
+  if (!spec.options.weightsDirectories.emplace(version, item.substr(eq + 1)).second)
+    throw UsageError(option + ": version " + std::to_string(version) + " is given twice");
+}
+
+std::vector<std::string> weightsVersionItems(const AuditJobSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& [version, dir] : spec.options.weightsDirectories)
+    out.push_back(std::to_string(version) + "=" + dir);
+  return out;
+}
+
 }  // namespace kvscope
