@@ -27,7 +27,9 @@ struct MakeDemoOptions {
 
 std::string humanBytes(uint64_t n) {
   std::ostringstream os;
-  if (n >= (1u << 20))
+  if (n >= (1ull << 30))
+    os << std::fixed << std::setprecision(2) << static_cast<double>(n) / (1ull << 30) << " GiB";
+  else if (n >= (1u << 20))
     os << std::fixed << std::setprecision(1) << static_cast<double>(n) / (1 << 20) << " MiB";
   else if (n >= (1u << 10))
     os << std::fixed << std::setprecision(1) << static_cast<double>(n) / (1 << 10) << " KiB";
@@ -41,7 +43,10 @@ void runMakeDemo(const MakeDemoOptions& o) {
   if (!o.arch.empty()) spec.setArchitecture(parseArchitecture(o.arch));
   if (!o.dtype.empty()) spec.storedDtype = parseStoredDtype(o.dtype);
   if (!o.configStyle.empty()) spec.configStyle = parseConfigStyle(o.configStyle);
-  if (o.shards > 0) spec.numShards = o.shards;
+  if (o.shards > 0) {
+    spec.numShards = o.shards;
+    spec.maxShardBytes = 0;
+  }
   if (o.seedGiven) spec.seed = o.seed;
   const CheckpointWriter writer(spec);
   const auto files = writer.write(o.dir, o.force);
@@ -64,8 +69,11 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
       "make-demo", "Write a deterministic random-weight checkpoint in HuggingFace layout");
   sub->add_option("dir", opts->dir, "Output directory (created; must be empty unless --force)")
       ->required();
-  sub->add_option("--preset", opts->preset, "demo (tiny Llama with GQA) or gpt2-small")
-      ->check(CLI::IsMember({"demo", "gpt2-small"}));
+  sub->add_option("--preset", opts->preset,
+                  "demo (tiny Llama with GQA), gpt2-small, or a real model's shape in bf16 "
+                  "with 5 GB shards: llama-3.2-1b (2.5 GB), llama-3.1-8b (16 GB), "
+                  "qwen2.5-7b (15 GB)")
+      ->check(CLI::IsMember(CheckpointSpec::presetNames()));
   sub->add_option("--arch", opts->arch, "Architecture: gpt2, llama, mistral or qwen2")
       ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2"}));
   sub->add_option("--dtype", opts->dtype, "Stored dtype: F32, F16 or BF16");

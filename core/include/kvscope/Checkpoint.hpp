@@ -4,6 +4,8 @@
 // arbitrary code).
 #pragma once
 
+#include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,9 +24,21 @@ class Checkpoint {
 
   const std::string& directory() const { return directory_; }
   const ModelConfig& config() const { return config_; }
-  /// SHA-256 (hex) over config.json and every weight file's bytes, in name order.
-  /// Computed on first use.
+  /// SHA-256 (hex) over config.json and every weight file's bytes, in name order (each
+  /// preceded by its file name; tools/kvtrace.py fingerprint gives the same). Read from
+  /// the user's fingerprint cache when no file changed (path, size, mtime, inode);
+  /// otherwise open() starts hashing on a background thread, so the hash runs while the
+  /// model loads, and this waits for it (then caches it). Throws InputError when a file
+  /// cannot be read.
   const std::string& fingerprint() const;
+  /// True when fingerprint() will not wait (cached, or the hash has finished).
+  bool fingerprintReady() const;
+  /// Bytes the background hash has read so far, and its total (0/0 when cached).
+  std::pair<uint64_t, uint64_t> fingerprintProgress() const;
+
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+  ~Checkpoint();
   /// The float dtype the weights are stored in: "F32", "F16", "BF16" or "mixed".
   const std::string& storedDtype() const { return storedDtype_; }
   std::vector<std::string> weightFiles() const;  // absolute paths
@@ -43,7 +57,15 @@ class Checkpoint {
   std::string indexPath_;  // empty for a single-file checkpoint
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
   std::map<std::string, size_t> tensorFile_;  // tensor name -> index into files_
-  mutable std::string fingerprint_;
+  struct FingerprintState {
+    std::atomic<bool> cancel{false};
+    std::atomic<uint64_t> done{0}, total{0};
+  };
+  std::shared_ptr<FingerprintState> fingerprintState_ = std::make_shared<FingerprintState>();
+  std::shared_future<std::string> fingerprint_;  // ready at once on a cache hit
+
+  Checkpoint() = default;
+  void startFingerprint();
 };
 
 }  // namespace kvscope

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/SafetensorsFile.hpp"
@@ -46,6 +47,10 @@ struct CheckpointSpec {
   SafetensorsDtype storedDtype = SafetensorsDtype::F32;  // F32 | F16 | BF16
   ConfigStyle configStyle = ConfigStyle::V5;
   int64_t numShards = 1;  // 1: model.safetensors; N: model-0000i-of-0000N + index
+  // > 0: ignore numShards and cut shards like save_pretrained's max_shard_size (a shard
+  // is closed when the next tensor would take it past this many bytes).
+  uint64_t maxShardBytes = 0;
+  double normEps = 0.0;  // rms_norm_eps / layer_norm_epsilon; 0: the architecture's default
 
   double initStd = 0.25;  // std of the normal init of matrices and embeddings
   uint64_t seed = 0;
@@ -58,7 +63,14 @@ struct CheckpointSpec {
   /// GPT-2-small shape (12 layers, 768 wide, 12 heads, 1024 positions) with a
   /// bench-friendly vocabulary of 8192 and init std 0.02.
   static CheckpointSpec gpt2Small();
-  /// A preset by name ("demo", "gpt2-small"); throws UsageError listing the names.
+  /// Real model shapes in bf16, sharded at 5 GB like save_pretrained (random weights):
+  /// Llama-3.2-1B (2.5 GB, one file), Llama-3.1-8B (16 GB, 4 shards), Qwen2.5-7B (15 GB).
+  static CheckpointSpec llama32_1b();
+  static CheckpointSpec llama31_8b();
+  static CheckpointSpec qwen25_7b();
+  /// Names preset() accepts, in the order help texts list them.
+  static std::vector<std::string> presetNames();
+  /// A preset by name (see presetNames()); throws UsageError listing the names.
   static CheckpointSpec preset(const std::string& name);
 
   /// Switches the architecture, adjusting fields that the new one fixes (GPT-2: kv heads

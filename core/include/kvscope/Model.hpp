@@ -28,9 +28,10 @@ struct ModelImpl;  // torch internals, core/src/model/ModelImpl.hpp
 
 class Model {
  public:
-  /// Loads a checkpoint directory (see Checkpoint). Weights are memory-mapped where they
-  /// are stored as float32, converted to float32 otherwise. Throws InputError naming the
-  /// file and tensor for a missing tensor or a wrong shape.
+  /// Loads a checkpoint directory (see Checkpoint). Weight matrices stay memory-mapped in
+  /// their stored dtype (F32, BF16 or F16; compute is float32, upcasting as it reads);
+  /// only vectors (norms, biases) are converted. Throws InputError naming the file and
+  /// tensor for a missing tensor or a wrong shape.
   static std::shared_ptr<Model> load(const std::string& dir);
   ~Model();
 

@@ -1,7 +1,5 @@
 #include "kvscope/Checkpoint.hpp"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -9,38 +7,13 @@
 #include <set>
 
 #include "kvscope/Error.hpp"
+#include "model/FingerprintCache.hpp"
 
 namespace kvscope {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string sha256Files(const std::vector<std::string>& paths) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 20);
-  for (const auto& p : paths) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw InputError(p, "", "cannot read for fingerprinting");
-    const std::string name = fs::path(p).filename().string();
-    EVP_DigestUpdate(ctx.get(), name.data(), name.size());
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
-    }
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(hex[md[i] >> 4]);
-    out.push_back(hex[md[i] & 15]);
-  }
-  return out;
-}
 
 std::string pickleAdvice(const fs::path& dir, const std::string& found) {
   return "only PyTorch pickle weights (" + found +
@@ -146,16 +119,56 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
       dtypes.insert(safetensorsDtypeName(dt));
   }
   ck->storedDtype_ = dtypes.size() == 1 ? *dtypes.begin() : dtypes.empty() ? "none" : "mixed";
+  ck->startFingerprint();
   return ck;
 }
 
-const std::string& Checkpoint::fingerprint() const {
-  if (fingerprint_.empty()) {
-    std::vector<std::string> paths{configPath_};
-    for (const auto& f : weightFiles()) paths.push_back(f);
-    fingerprint_ = sha256Files(paths);
+void Checkpoint::startFingerprint() {
+  std::vector<std::string> paths{configPath_};
+  for (const auto& f : weightFiles()) paths.push_back(f);
+  std::vector<detail::FileStamp> stamps;
+  for (const auto& p : paths) stamps.push_back(detail::stampOf(p));
+  if (auto cached = detail::cachedFingerprint(directory_, stamps)) {
+    std::promise<std::string> ready;
+    ready.set_value(*cached);
+    fingerprint_ = ready.get_future().share();
+    return;
   }
-  return fingerprint_;
+  auto state = fingerprintState_;
+  const std::string dir = directory_;
+  fingerprint_ = std::async(std::launch::async, [paths, stamps, state, dir]() -> std::string {
+                   struct Cancelled {};
+                   try {
+                     const std::string fp = detail::computeFingerprint(
+                         paths, [&](uint64_t done, uint64_t total) {
+                           state->done = done;
+                           state->total = total;
+                           if (state->cancel) throw Cancelled{};
+                         });
+                     // Files changed while hashing: the value is not worth caching.
+                     std::vector<detail::FileStamp> after;
+                     for (const auto& p : paths) after.push_back(detail::stampOf(p));
+                     if (after == stamps) detail::storeFingerprint(dir, stamps, fp);
+                     return fp;
+                   } catch (const Cancelled&) {
+                     return {};
+                   }
+                 }).share();
+}
+
+Checkpoint::~Checkpoint() {
+  // A hash nobody waited for stops at its next progress report (within 256 MB).
+  fingerprintState_->cancel = true;
+}
+
+const std::string& Checkpoint::fingerprint() const { return fingerprint_.get(); }
+
+bool Checkpoint::fingerprintReady() const {
+  return fingerprint_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+std::pair<uint64_t, uint64_t> Checkpoint::fingerprintProgress() const {
+  return {fingerprintState_->done.load(), fingerprintState_->total.load()};
 }
 
 std::vector<std::string> Checkpoint::weightFiles() const {

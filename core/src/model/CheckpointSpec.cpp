@@ -48,10 +48,84 @@ CheckpointSpec CheckpointSpec::gpt2Small() {
   return s;
 }
 
+namespace {
+// The common part of the real-size presets: bf16, 5 GB shards, init std 0.02.
+CheckpointSpec realSize() {
+  CheckpointSpec s;
+  s.storedDtype = SafetensorsDtype::BF16;
+  s.maxShardBytes = 5000000000ull;  // save_pretrained's default max_shard_size "5GB"
+  s.initStd = 0.02;
+  s.configStyle = ConfigStyle::V4;
+  return s;
+}
+}  // namespace
+
+CheckpointSpec CheckpointSpec::llama32_1b() {
+  CheckpointSpec s = realSize();
+  s.architecture = Architecture::Llama;
+  s.vocabSize = 128256;
+  s.hiddenSize = 2048;
+  s.numLayers = 16;
+  s.numHeads = 32;
+  s.numKvHeads = 8;
+  s.headDim = 64;
+  s.intermediateSize = 8192;
+  s.maxPositions = 131072;
+  s.ropeType = "llama3";
+  s.ropeTheta = 500000.0;
+  s.ropeFactor = 32.0;
+  s.ropeLowFreqFactor = 1.0;
+  s.ropeHighFreqFactor = 4.0;
+  s.ropeOriginalMaxPositions = 8192;
+  s.tieWordEmbeddings = true;
+  s.normEps = 1e-5;
+  return s;
+}
+
+CheckpointSpec CheckpointSpec::llama31_8b() {
+  CheckpointSpec s = llama32_1b();
+  s.hiddenSize = 4096;
+  s.numLayers = 32;
+  s.headDim = 128;
+  s.intermediateSize = 14336;
+  s.ropeFactor = 8.0;
+  s.tieWordEmbeddings = false;
+  return s;
+}
+
+CheckpointSpec CheckpointSpec::qwen25_7b() {
+  CheckpointSpec s = realSize();
+  s.architecture = Architecture::Qwen2;
+  s.vocabSize = 152064;
+  s.hiddenSize = 3584;
+  s.numLayers = 28;
+  s.numHeads = 28;
+  s.numKvHeads = 4;
+  s.headDim = 128;
+  s.intermediateSize = 18944;
+  s.maxPositions = 32768;
+  s.ropeTheta = 1000000.0;
+  s.slidingWindow = 131072;
+  s.useSlidingWindow = false;
+  s.maxWindowLayers = 28;
+  s.tieWordEmbeddings = false;
+  s.normEps = 1e-6;
+  return s;
+}
+
+std::vector<std::string> CheckpointSpec::presetNames() {
+  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b"};
+}
+
 CheckpointSpec CheckpointSpec::preset(const std::string& name) {
   if (name == "demo") return demo();
   if (name == "gpt2-small") return gpt2Small();
-  throw UsageError("unknown preset '" + name + "' (supported: demo, gpt2-small)");
+  if (name == "llama-3.2-1b") return llama32_1b();
+  if (name == "llama-3.1-8b") return llama31_8b();
+  if (name == "qwen2.5-7b") return qwen25_7b();
+  std::string names;
+  for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
+  throw UsageError("unknown preset '" + name + "' (supported: " + names + ")");
 }
 
 void CheckpointSpec::setArchitecture(Architecture a) {
@@ -96,6 +170,7 @@ void CheckpointSpec::validate() const {
   require(numShards >= 1, "shards", "must be at least 1");
   require(numShards <= 99999, "shards", "at most 99999");
   require(std::isfinite(initStd) && initStd > 0, "init_std", "must be positive");
+  require(std::isfinite(normEps) && normEps >= 0, "norm_eps", "must be 0 (default) or positive");
   require(storedDtype == SafetensorsDtype::F32 || storedDtype == SafetensorsDtype::F16 ||
               storedDtype == SafetensorsDtype::BF16,
           "dtype", "must be F32, F16 or BF16");

@@ -152,6 +152,7 @@ json specJson(const CheckpointSpec& s) {
   j["stored_dtype"] = safetensorsDtypeName(s.storedDtype);
   j["config_style"] = s.configStyle == ConfigStyle::V4 ? "v4" : "v5";
   j["shards"] = s.numShards;
+  if (s.maxShardBytes > 0) j["max_shard_bytes"] = s.maxShardBytes;
   j["init_std"] = s.initStd;
   j["seed"] = s.seed;
   return j;
@@ -168,6 +169,19 @@ int64_t CheckpointWriter::TensorPlan::numel() const {
 CheckpointWriter::CheckpointWriter(CheckpointSpec spec) : spec_(std::move(spec)) {
   spec_.validate();
   plan_ = spec_.architecture == Architecture::Gpt2 ? planGpt2(spec_) : planDecoder(spec_);
+  if (spec_.maxShardBytes > 0) {  // save_pretrained's rule: the shard count follows the sizes
+    const uint64_t el = safetensorsDtypeSize(spec_.storedDtype);
+    uint64_t used = 0;
+    spec_.numShards = 1;
+    for (const auto& t : plan_) {
+      const uint64_t b = static_cast<uint64_t>(t.numel()) * el;
+      if (used > 0 && used + b > spec_.maxShardBytes) {
+        ++spec_.numShards;
+        used = 0;
+      }
+      used += b;
+    }
+  }
   if (spec_.numShards > static_cast<int64_t>(plan_.size()))
     throw UsageError("checkpoint spec: shards: " + std::to_string(spec_.numShards) +
                      " shards for only " + std::to_string(plan_.size()) + " tensors");
@@ -202,6 +216,22 @@ std::vector<std::string> CheckpointWriter::fileNames() const {
 }
 
 std::vector<int64_t> CheckpointWriter::shardAssignment() const {
+  if (spec_.maxShardBytes > 0) {
+    const uint64_t el = safetensorsDtypeSize(spec_.storedDtype);
+    std::vector<int64_t> shard(plan_.size(), 0);
+    uint64_t used = 0;
+    int64_t cur = 0;
+    for (size_t k = 0; k < plan_.size(); ++k) {
+      const uint64_t b = static_cast<uint64_t>(plan_[k].numel()) * el;
+      if (used > 0 && used + b > spec_.maxShardBytes) {
+        ++cur;
+        used = 0;
+      }
+      used += b;
+      shard[k] = cur;
+    }
+    return shard;
+  }
   // Fill shards in state-dict order, cutting near equal byte counts, like save_pretrained
   // with a max_shard_size of total / N; every shard gets at least one tensor.
   const int64_t n = spec_.numShards;

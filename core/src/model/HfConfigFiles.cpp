@@ -49,7 +49,7 @@ json gpt2Config(const CheckpointSpec& s) {
   c["architectures"] = json::array({"GPT2LMHeadModel"});
   c["attn_pdrop"] = 0.1;
   c["embd_pdrop"] = 0.1;
-  c["layer_norm_epsilon"] = 1e-05;
+  c["layer_norm_epsilon"] = s.normEps > 0 ? s.normEps : 1e-05;
   c["model_type"] = "gpt2";
   c["n_embd"] = s.hiddenSize;
   c["n_head"] = s.numHeads;
@@ -78,7 +78,7 @@ json decoderConfig(const CheckpointSpec& s) {
   c["num_attention_heads"] = s.numHeads;
   c["num_hidden_layers"] = s.numLayers;
   c["num_key_value_heads"] = s.numKvHeads;
-  c["rms_norm_eps"] = 1e-06;
+  c["rms_norm_eps"] = s.normEps > 0 ? s.normEps : 1e-06;
   addRope(c, s);
   switch (s.architecture) {
     case Architecture::Llama:

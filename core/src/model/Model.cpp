@@ -28,7 +28,11 @@ namespace {
 // 22 ms with 1 thread and ~1 s with 2; a GPT-2-small decode is 1.8x slower with 2), so
 // such models run single-threaded. OMP_NUM_THREADS always wins.
 void configureThreads(int64_t hiddenSize) {
-  if (std::getenv("OMP_NUM_THREADS")) return;
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);  // read now too: it may have changed since start-up
+    if (n > 0) torch::set_num_threads(n);
+    return;
+  }
   const unsigned n = std::thread::hardware_concurrency();
   torch::set_num_threads(hiddenSize >= 2048 && n > 1 ? static_cast<int>(n) : 1);
 }
@@ -96,8 +100,10 @@ void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64
   const bool tiedHead = impl_->lmHead.defined() && impl_->lmHead.is_same(t);
   auto gen = at::detail::createCPUGenerator(seed);
   auto noise = at::normal(0.0, 1.0, t.sizes(), gen);
-  auto stdv = t.std().item<float>();
-  t = t.clone() + scale * (stdv > 0 ? stdv : 1.0f) * noise;  // copy: the mapping stays read-only
+  // In float32 whatever the stored dtype (the updated tensor is float32 from now on).
+  const auto base = t.to(torch::kFloat);
+  auto stdv = base.std().item<float>();
+  t = base.clone() + scale * (stdv > 0 ? stdv : 1.0f) * noise;  // copy: the mapping stays read-only
   if (tiedHead) impl_->lmHead = t;
   if (tensorName == "model.embed_tokens.weight" || tensorName == "transformer.wte.weight")
     if (impl_->config.tieWordEmbeddings && !impl_->checkpoint->contains("lm_head.weight"))

@@ -3,14 +3,19 @@
 
 #include "kvscope/Error.hpp"
 #include "model/ModelImpl.hpp"
+#include "model/WeightMatmul.hpp"
 
 namespace kvscope {
 
 namespace F = torch::nn::functional;
 
 namespace {
+// Weights stay in their stored dtype; see WeightMatmul.hpp.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::matmul(x, w.t());
+  return detail::linearStored(x, w, b);
+}
+torch::Tensor conv1d(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  return detail::conv1dStored(x, w, b);
 }
 
 torch::Tensor activation(const std::string& name, const torch::Tensor& x) {
@@ -56,8 +61,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   const int64_t nh = config.numHeads, nkv = config.numKvHeads;
   torch::Tensor q, k, v;  // [B, h, s, d]
   if (config.architecture == Architecture::Gpt2) {
-    auto qkv = torch::addmm(w.cAttnB, x.reshape({-1, config.hiddenSize}), w.cAttnW)
-                   .view({B, s, 3 * config.hiddenSize});
+    auto qkv = conv1d(x, w.cAttnW, w.cAttnB).view({B, s, 3 * config.hiddenSize});
     auto parts = qkv.split(config.hiddenSize, -1);
     q = parts[0].view({B, s, nh, d}).transpose(1, 2);
     k = parts[1].view({B, s, nh, d}).transpose(1, 2);
@@ -91,8 +95,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   auto probs = torch::softmax(scores, -1);
   auto out = torch::matmul(probs, values).transpose(1, 2).reshape({B, s, nh * d});
   if (config.architecture == Architecture::Gpt2)
-    out = torch::addmm(w.cProjB, out.reshape({-1, config.hiddenSize}), w.cProjW)
-              .view({B, s, config.hiddenSize});
+    out = conv1d(out, w.cProjW, w.cProjB);
   else
     out = linear(out, w.oW, w.oB);
   tap(taps, layer, "attn_out", out);
@@ -102,10 +105,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
   const auto& w = layers[static_cast<size_t>(layer)];
   if (config.architecture == Architecture::Gpt2) {
-    auto shape = x.sizes().vec();
-    auto h = torch::addmm(w.fcB, x.reshape({-1, config.hiddenSize}), w.fcW);
-    h = activation(config.activation, h);
-    return torch::addmm(w.projB, h, w.projW).view(shape);
+    return conv1d(activation(config.activation, conv1d(x, w.fcW, w.fcB)), w.projW, w.projB);
   }
   return linear(activation(config.activation, linear(x, w.gateW, w.gateB)) * linear(x, w.upW, w.upB),
                 w.downW, w.downB);
@@ -115,11 +115,11 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   torch::InferenceMode guard;
   const auto& w = layers.at(0);
   auto positions = torch::arange(count, torch::kLong);
-  auto h = embed.select(0, token).unsqueeze(0).expand({count, config.hiddenSize});
+  auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
   const int64_t d = config.headDim;
   if (config.architecture == Architecture::Gpt2) {
-    h = h + posEmbed.index_select(0, positions);
-    auto qkv = torch::addmm(w.cAttnB, norm(h, w.ln1W, w.ln1B), w.cAttnW);
+    h = h + detail::upcastRows(posEmbed, positions);
+    auto qkv = conv1d(norm(h, w.ln1W, w.ln1B), w.cAttnW, w.cAttnB);
     return qkv.narrow(1, config.hiddenSize, config.hiddenSize).reshape({count, config.numHeads, d});
   }
   auto k = linear(norm(h, w.ln1W, w.ln1B), w.kW, w.kB).view({count, 1, config.numKvHeads, d}).transpose(1, 2);
@@ -132,10 +132,10 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
                                  detail::TorchTapSink* taps) const {
   torch::InferenceMode guard;
   checkInputs(ids, positions);  // before any embedding or position row is read
-  torch::Tensor h = embed.index_select(0, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
+  torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
   torch::Tensor cos, sin;
   if (config.architecture == Architecture::Gpt2) {
-    h = h + posEmbed.index_select(0, positions.reshape({-1})).view_as(h);
+    h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
   } else {
     std::tie(cos, sin) = rope->cosSin(positions);
   }
@@ -148,7 +148,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   }
   h = norm(h, finalW, finalB);
   tap(taps, config.numLayers, "final", h);
-  auto logits = torch::matmul(h, lmHead.narrow(0, 0, config.vocabSize).t());
+  auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
   tap(taps, config.numLayers, "logits", logits);
   return logits;
 }

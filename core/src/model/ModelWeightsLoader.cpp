@@ -1,4 +1,7 @@
 // ModelImpl::loadWeights: maps checkpoint tensors into torch tensors with shape checks.
+// Matrices stay in their stored dtype as views of the mapping (no float32 copy of the
+// model; WeightMatmul computes from them in float32); vectors (norms, biases) are small
+// and are converted to float32.
 #include <algorithm>
 #include <cstdint>
 
@@ -14,7 +17,8 @@ class TensorLoader {
  public:
   explicit TensorLoader(const Checkpoint& ck) : ck_(ck) {}
 
-  // The tensor `name` as float32 with the expected shape. F32 tensors alias the mapping.
+  // The tensor `name` with the expected shape: a view of the mapping for F32, and for
+  // BF16/F16 matrices; vectors and F64 as float32 copies.
   torch::Tensor load(const std::string& name, const std::vector<int64_t>& expected) const {
     const SafetensorsFile& file = ck_.fileFor(name);
     const SafetensorsEntry& e = file.entry(name);
@@ -57,7 +61,9 @@ class TensorLoader {
     }
     auto t = torch::from_blob(p, e.shape, torch::TensorOptions().dtype(st));
     const bool aligned = reinterpret_cast<uintptr_t>(p) % safetensorsDtypeSize(e.dtype) == 0;
-    if (st == torch::kFloat) return aligned ? t : t.clone();  // zero-copy view of the mapping
+    const bool keep = st == torch::kFloat || ((st == torch::kHalf || st == torch::kBFloat16) &&
+                                              e.shape.size() >= 2);
+    if (keep) return aligned ? t : t.clone();  // zero-copy view of the mapping
     return t.to(torch::kFloat);
   }
   const Checkpoint& ck_;

@@ -1,0 +1,296 @@
+#include "model/WeightMatmul.hpp"
+
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kvscope/SafetensorsWriter.hpp"  // halfToFloat
+
+namespace kvscope::detail {
+
+namespace {
+
+enum class Isa { Avx512, Avx2, Scalar };
+
+Isa detectIsa() {
+  const char* force = std::getenv("KVSCOPE_KERNEL");  // tests and benchmarks: compare kernels
+  if (force && std::string(force) == "scalar") return Isa::Scalar;
+  __builtin_cpu_init();
+  if ((!force || std::string(force) != "avx2") && __builtin_cpu_supports("avx512f")) return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+Isa isa() {
+  static const Isa value = detectIsa();
+  return value;
+}
+
+inline float bf16ToFloat(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <bool F16>
+inline float toFloat(uint16_t v) {
+  if constexpr (F16) return halfToFloat(v);
+  else return bf16ToFloat(v);
+}
+
+// ---- fused kernels: out[m * N + n] = sum_k x[m * K + k] * w[n * K + k], rows n in [n0, n1)
+
+template <int M, bool F16>
+void dotRowsScalar(const float* x, int64_t K, const uint16_t* w, int64_t n0, int64_t n1,
+                   float* out, int64_t N) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * K;
+    for (int m = 0; m < M; ++m) {
+      const float* xr = x + m * K;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += toFloat<F16>(wr[k + j]) * xr[k + j];
+      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (; k < K; ++k) s += toFloat<F16>(wr[k]) * xr[k];
+      out[m * N + n] = s;
+    }
+  }
+}
+
+template <bool F16>
+__attribute__((target("avx512f"))) inline __m512 load16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (F16) return _mm512_cvtph_ps(raw);
+  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+template <int M, bool F16>
+__attribute__((target("avx512f"))) void dotRowsAvx512(const float* x, int64_t K,
+                                                      const uint16_t* w, int64_t n0, int64_t n1,
+                                                      float* out, int64_t N) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * K;
+    __m512 a0[M], a1[M];
+    for (int m = 0; m < M; ++m) a0[m] = a1[m] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m512 w0 = load16<F16>(wr + k), w1 = load16<F16>(wr + k + 16);
+      for (int m = 0; m < M; ++m) {
+        a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * K + k), a0[m]);
+        a1[m] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + m * K + k + 16), a1[m]);
+      }
+    }
+    for (; k + 16 <= K; k += 16) {
+      const __m512 w0 = load16<F16>(wr + k);
+      for (int m = 0; m < M; ++m) a0[m] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + m * K + k), a0[m]);
+    }
+    for (int m = 0; m < M; ++m) {
+      float s = _mm512_reduce_add_ps(_mm512_add_ps(a0[m], a1[m]));
+      for (int64_t j = k; j < K; ++j) s += toFloat<F16>(wr[j]) * x[m * K + j];
+      out[m * N + n] = s;
+    }
+  }
+}
+
+template <bool F16>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (F16) return _mm256_cvtph_ps(raw);
+  else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline float hsum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+template <int M, bool F16>
+__attribute__((target("avx2,fma,f16c"))) void dotRowsAvx2(const float* x, int64_t K,
+                                                          const uint16_t* w, int64_t n0,
+                                                          int64_t n1, float* out, int64_t N) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* wr = w + n * K;
+    __m256 a0[M], a1[M];
+    for (int m = 0; m < M; ++m) a0[m] = a1[m] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+      const __m256 w0 = load8<F16>(wr + k), w1 = load8<F16>(wr + k + 8);
+      for (int m = 0; m < M; ++m) {
+        a0[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * K + k), a0[m]);
+        a1[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * K + k + 8), a1[m]);
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      float s = hsum8(_mm256_add_ps(a0[m], a1[m]));
+      for (int64_t j = k; j < K; ++j) s += toFloat<F16>(wr[j]) * x[m * K + j];
+      out[m * N + n] = s;
+    }
+  }
+}
+
+using DotFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*, int64_t);
+
+template <int M>
+DotFn pickM(Isa which, bool f16) {
+  switch (which) {
+    case Isa::Avx512: return f16 ? dotRowsAvx512<M, true> : dotRowsAvx512<M, false>;
+    case Isa::Avx2: return f16 ? dotRowsAvx2<M, true> : dotRowsAvx2<M, false>;
+    case Isa::Scalar: break;
+  }
+  return f16 ? dotRowsScalar<M, true> : dotRowsScalar<M, false>;
+}
+
+DotFn pickDot(int64_t M, bool f16) {
+  const Isa which = isa();
+  switch (M) {
+    case 1: return pickM<1>(which, f16);
+    case 2: return pickM<2>(which, f16);
+    case 3: return pickM<3>(which, f16);
+    case 4: return pickM<4>(which, f16);
+    case 5: return pickM<5>(which, f16);
+    case 6: return pickM<6>(which, f16);
+    case 7: return pickM<7>(which, f16);
+    default: return pickM<8>(which, f16);
+  }
+}
+
+// ---- upcast of a run of stored elements into float32
+
+template <bool F16>
+__attribute__((target("avx512f"))) void upcastAvx512(const uint16_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16<F16>(src + i));
+  for (; i < n; ++i) dst[i] = toFloat<F16>(src[i]);
+}
+
+template <bool F16>
+void upcastScalar(const uint16_t* src, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = toFloat<F16>(src[i]);
+}
+
+void upcast(const uint16_t* src, int64_t n, float* dst, bool f16) {
+  at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
+    if (isa() == Isa::Avx512)
+      f16 ? upcastAvx512<true>(src + b, e - b, dst + b) : upcastAvx512<false>(src + b, e - b, dst + b);
+    else
+      f16 ? upcastScalar<true>(src + b, e - b, dst + b) : upcastScalar<false>(src + b, e - b, dst + b);
+  });
+}
+
+bool isHalf(const torch::Tensor& w) {
+  if (w.scalar_type() == torch::kHalf) return true;
+  if (w.scalar_type() == torch::kBFloat16) return false;
+  throw std::invalid_argument("weight dtype must be float32, bfloat16 or float16");
+}
+
+const uint16_t* rawBits(const torch::Tensor& w) {
+  return static_cast<const uint16_t*>(w.data_ptr());
+}
+
+// The float32 scratch of the blocked path: reused across calls so no product allocates
+// (and page-faults in) a fresh buffer. One per thread that runs the model.
+float* scratch(int64_t elements) {
+  thread_local torch::Tensor buf;
+  if (!buf.defined() || buf.numel() < elements) buf = torch::empty({elements}, torch::kFloat);
+  return buf.data_ptr<float>();
+}
+
+constexpr int64_t kBlockElements = int64_t{1} << 22;  // 16 MB of float32 per block
+
+std::vector<int64_t> outShape(const torch::Tensor& x, int64_t n) {
+  auto s = x.sizes().vec();
+  s.back() = n;
+  return s;
+}
+
+}  // namespace
+
+const char* fusedKernelName() {
+  switch (isa()) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    case Isa::Scalar: break;
+  }
+  return "scalar";
+}
+
+torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (w.scalar_type() == torch::kFloat)
+    return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::matmul(x, w.t());
+  const bool f16 = isHalf(w);
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "stored weight must be a contiguous matrix");
+  const int64_t N = w.size(0), K = w.size(1);
+  const auto x2 = x.reshape({-1, K}).to(torch::kFloat).contiguous();
+  const int64_t M = x2.size(0);
+  auto out = torch::empty({M, N}, torch::kFloat);
+  const uint16_t* wp = rawBits(w);
+  if (M <= kFusedMaxRows) {
+    const float* xp = x2.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    // Rows of eight at a time (M <= 8 by construction).
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+      const int64_t mm = std::min<int64_t>(8, M - m0);
+      const DotFn dot = pickDot(mm, f16);
+      at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+        dot(xp + m0 * K, K, wp, n0, n1, op + m0 * N, N);
+      });
+    }
+  } else {
+    const int64_t rows = std::max<int64_t>(64, kBlockElements / std::max<int64_t>(K, 1));
+    float* buf = scratch(std::min(rows, N) * K);
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t nr = std::min(rows, N - r0);
+      upcast(wp + r0 * K, nr * K, buf, f16);
+      auto block = torch::from_blob(buf, {nr, K}, torch::kFloat);
+      auto dst = out.narrow(1, r0, nr);
+      at::mm_out(dst, x2, block.t());
+    }
+  }
+  if (b.defined()) out.add_(b.to(torch::kFloat));
+  return out.view(outShape(x, N));
+}
+
+torch::Tensor conv1dStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (w.scalar_type() == torch::kFloat) {
+    auto x2 = x.reshape({-1, w.size(0)});
+    auto out = b.defined() ? torch::addmm(b, x2, w) : torch::mm(x2, w);
+    return out.view(outShape(x, w.size(1)));
+  }
+  const bool f16 = isHalf(w);
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "stored weight must be a contiguous matrix");
+  const int64_t K = w.size(0), N = w.size(1);
+  const auto x2 = x.reshape({-1, K}).to(torch::kFloat).contiguous();
+  const int64_t rows = std::max<int64_t>(16, kBlockElements / std::max<int64_t>(N, 1));
+  float* buf = scratch(std::min(rows, K) * N);
+  const uint16_t* wp = rawBits(w);
+  torch::Tensor out;
+  for (int64_t k0 = 0; k0 < K; k0 += rows) {
+    const int64_t kr = std::min(rows, K - k0);
+    upcast(wp + k0 * N, kr * N, buf, f16);
+    const auto block = torch::from_blob(buf, {kr, N}, torch::kFloat);
+    const auto xk = x2.narrow(1, k0, kr);
+    if (out.defined()) out = torch::addmm(out, xk, block);
+    else out = b.defined() ? torch::addmm(b.to(torch::kFloat), xk, block) : torch::mm(xk, block);
+  }
+  return out.view(outShape(x, N));
+}
+
+torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows) {
+  if (w.scalar_type() == torch::kFloat) return w.index_select(0, rows);
+  return w.index_select(0, rows).to(torch::kFloat);
+}
+
+}  // namespace kvscope::detail

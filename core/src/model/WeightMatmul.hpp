@@ -1,0 +1,35 @@
+// Matrix products against weights kept in their stored dtype (float32, bfloat16 or
+// float16, usually a view of the memory-mapped file), computed in float32.
+//
+// float32 weights go straight to LibTorch (BLAS), exactly as before. Reduced-precision
+// weights are never upcast as a whole: decode-sized inputs (a few rows) use a fused
+// kernel that converts each weight row in registers and accumulates in float32 (one pass
+// over the stored bytes: the memory-bandwidth floor); longer inputs (prefill, the
+// teacher-forced reference) upcast one block of weight rows at a time into a reused
+// float32 buffer and multiply it with BLAS. Both give float32 results whose only
+// difference from an upcast-then-matmul is the summation order.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace kvscope::detail {
+
+/// nn.Linear: x [..., in] float32, w [out, in] (F32/BF16/F16), b [out] or undefined.
+/// Returns x w^T + b, float32 [..., out].
+torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+
+/// GPT-2 Conv1D: x [..., in] float32, w [in, out], b [out] or undefined. Returns x w + b.
+torch::Tensor conv1dStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+
+/// Rows `rows` of a [R, C] weight in its stored dtype as float32 [rows.size, C] (copies).
+torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows);
+
+/// Which kernel the fused path uses on this CPU: "avx512", "avx2" or "scalar".
+const char* fusedKernelName();
+
+/// Inputs with at most this many rows take the fused kernel (more rows: blocked BLAS).
+constexpr int64_t kFusedMaxRows = 8;
+
+}  // namespace kvscope::detail
