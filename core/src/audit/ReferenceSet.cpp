@@ -58,7 +58,11 @@ const Model* ReferenceSet::modelFor(uint64_t version) {
 const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, const std::vector<int64_t>& stream) {
   auto key = std::make_pair(request, referenceTrace_ ? 0 : version);
   auto it = cache_.find(key);
-  if (it != cache_.end() && it->second.ids.size() >= stream.size()) return &it->second;
+  // A reference trace cannot grow, and a model reference covers every stream it was asked
+  // for up to the context: computed once per (request, version), never again per step.
+  if (it != cache_.end() && (referenceTrace_ || requested_[key] >= stream.size()))
+    return &it->second;
+  requested_[key] = stream.size();
   RequestReference ref;
   if (referenceTrace_) {
     ref = fromTrace(request, stream);

@@ -41,6 +41,8 @@ class ReferenceSet {
   std::map<uint64_t, std::shared_ptr<Model>> updated_;  // weights versions > 0
   std::map<uint64_t, std::string> directories_;         // version -> checkpoint given by the user
   std::map<std::pair<int64_t, uint64_t>, RequestReference> cache_;
+  std::map<std::pair<int64_t, uint64_t>, size_t>
+      requested_;  // stream length each entry was computed for
   std::string reason_;
 };
 
