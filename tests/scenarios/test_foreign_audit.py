@@ -35,6 +35,9 @@ except ImportError:  # the independent engine needs torch; the scenarios do not
         raise
     HAVE_TORCH = False
 
+# CI installs both (scripts/setup.sh): there a missing one fails instead of skipping.
+needs_cli = unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+needs_torch = unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "hf")
 MODELS = os.path.join(FIXTURES, "models")
 SCENARIOS = os.path.join(FIXTURES, "scenarios")
@@ -66,7 +69,7 @@ def check(case, source, run, mode, expect, out):
     case.assertEqual(problems, [], f"{source} {run} ({mode})")
 
 
-@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+@needs_cli
 class TransformersScenarioTest(unittest.TestCase):
     """tests/fixtures/hf/scenarios: real runs of transformers' decode loop, converted."""
 
@@ -177,8 +180,8 @@ ENGINE_RUNS = {
 }
 
 
-@unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
-@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+@needs_torch
+@needs_cli
 class IndependentEngineTest(unittest.TestCase):
     """tests/independent: a PyTorch engine that shares no code with KV Scope's core."""
 
@@ -292,8 +295,8 @@ def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:
     return dst
 
 
-@unittest.skipUnless(HAVE_TORCH, "python3-torch is not installed")
-@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+@needs_torch
+@needs_cli
 class DeepModelTest(unittest.TestCase):
     """44 layers: drift must stay drift deep down, and a jump at one layer is that layer."""
 
@@ -346,7 +349,7 @@ class DeepModelTest(unittest.TestCase):
             self.assertIn("layer 39's reference", f["explanation"])
 
 
-@unittest.skipUnless(os.path.exists(fr.cli_path()) or os.environ.get("CI"), "kvscope-cli is not built")
+@needs_cli
 class LeftPaddingTest(unittest.TestCase):
     def test_position_offsets_count_real_tokens(self):
         """A left-padded row whose engine applied positions 2 too high while recording the

@@ -7,6 +7,7 @@
 
 #include "audit/Diagnosis.hpp"
 #include "audit/FindingBuilder.hpp"
+#include "audit/NumberText.hpp"
 #include "audit/PolicyStage.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/RequestWalk.hpp"
@@ -19,13 +20,6 @@ namespace kvscope {
 using namespace detail;
 
 namespace {
-
-std::string fmt(double v) {
-  std::ostringstream os;
-  os.precision(3);
-  os << v;
-  return os.str();
-}
 
 StageResult stage(int n, const char* id, const char* title) { return StageResult{n, id, title, StageStatus::NotRun, "", {}}; }
 
@@ -135,7 +129,7 @@ class AuditRun {
     st.checks.push_back(std::string(diverged ? "FAIL: " : "ok: ") +
                         std::to_string(compared - diverged) + " of " + std::to_string(compared) +
                         " logits rows within tolerance (" + tol_.dtype() + ", relative " +
-                        fmt(tol_.logitRelative()) +
+                        numberText(tol_.logitRelative(), 3) +
                         " x max(1, |logits|) x depth and position factors)");
     if (first) {
       // Drift grows smoothly across layers; a bug jumps at one layer.
@@ -144,20 +138,26 @@ class AuditRun {
       double prev = 0;
       int jump = -1;
       for (size_t l = 0; l < first->keyError.size(); ++l) {
-        growth << " L" << l << "=" << fmt(first->keyError[l]);
+        growth << " L" << l << "=" << numberText(first->keyError[l], 3);
         if (jump < 0 && first->keyError[l] > first->keyTol[l] && first->keyError[l] > 100 * std::max(prev, 1e-7)) jump = static_cast<int>(l);
         prev = first->keyError[l];
       }
       growth << (jump >= 0 ? " (jumps at layer " + std::to_string(jump) + ": a bug, not drift)" : " (no single-layer jump)");
       st.checks.push_back(growth.str());
-      st.checks.push_back("FAIL: first logits divergence at request " + std::to_string(first->step->request) + " step " +
-                          std::to_string(first->step->step) + ": max |delta logit| " + fmt(first->logitError) + " vs tolerance " +
-                          fmt(first->logitTol) + (first->top2Margin < first->logitError ? " (near tie: top-2 margin " + fmt(first->top2Margin) + ")" : ""));
+      st.checks.push_back(
+          "FAIL: first logits divergence at request " + std::to_string(first->step->request) +
+          " step " + std::to_string(first->step->step) + ": max |delta logit| " +
+          numberText(first->logitError, 3) + " vs tolerance " + numberText(first->logitTol, 3) +
+          (first->top2Margin < first->logitError
+               ? " (near tie: top-2 margin " + numberText(first->top2Margin, 3) + ")"
+               : ""));
     }
     st.status = compared == 0 ? StageStatus::Skipped : diverged ? StageStatus::Fail : StageStatus::Pass;
     st.summary = compared == 0 ? "no logits to compare"
-                 : diverged   ? std::to_string(diverged) + " of " + std::to_string(compared) + " steps beyond tolerance"
-                              : "all logits within tolerance (worst " + fmt(worstRatio * 100) + "% of it)";
+                 : diverged    ? std::to_string(diverged) + " of " + std::to_string(compared) +
+                                  " steps beyond tolerance"
+                            : "all logits within tolerance (worst " +
+                                  numberText(worstRatio * 100, 3) + "% of it)";
   }
 
   void cacheAndPositionStages(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
@@ -319,9 +319,10 @@ void perStepCrossCheck(const Model& model, AuditResult& result) {
       ++steps;
     }
   }
-  result.report.stages[3].checks.push_back("cross-check: " + std::to_string(steps) +
-                                           " per-step full-prefix recomputes agree with the teacher-forced reference (max diff " +
-                                           fmt(worst) + ")");
+  result.report.stages[3].checks.push_back(
+      "cross-check: " + std::to_string(steps) +
+      " per-step full-prefix recomputes agree with the teacher-forced reference (max diff " +
+      numberText(worst, 3) + ")");
 }
 
 }  // namespace

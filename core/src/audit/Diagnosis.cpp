@@ -3,20 +3,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "audit/NumberText.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/RewriteOrigin.hpp"
 #include "audit/SignatureSearch.hpp"
 
 namespace kvscope::detail {
-
-namespace {
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(4);
-  os << v;
-  return os.str();
-}
-}  // namespace
 
 int64_t Diagnosis::interleavedRequest(int64_t request, const StepAnalysis& a) const {
   auto prev = previousTick_.find(request);
@@ -55,10 +47,11 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
         f.add("wrong_layer", r, st.step, st.tick, l, -1, 0.97,
               "layer " + std::to_string(l) + "'s whole cache was replaced at this step: its " +
                   rows + " (earlier rows included) equal layer " + std::to_string(m->sourceLayer) +
-                  "'s reference projections at the same positions (max diff " + num(m->error) +
-                  ") instead of its own (max diff " + num(m->ownError) +
-                  "); the cache length stayed right. Layer " + std::to_string(l) +
-                  " stores and reads layer " + std::to_string(m->sourceLayer) + "'s K/V",
+                  "'s reference projections at the same positions (max diff " +
+                  numberText(m->error) + ") instead of its own (max diff " +
+                  numberText(m->ownError) + "); the cache length stayed right. Layer " +
+                  std::to_string(l) + " stores and reads layer " + std::to_string(m->sourceLayer) +
+                  "'s K/V",
               ev);
       } else {
         ev["other_request"] = static_cast<double>(m->otherRequest);
@@ -69,9 +62,10 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
                   std::to_string(m->otherRequest) + "'s reference" +
                   (m->sourceLayer != l ? " of layer " + std::to_string(m->sourceLayer)
                                        : std::string()) +
-                  " at the same positions (max diff " + num(m->error) + ", own reference " +
-                  num(m->ownError) + "): another request was written into this request's cache" +
-                  (a.logitsCompared ? "; this request's logits moved by " + num(a.logitError)
+                  " at the same positions (max diff " + numberText(m->error) + ", own reference " +
+                  numberText(m->ownError) +
+                  "): another request was written into this request's cache" +
+                  (a.logitsCompared ? "; this request's logits moved by " + numberText(a.logitError)
                                     : std::string()),
               ev);
       }
@@ -98,7 +92,7 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
     ev["other_request"] = static_cast<double>(other);
   }
   if (a.logitsCompared) {
-    ex += "; this request's logits moved by " + num(a.logitError);
+    ex += "; this request's logits moved by " + numberText(a.logitError);
     ev["max_logit_error"] = a.logitError;
   }
   f.add("cross_request", r, st.step, st.tick, l, -1,
@@ -140,7 +134,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     std::string ex = "position ids do not continue from the cache: expected " + std::to_string(a.expectedPosition) +
                      ", recorded " + std::to_string(a.recordedPosition) + " (offset " + std::to_string(a.positionOffset) + ")";
     if (!st.fedMask.empty()) ex += "; left-padded input: positions must follow cumsum(mask) - 1, not arange";
-    if (a.logitsCompared) ex += "; logits moved by " + num(a.logitError);
+    if (a.logitsCompared) ex += "; logits moved by " + numberText(a.logitError);
     // Positions taken from a cache length that a duplicate append inflated follow from it.
     const int64_t excess = a.lengthBefore.empty() ? 0 : a.lengthBefore[0] - a.cacheRealBefore;
     Finding pos = FindingBuilder::make("position", r, st.step, 0, a.expectedPosition, 0.95, ex, ev);
@@ -193,16 +187,17 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       ev["fresh_vs_new_weights"] = a.freshVsNew;
       ev["tolerance"] = a.staleTolerance;
       ex += "; the " + std::to_string(a.reusedRows) + " reused rows equal the version-" +
-            std::to_string(a.oldestVersion) + " projections (max diff " + num(a.reusedVsOld) +
-            ") and differ from the version-" + std::to_string(a.version) + " ones (" +
-            num(a.reusedVsNew) + "), while this step's fresh layer-0 rows equal the version-" +
-            std::to_string(a.version) + " projections (" + num(a.freshVsNew) + ")";
+            std::to_string(a.oldestVersion) + " projections (max diff " +
+            numberText(a.reusedVsOld) + ") and differ from the version-" +
+            std::to_string(a.version) + " ones (" + numberText(a.reusedVsNew) +
+            "), while this step's fresh layer-0 rows equal the version-" +
+            std::to_string(a.version) + " projections (" + numberText(a.freshVsNew) + ")";
     } else {
       ex += "; values not checked: " + a.staleNotChecked;
     }
     if (a.logitsCompared)
       ex += "; logits differ from the version-" + std::to_string(a.version) + " reference by " +
-            num(a.logitError);
+            numberText(a.logitError);
     const bool valuesAgree = a.staleValuesChecked && a.reusedVsOld <= a.staleTolerance &&
                              a.freshVsNew <= a.staleTolerance && a.reusedVsNew > a.staleTolerance;
     f.add("stale_cache", r, st.step, st.tick, -1, a.cacheRealBefore, valuesAgree ? 0.99 : 0.9, ex,
@@ -235,17 +230,21 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       if (m->kind == "wrong_layer") {
         ev["source_layer"] = static_cast<double>(m->layer);
         f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
-              "layers 0.." + std::to_string(l - (l > 0 ? 1 : 0)) + (l > 0 ? " match the reference; " : "; ") + "layer " +
-                  std::to_string(l) + "'s new K/V records equal layer " + std::to_string(m->layer) + "'s reference projections (max diff " +
-                  num(m->error) + ") instead of its own (max diff " + num(m->ownError) + "): layer " + std::to_string(l) +
-                  " stores and reads layer " + std::to_string(m->layer) + "'s cache; logits moved by " + num(a.logitError),
+              "layers 0.." + std::to_string(l - (l > 0 ? 1 : 0)) +
+                  (l > 0 ? " match the reference; " : "; ") + "layer " + std::to_string(l) +
+                  "'s new K/V records equal layer " + std::to_string(m->layer) +
+                  "'s reference projections (max diff " + numberText(m->error) +
+                  ") instead of its own (max diff " + numberText(m->ownError) + "): layer " +
+                  std::to_string(l) + " stores and reads layer " + std::to_string(m->layer) +
+                  "'s cache; logits moved by " + numberText(a.logitError),
               ev);
       } else if (m->kind == "cross_request") {
         ev["other_request"] = static_cast<double>(m->request);
         ev["other_position"] = static_cast<double>(m->position);
         f.add("cross_request", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
-              "layer " + std::to_string(l) + "'s records for this request equal request " + std::to_string(m->request) +
-                  "'s reference at its position " + std::to_string(m->position) + " (max diff " + num(m->error) +
+              "layer " + std::to_string(l) + "'s records for this request equal request " +
+                  std::to_string(m->request) + "'s reference at its position " +
+                  std::to_string(m->position) + " (max diff " + numberText(m->error) +
                   "): another request's row was written into this one",
               ev);
       } else {
@@ -261,7 +260,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                   std::to_string(m->position - expected) +
                   ") although the trace records the right position ids: the engine applied other "
                   "positions; logits moved by " +
-                  num(a.logitError),
+                  numberText(a.logitError),
               ev);
       }
       return;
@@ -278,13 +277,14 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     }
     if (l > 0) {
       f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.5,
-            "layers below " + std::to_string(l) + " match the reference and layer " + std::to_string(l) +
-                " differs (key error " + num(a.keyError[l]) + "), but no other layer's records match: check what layer " +
-                std::to_string(l - 1) + "'s attention read from the cache",
+            "layers below " + std::to_string(l) + " match the reference and layer " +
+                std::to_string(l) + " differs (key error " + numberText(a.keyError[l]) +
+                "), but no other layer's records match: check what layer " + std::to_string(l - 1) +
+                "'s attention read from the cache",
             ev);
     } else {
       f.add("reference", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.5,
-            "layer 0's records differ from the reference (error " + num(a.keyError[0]) +
+            "layer 0's records differ from the reference (error " + numberText(a.keyError[0]) +
                 ") and match no other position or request: were they computed with these weights?",
             ev);
     }
@@ -296,13 +296,15 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   if (windowed) {
     ev["window"] = static_cast<double>(slidingWindow_);
     f.add("sliding_window", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.7,
-          "every K/V record matches but the logits differ by " + num(a.logitError) + " once the sequence outgrows the window of " +
-              std::to_string(slidingWindow_) + ": the attention window keeps the wrong keys",
+          "every K/V record matches but the logits differ by " + numberText(a.logitError) +
+              " once the sequence outgrows the window of " + std::to_string(slidingWindow_) +
+              ": the attention window keeps the wrong keys",
           ev);
   } else {
     if (other >= 0) ev["other_request"] = static_cast<double>(other);
     f.add("cross_request", r, st.step, st.tick, -1, a.lastRealStreamIndex(), other >= 0 ? 0.6 : 0.4,
-          "every new K/V record matches the reference but the logits differ by " + num(a.logitError) +
+          "every new K/V record matches the reference but the logits differ by " +
+              numberText(a.logitError) +
               ": the attention read cache rows that are not this request's records" +
               (other >= 0 ? " (request " + std::to_string(other) + " ran in between)" : ""),
           ev);
@@ -320,10 +322,14 @@ void Diagnosis::driftAndTies(int64_t r, const StepAnalysis& a, FindingBuilder& f
   const float best = *std::max_element(lg.begin(), lg.end());
   if (lg[static_cast<size_t>(st.chosenToken)] == best && lg[static_cast<size_t>(a.referenceToken)] < best)
     f.add("drift", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.8,
-          "the greedy token flipped from " + std::to_string(a.referenceToken) + " to " + std::to_string(st.chosenToken) +
-              " on a near tie (top-2 margin " + num(a.top2Margin) + ") while the logits agree within tolerance (" +
-              num(a.logitError) + " <= " + num(a.logitTol) + "): precision drift, not a cache bug",
-          {{"top2_margin", a.top2Margin}, {"max_logit_error", a.logitError}, {"tolerance", a.logitTol}});
+          "the greedy token flipped from " + std::to_string(a.referenceToken) + " to " +
+              std::to_string(st.chosenToken) + " on a near tie (top-2 margin " +
+              numberText(a.top2Margin) + ") while the logits agree within tolerance (" +
+              numberText(a.logitError) + " <= " + numberText(a.logitTol) +
+              "): precision drift, not a cache bug",
+          {{"top2_margin", a.top2Margin},
+           {"max_logit_error", a.logitError},
+           {"tolerance", a.logitTol}});
 }
 
 void Diagnosis::run(FindingBuilder& f) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "audit/FindingBuilder.hpp"
+#include "audit/NumberText.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FailureMatrix.hpp"
 #include "kvscope/PolicyReplay.hpp"
@@ -12,12 +13,6 @@
 namespace kvscope::detail {
 
 namespace {
-std::string fmtProbability(double p) {
-  std::ostringstream os;
-  os.precision(3);
-  os << p;
-  return os.str();
-}
 
 Finding makeFinding(const std::string& id, int64_t request, int64_t step, double confidence,
                     std::string explanation, std::map<std::string, double> evidence) {
@@ -95,7 +90,7 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
                           "request " + std::to_string(req.id) +
                           ": every sampled token is eligible under the recorded policy (lowest "
                           "probability of a chosen token " +
-                          fmtProbability(minChosen) + ")");
+                          numberText(minChosen, 3) + ")");
       st.checks.push_back("not checked: request " + std::to_string(req.id) +
                           ": the replay of the random draws: the trace's generator is " +
                           (req.policy.generator.empty() ? std::string("not named")

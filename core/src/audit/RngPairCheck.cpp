@@ -3,17 +3,12 @@
 #include <sstream>
 
 #include "audit/FindingBuilder.hpp"
+#include "audit/NumberText.hpp"
 #include "kvscope/Sampler.hpp"
 
 namespace kvscope::detail {
 
 namespace {
-std::string num(double v) {
-  std::ostringstream os;
-  os.precision(3);
-  os << v;
-  return os.str();
-}
 
 const TraceStep* stepOf(const Trace& t, int64_t request, int64_t step) {
   for (const auto& s : t.steps)
@@ -77,9 +72,11 @@ void checkRngAgainstReference(const Trace& reference, const Trace& cached,
     }
     std::ostringstream ex;
     ex << "same seed " << req.policy.seed << " and logits equal within tolerance (max diff "
-       << num(at->logitError) << " <= " << num(at->logitTol) << ") at step " << st.step
+       << numberText(at->logitError, 3) << " <= " << numberText(at->logitTol, 3) << ") at step "
+       << st.step
        << ", yet the runs chose different tokens that are both eligible: " << st.chosenToken
-       << " (p=" << num(pc) << ") vs the reference's " << refStep->chosenToken << " (p=" << num(pr)
+       << " (p=" << numberText(pc, 3) << ") vs the reference's " << refStep->chosenToken
+       << " (p=" << numberText(pr, 3)
        << "): the generator was drawn in another order (an extra or missing draw, or a re-seed)";
     findings.push_back(FindingBuilder::make(
         "rng_order", req.id, st.step, -1, at->lastRealStreamIndex(), 0.9, ex.str(),
