@@ -128,9 +128,16 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
     }
   }
   st.status = anomalies ? StageStatus::Fail : (checked ? StageStatus::Pass : StageStatus::Skipped);
+  const bool drawsUnchecked =
+      std::any_of(st.checks.begin(), st.checks.end(),
+                  [](const std::string& c) { return c.rfind("not checked:", 0) == 0; });
   st.summary = anomalies ? std::to_string(anomalies) + " policy anomalies (logits held fixed)"
-                         : checked ? "the recorded policy reproduces every chosen token from the recorded logits"
-                                   : "no chosen tokens to check";
+               : drawsUnchecked ? "every chosen token is eligible under the recorded policy; the "
+                                  "random draws were not checked "
+                                  "(another engine's generator)"
+               : checked
+                   ? "the recorded policy reproduces every chosen token from the recorded logits"
+                   : "no chosen tokens to check";
   return st;
 }
 

@@ -89,6 +89,8 @@ void checkRngAgainstReference(const Trace& reference, const Trace& cached,
          {"tolerance", at->logitTol}}));
     stage.checks.push_back("FAIL: " + who + ": " + ex.str());
     stage.status = StageStatus::Fail;
+    stage.summary =
+        "the run and the reference run drew their random numbers in another order (rng_order)";
   }
 }
 
