@@ -79,7 +79,7 @@ void expectSameAsFloat32(Architecture arch, SafetensorsDtype dtype) {
   auto a = Model::load(low), b = Model::load(f32);
   ASSERT_EQ(b->storedDtype(), "F32");
   if (arch == Architecture::Gpt2) {
-    // Row counts around the blocked Conv1D path (an in-place addmm_ got rows 2 and 4 wrong).
+    // Row counts around the blocked Conv1D path (blocked variants got rows wrong).
     for (int64_t M : {1, 2, 4, 5, 6, 7}) {
       auto x = torch::randn({1, M, 32});
       const auto& la = a->impl().layers[0];

@@ -9,6 +9,7 @@
 
 #include "kvscope/Checkpoint.hpp"
 #include "kvscope/FloatTensor.hpp"
+#include "kvscope/MemoryBudget.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/TensorSink.hpp"
 
@@ -51,15 +52,22 @@ class Model {
   std::vector<std::string> weightNames() const;
 
   /// One uncached pass over `ids` (inference mode). Throws UsageError for ids outside the
-  /// embedding and ContextLimitError for a prompt longer than the context.
+  /// embedding, ContextLimitError for a prompt longer than the context, and
+  /// OutOfMemoryError (before allocating) when the pass cannot fit in memory.
   ReferenceRun reference(const std::vector<int64_t>& ids) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
+  /// What reference() over `tokens` tokens needs in memory.
+  MemoryNeed referenceMemory(int64_t tokens) const;
+  /// Throws OutOfMemoryError naming the figures when reference() over `tokens` cannot fit.
+  void checkReferenceMemory(int64_t tokens) const;
 
   ModelImpl& impl() const { return *impl_; }
 
  private:
   Model() = default;
+  ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids) const;
+  FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };
 

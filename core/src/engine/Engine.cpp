@@ -14,6 +14,7 @@
 #include "kvscope/BuildInfo.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Sampler.hpp"
+#include "model/AllocationGuard.hpp"
 #include "model/ModelImpl.hpp"
 
 namespace kvscope {
@@ -60,6 +61,7 @@ class EngineRun {
     }
     // Preallocated once: appends along t never reallocate. Slack covers duplicate appends.
     const int64_t capacity = std::min(longest, cfg_.maxPositions) * 2 + 8;
+    checkMemory(specs, options, capacity);
     cache_ = std::make_unique<detail::KvCache>(cfg_.numLayers, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())),
                                                cfg_.numKvHeads, capacity, cfg_.headDim);
     updates_ = options.weightUpdates;
@@ -69,6 +71,37 @@ class EngineRun {
       staleLayer_ = stale->layer;
     }
     padId_ = cfg_.padTokenId.value_or(cfg_.eosTokenIds.empty() ? 0 : cfg_.eosTokenIds.front());
+  }
+
+  // Refuses (OutOfMemoryError naming the figures) a run that cannot fit, before the cache
+  // or any activation is allocated.
+  void checkMemory(const std::vector<RequestSpec>& specs, const EngineOptions& options,
+                   int64_t capacity) const {
+    const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
+    int64_t longestPrompt = 0, longestRun = 0;
+    uint64_t kept = 0;
+    const int64_t perToken = 2 * cfg_.numLayers * cfg_.numKvHeads * cfg_.headDim;  // K and V
+    for (const auto& s : specs) {
+      const auto prompt = static_cast<int64_t>(s.promptIds.size());
+      const int64_t run = std::min(prompt + s.maxNewTokens, cfg_.maxPositions);
+      longestPrompt = std::max(longestPrompt, prompt);
+      longestRun = std::max(longestRun, run);
+      kept += f(s.maxNewTokens * cfg_.vocabSize);  // one logits row per step
+      if (options.recordCache || options.uncached) kept += f(run * perToken);
+      if (options.recordSnapshots) kept += f(s.maxNewTokens * run * perToken);
+    }
+    const auto B = static_cast<int64_t>(std::max<size_t>(1, specs.size()));
+    MemoryNeed need = options.uncached ? impl_.forwardMemory(1, longestRun, longestRun)
+                                       : impl_.forwardMemory(B, longestPrompt, capacity);
+    need.kvCache = options.uncached ? 0 : f(B * capacity * perToken);
+    need.kept = kept;
+    need.check(MemoryAvailable::now(),
+               std::string(options.uncached ? "uncached" : "cached") + " generation of " +
+                   std::to_string(specs.size()) + " request(s) up to " + std::to_string(longestRun) +
+                   " tokens",
+               "generate fewer tokens (--max-new), drop --snapshots, audit in trace+trace mode "
+               "(kvscope-cli audit --reference-trace A --trace B loads no model), or use a "
+               "machine with more memory");
   }
 
   Trace run() {
@@ -367,8 +400,10 @@ Engine::Engine(std::shared_ptr<Model> model) : model_(std::move(model)) {}
 
 Trace Engine::run(const std::vector<RequestSpec>& requests, const EngineOptions& options) {
   torch::InferenceMode guard;
-  EngineRun run(*model_, requests, options);
-  return run.run();
+  return detail::guardAllocations("generation", [&] {
+    EngineRun run(*model_, requests, options);
+    return run.run();
+  });
 }
 
 }  // namespace kvscope

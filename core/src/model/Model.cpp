@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "kvscope/Error.hpp"
+#include "model/AllocationGuard.hpp"
 #include "model/ModelImpl.hpp"
 
 namespace kvscope {
@@ -73,7 +74,7 @@ std::shared_ptr<Model> Model::load(const std::string& dir) {
   m->impl_->checkpoint = Checkpoint::open(dir);
   m->impl_->config = m->impl_->checkpoint->config();
   configureThreads(m->impl_->config.hiddenSize);
-  m->impl_->loadWeights();
+  detail::guardAllocations("loading " + dir, [&] { m->impl_->loadWeights(); });
   return m;
 }
 
@@ -111,7 +112,31 @@ void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64
   ++impl_->weightsVersion;
 }
 
+MemoryNeed Model::referenceMemory(int64_t tokens) const {
+  const ModelConfig& c = impl_->config;
+  MemoryNeed m = impl_->forwardMemory(1, tokens, tokens);
+  const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
+  // ReferenceRun keeps every row's logits, the hidden states and each layer's K/V.
+  m.kept = f(tokens * c.vocabSize) + f((c.numLayers + 2) * tokens * c.hiddenSize) +
+           f(2 * c.numLayers * c.numKvHeads * tokens * c.headDim);
+  return m;
+}
+
+void Model::checkReferenceMemory(int64_t tokens) const {
+  referenceMemory(tokens).check(
+      MemoryAvailable::now(),
+      "the uncached reference over " + std::to_string(tokens) + " tokens",
+      "use a shorter prompt, audit in trace+trace mode (kvscope-cli audit --reference-trace A "
+      "--trace B loads no model), or a machine with more memory");
+}
+
 ReferenceRun Model::reference(const std::vector<int64_t>& ids) const {
+  checkReferenceMemory(static_cast<int64_t>(ids.size()));
+  return detail::guardAllocations("the uncached reference over " + std::to_string(ids.size()) + " tokens",
+                                  [&] { return referenceUnchecked(ids); });
+}
+
+ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
@@ -127,6 +152,12 @@ ReferenceRun Model::reference(const std::vector<int64_t>& ids) const {
 }
 
 FloatTensor Model::referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const {
+  checkReferenceMemory(static_cast<int64_t>(ids.size()));
+  return detail::guardAllocations("the uncached reference over " + std::to_string(ids.size()) + " tokens",
+                                  [&] { return referenceWithTapsUnchecked(ids, sink); });
+}
+
+FloatTensor Model::referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const {
   detail::FloatTensorSinkAdapter adapter(sink);
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvscope/Checkpoint.hpp"
+#include "kvscope/MemoryBudget.hpp"
 #include "model/AttentionContext.hpp"
 #include "model/RotaryEmbedding.hpp"
 #include "model/TorchTapSink.hpp"
@@ -49,6 +50,11 @@ struct ModelImpl {
   /// Layer 0's keys depend only on the token and its position, so this tells which
   /// position a recorded key was really computed at.
   torch::Tensor probeLayer0Keys(int64_t token, int64_t count) const;
+  /// Bytes of the weights as stored (the mapped tensors).
+  uint64_t weightBytes() const;
+  /// Memory one forward allocates for B rows of s fed tokens attending over t keys
+  /// (activations, attention scores, logits), the weights in `weights`.
+  MemoryNeed forwardMemory(int64_t B, int64_t s, int64_t t) const;
   /// Validates ids and positions without running anything.
   void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
 

@@ -71,6 +71,31 @@ class TensorLoader {
 
 }  // namespace
 
+uint64_t ModelImpl::weightBytes() const {
+  uint64_t n = 0;
+  for (const auto& name : checkpoint->tensorNames()) {
+    const auto& e = checkpoint->entry(name);
+    n += e.end - e.begin;
+  }
+  return n;
+}
+
+MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
+  const ModelConfig& c = config;
+  const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
+  const int64_t rows = B * s;
+  MemoryNeed m;
+  m.weights = weightBytes();
+  // Live at once in the widest step: the residual stream and a few [B, s, H] temporaries,
+  // q/k/v, repeated K/V, scores + probabilities + mask, the MLP's [B, s, I] temporaries,
+  // the logits, and the blocked-upcast buffer.
+  m.activations = f(6 * rows * c.hiddenSize) + f(rows * (c.numHeads + 2 * c.numKvHeads) * c.headDim) +
+                  f(2 * B * c.numHeads * t * c.headDim) + f(3 * B * c.numHeads * s * t) +
+                  static_cast<uint64_t>(B * s * t) + f(4 * rows * c.intermediateSize) +
+                  f(rows * c.vocabSize) + (16u << 20);
+  return m;
+}
+
 void ModelImpl::loadWeights() {
   const ModelConfig& c = config;
   TensorLoader L(*checkpoint);

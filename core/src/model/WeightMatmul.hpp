@@ -6,7 +6,7 @@
 // kernel that converts each weight row in registers and accumulates in float32 (one pass
 // over the stored bytes: the memory-bandwidth floor); longer inputs (prefill, the
 // teacher-forced reference) upcast one block of weight rows at a time into a reused
-// float32 buffer and multiply it with BLAS. Both give float32 results whose only
+// float32 buffer and multiply it with a float32 GEMM (oneDNN's when available). Both give float32 results whose only
 // difference from an upcast-then-matmul is the summation order.
 #pragma once
 
@@ -21,10 +21,14 @@ namespace kvscope::detail {
 torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
 /// GPT-2 Conv1D: x [..., in] float32, w [in, out], b [out] or undefined. Returns x w + b.
+/// BF16/F16 GPT-2 weights are upcast one whole matrix per product (GPT-2 sizes are small).
 torch::Tensor conv1dStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
 /// Rows `rows` of a [R, C] weight in its stored dtype as float32 [rows.size, C] (copies).
 torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows);
+
+/// Which GEMM the blocked path uses: "oneDNN sgemm" or "LibTorch (BLAS)".
+const char* gemmName();
 
 /// Which kernel the fused path uses on this CPU: "avx512", "avx2" or "scalar".
 const char* fusedKernelName();

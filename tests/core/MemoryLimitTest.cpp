@@ -1,0 +1,123 @@
+// A run that cannot fit in memory is refused with a sentence naming the figures and what
+// to do (issue 11), never a LibTorch stack dump or a kill. kvscope-cli runs under an
+// address-space limit (RLIMIT_AS, like `prlimit --as=`) set in the child before exec.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "CliRunner.hpp"
+#include "ScratchCheckpoint.hpp"
+#include "kvscope/MemoryBudget.hpp"
+#include "kvscope/Model.hpp"
+
+namespace kvscope {
+namespace {
+
+namespace fs = std::filesystem;
+
+test::CliRun runWithAddressLimit(uint64_t limit, const std::vector<std::string>& args) {
+  const fs::path base = fs::temp_directory_path() / ("kvscope-memlimit-" + std::to_string(::getpid()));
+  const std::string outPath = base.string() + ".out", errPath = base.string() + ".err";
+  std::vector<std::string> argv{KVSCOPE_CLI_PATH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  test::CliRun r;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    struct rlimit rl {limit, limit};
+    ::setrlimit(RLIMIT_AS, &rl);
+    const int out = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execv(cargv[0], cargv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+  }
+  if (WIFEXITED(status)) r.exitCode = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = test::readWholeFile(outPath);
+  r.err = test::readWholeFile(errPath);
+  std::error_code ec;
+  fs::remove(outPath, ec);
+  fs::remove(errPath, ec);
+  return r;
+}
+
+std::string ids(int64_t n) {
+  std::string s;
+  for (int64_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string((i * 31 + 7) % 256);
+  return s;
+}
+
+// One layer, tiny width, a long context: a 6000-token reference needs about 2 GB
+// (attention scores over 6000 x 6000 positions), a 200-token one a few MB.
+std::string longContextModel() {
+  CheckpointSpec s = test::smallSpec();
+  s.numLayers = 1;
+  s.vocabSize = 4096;
+  s.maxPositions = 8192;
+  return test::writeScratchCheckpoint("memory-limit", "long-context", s);
+}
+
+constexpr uint64_t kLimit = 1500ull << 20;  // 1.5 GiB of address space
+
+TEST(MemoryLimit, ReferenceTooLongForTheLimitIsRefusedWithTheFigures) {
+  const auto dir = longContextModel();
+  auto r = runWithAddressLimit(kLimit, {"reference", "--model", dir, "--ids", ids(6000)});
+  ASSERT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("GB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("RLIMIT_AS"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("trace+trace"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("frame #"), std::string::npos) << r.err;  // no LibTorch backtrace
+  // The same limit is enough for a short prompt.
+  auto ok = runWithAddressLimit(kLimit, {"reference", "--model", dir, "--ids", ids(200)});
+  EXPECT_TRUE(ok.exitedWith(0)) << ok;
+}
+
+TEST(MemoryLimit, GenerationWithSnapshotsTooLargeIsRefused) {
+  const auto dir = longContextModel();
+  auto r = runWithAddressLimit(kLimit, {"generate", "--model", dir, "--ids", ids(100),
+                                        "--max-new", "7000", "--snapshots"});
+  ASSERT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--snapshots"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("frame #"), std::string::npos) << r.err;
+}
+
+TEST(MemoryLimit, EstimateCoversTheReferencePass) {
+  auto model = Model::load(longContextModel());
+  const auto small = model->referenceMemory(200), large = model->referenceMemory(6000);
+  EXPECT_GT(large.activations, 1000ull << 20);  // the 6000^2 attention scores dominate
+  EXPECT_LT(small.total(), 64ull << 20);
+  EXPECT_GT(small.weights, 0u);
+  MemoryAvailable tight;
+  tight.ram = 100ull << 20;
+  tight.ramSource = "MemAvailable";
+  tight.addressSpace = UINT64_MAX;
+  try {
+    large.check(tight, "the test pass", "do something else");
+    FAIL() << "expected a refusal";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the test pass needs about"), std::string::npos) << m;
+    EXPECT_NE(m.find("105 MB is available (MemAvailable)"), std::string::npos) << m;
+    EXPECT_NE(m.find("do something else"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(small.check(MemoryAvailable::now(), "the small pass", ""));
+}
+
+}  // namespace
+}  // namespace kvscope
