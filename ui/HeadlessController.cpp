@@ -4,12 +4,13 @@
 #include <QObject>
 #include <QStatusBar>
 #include <QTextStream>
-
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <type_traits>
 
 #include "kvscope/Error.hpp"
+#include "kvscope/SamplingPolicy.hpp"
 #include "ui/FaultPanel.hpp"
 #include "ui/HeadlineView.hpp"
 #include "ui/InspectorController.hpp"
@@ -57,8 +58,10 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
        QStringLiteral("N")},
       {QStringLiteral("temperature"), QStringLiteral("Sampling temperature (0 = greedy)."),
        QStringLiteral("T")},
-      {QStringLiteral("top-k"), QStringLiteral("Top-k (0 = off)."), QStringLiteral("K")},
-      {QStringLiteral("top-p"), QStringLiteral("Top-p (1 = off)."), QStringLiteral("P")},
+      {QStringLiteral("top-k"), QStringLiteral("Top-k, K >= 1 (leave out for none)."),
+       QStringLiteral("K")},
+      {QStringLiteral("top-p"), QStringLiteral("Top-p in (0, 1] (leave out for none)."),
+       QStringLiteral("P")},
       {QStringLiteral("seed"), QStringLiteral("Sampling seed."), QStringLiteral("SEED")},
       {QStringLiteral("fault"),
        QStringLiteral("Fault for the built-in engine, NAME[:k=v,...] (repeatable)."),
@@ -145,33 +148,35 @@ bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, Q
       return false;
     }
   }
-  if (p.isSet(QStringLiteral("temperature"))) {
-    o->temperature = p.value(QStringLiteral("temperature")).toDouble(&ok);
-    if (!ok || o->temperature < 0) {
-      *error = QStringLiteral("--temperature: expected a number >= 0");
-      return false;
-    }
-  }
-  if (p.isSet(QStringLiteral("top-k"))) {
-    o->topK = p.value(QStringLiteral("top-k")).toInt(&ok);
-    if (!ok || o->topK < 0) {
-      *error = QStringLiteral("--top-k: expected an integer >= 0");
-      return false;
-    }
-  }
-  if (p.isSet(QStringLiteral("top-p"))) {
-    o->topP = p.value(QStringLiteral("top-p")).toDouble(&ok);
-    if (!ok || o->topP <= 0 || o->topP > 1) {
-      *error = QStringLiteral("--top-p: expected a number in (0, 1]");
-      return false;
-    }
-  }
-  if (p.isSet(QStringLiteral("seed"))) {
-    o->seed = p.value(QStringLiteral("seed")).toULongLong(&ok);
-    if (!ok) {
-      *error = QStringLiteral("--seed: expected a non-negative integer");
-      return false;
-    }
+  // The sampling options mean what they mean in kvscope-cli (SamplingOptions): a given
+  // top-k must be >= 1 and a given top-p in (0, 1]; leave one out for none.
+  SamplingOptions sampling;
+  const auto number = [&](const char* name, auto* out) {
+    if (!p.isSet(QString::fromLatin1(name))) return true;
+    bool good = false;
+    const QString text = p.value(QString::fromLatin1(name)).trimmed();
+    if constexpr (std::is_same_v<std::decay_t<decltype(**out)>, double>)
+      *out = text.toDouble(&good);
+    else if constexpr (std::is_same_v<std::decay_t<decltype(**out)>, uint64_t>)
+      *out = text.toULongLong(&good);
+    else
+      *out = text.toLongLong(&good);
+    if (!good)
+      *error = QStringLiteral("--%1: '%2' is not a number").arg(QString::fromLatin1(name), text);
+    return good;
+  };
+  if (!number("temperature", &sampling.temperature) || !number("top-k", &sampling.topK) ||
+      !number("top-p", &sampling.topP) || !number("seed", &sampling.seed))
+    return false;
+  try {
+    const SamplingPolicy policy = sampling.policy();
+    o->temperature = policy.temperature;
+    o->topK = policy.topK ? static_cast<int>(*policy.topK) : 0;
+    o->topP = policy.topP.value_or(1.0);
+    o->seed = policy.seed;
+  } catch (const std::exception& e) {
+    *error = QStringLiteral("sampling options: %1").arg(QString::fromStdString(e.what()));
+    return false;
   }
   if (p.isSet(QStringLiteral("size"))) {
     const QStringList wh = p.value(QStringLiteral("size")).split(QLatin1Char('x'));

@@ -148,3 +148,20 @@ TEST(CliAudit, WeightsVersionsNameLaterCheckpoints) {
   EXPECT_TRUE(shape.exitedWith(2)) << shape;
   EXPECT_NE(shape.err.find("weights version 1"), std::string::npos) << shape;
 }
+
+TEST(CliAudit, SamplingOptionsMeanWhatGenerateAndPolicyMean) {
+  // One rule (SamplingOptions): 0 is never "off"; a given top-k must be >= 1, top-p in (0, 1].
+  for (const std::string cmd : {"audit", "generate"})
+    for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+             {"--top-p", "0"}, {"--top-k", "0"}, {"--top-p", "1.5"}, {"--temperature", "-1"}}) {
+      std::vector<std::string> args{cmd, "--model", llama(), "--ids", "0,34", "--max-new", "2"};
+      args.insert(args.end(), bad.begin(), bad.end());
+      auto r = runKvscopeCli(args);
+      EXPECT_TRUE(r.exitedWith(2)) << cmd << " " << bad[0] << " " << bad[1] << "\n" << r;
+    }
+  auto ok = audit({"--model", llama(), "--ids", "0,34", "--max-new", "2", "--temperature", "0.7",
+                   "--top-k", "5", "--top-p", "0.9", "--seed", "3", "--json"});
+  ASSERT_TRUE(ok.exitedWith(0)) << ok;
+  const auto policy = nlohmann::json::parse(ok.out)["stages"][4]["checks"][0].get<std::string>();
+  EXPECT_NE(policy.find("T=0.7 top-k=5 top-p=0.9 seed=3"), std::string::npos) << policy;
+}

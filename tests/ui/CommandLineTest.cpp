@@ -65,6 +65,34 @@ class CommandLineTest : public QObject {
  private Q_SLOTS:
   void init() { QSettings().clear(); }
 
+  void samplingOptionsFollowTheCliRule() {
+    HeadlessOptions o;
+    QString error;
+    QVERIFY2(parse({QStringLiteral("--temperature"), QStringLiteral("0.7"),
+                    QStringLiteral("--top-k"), QStringLiteral("5"), QStringLiteral("--top-p"),
+                    QStringLiteral("0.9"), QStringLiteral("--seed"), QStringLiteral("3")},
+                   &o, &error),
+             qPrintable(error));
+    const AuditJobSpec spec = HeadlessController::specFor(o);
+    QCOMPARE(spec.policy.topK.value_or(0), int64_t(5));
+    QCOMPARE(spec.policy.topP.value_or(0.0), 0.9);
+    QCOMPARE(spec.policy.seed, uint64_t(3));
+    o = {};
+    QVERIFY(parse({}, &o, &error));
+    QVERIFY(!HeadlessController::specFor(o).policy.topK &&
+            !HeadlessController::specFor(o).policy.topP);
+    for (const QStringList& bad :
+         {QStringList{QStringLiteral("--top-k"), QStringLiteral("0")},
+          QStringList{QStringLiteral("--top-p"), QStringLiteral("0")},
+          QStringList{QStringLiteral("--top-p"), QStringLiteral("2")},
+          QStringList{QStringLiteral("--temperature"), QStringLiteral("warm")}}) {
+      o = {};
+      error.clear();
+      QVERIFY2(!parse(bad, &o, &error), qPrintable(bad.join(QLatin1Char(' '))));
+      QVERIFY2(!error.isEmpty(), qPrintable(bad.join(QLatin1Char(' '))));
+    }
+  }
+
   void weightsVersionsReachTheSpecAndTheSetupPanel() {
     HeadlessOptions o;
     QString error;

@@ -10,6 +10,7 @@
 
 #include "CliCommands.hpp"
 #include "CliText.hpp"
+#include "SamplingArgs.hpp"
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
@@ -25,10 +26,7 @@ struct AuditArgs {
   std::string reportPath;
   std::string markdownPath;
   bool force = false;
-  double temperature = 0.0;
-  int64_t topK = 0;
-  double topP = 0.0;
-  uint64_t seed = 0;
+  SamplingArgs sampling;
   std::vector<std::string> weightsVersions;  // N=DIR
 };
 
@@ -43,11 +41,7 @@ void writeText(const std::string& path, const std::string& text, bool force) {
 void run(AuditArgs& a, CliContext& ctx) {
   for (const auto& list : a.ids) a.spec.promptIds.push_back(parseIdList(list, "--ids"));
   for (const auto& item : a.weightsVersions) addWeightsVersion(a.spec, item);
-  a.spec.policy.temperature = a.temperature;
-  if (a.topK > 0) a.spec.policy.topK = a.topK;
-  if (a.topP > 0) a.spec.policy.topP = a.topP;
-  a.spec.policy.seed = a.seed;
-  a.spec.policy.validate();
+  a.spec.policy = a.sampling.policy();  // --top-p 0 is an error, not "off"
   if (isatty(STDERR_FILENO)) {
     a.spec.options.progress = [](double f, const std::string& what) {
       std::cerr << "\r[" << static_cast<int>(f * 100) << "%] " << what << "                " << std::flush;
@@ -89,10 +83,7 @@ void registerAuditCommand(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--arrival", args->spec.arrivalTicks, "arrival tick per request (default 0)");
   cmd->add_option("--max-new", args->spec.maxNewTokens, "new tokens per request")->check(CLI::PositiveNumber);
   cmd->add_option("--fault", args->spec.faults, "inject a fault (repeatable), see below");
-  cmd->add_option("--temperature", args->temperature, "0 = greedy");
-  cmd->add_option("--top-k", args->topK, "top-k (>= 1)");
-  cmd->add_option("--top-p", args->topP, "top-p in (0, 1]");
-  cmd->add_option("--seed", args->seed, "per-request generator seed");
+  args->sampling.addTo(*cmd, 0.0);
   cmd->add_option("--save-trace", args->spec.saveTraceTo, "write the built-in engine's trace here");
   cmd->add_flag("--per-step-reference", args->spec.options.perStepReference,
                 "cross-check: also recompute every step uncached (slower)");

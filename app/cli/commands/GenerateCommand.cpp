@@ -17,6 +17,7 @@
 #include "CliCommands.hpp"
 #include "CliText.hpp"
 #include "ModelSession.hpp"
+#include "SamplingArgs.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
@@ -34,17 +35,12 @@ struct GenerateOptions {
   std::vector<std::string> faults;
   std::string trace;
   bool json = false;
-  double temperature = 0.0;
-  int64_t topK = 0;
-  double topP = 1.0;
-  uint64_t seed = 0;
+  SamplingArgs sampling;
   std::vector<int64_t> arrivals;
   bool batch = false;
   bool snapshots = false;
   bool uncached = false;
   std::vector<std::string> weightUpdates;
-  CLI::Option* topKOpt = nullptr;
-  CLI::Option* topPOpt = nullptr;
 };
 
 // TICK:TENSOR:SCALE. Tensor names hold dots, never colons, so the first and the last colon
@@ -86,16 +82,6 @@ void checkWeightName(const Model& model, const WeightUpdateSpec& u) {
   for (size_t i = 0; i < names.size() && i < 4; ++i) some += (i ? ", " : "") + names[i];
   throw UsageError("--weight-update: the model has no weight tensor '" + u.tensor +
                    "' (names are checkpoint tensor names such as " + some + ")");
-}
-
-SamplingPolicy policyFrom(const GenerateOptions& o) {
-  SamplingPolicy p;
-  p.temperature = o.temperature;
-  if (o.topKOpt->count() > 0) p.topK = o.topK;
-  if (o.topPOpt->count() > 0) p.topP = o.topP;
-  p.seed = o.seed;
-  p.validate();  // UsageError -> exit 2
-  return p;
 }
 
 // One request per prompt. With --batch, prompts that arrive at the same tick (two or more)
@@ -173,7 +159,7 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
                      " prompts (give one tick per prompt, or none)");
   for (int64_t a : o.arrivals)
     if (a < 0) throw UsageError("--arrival ticks must be >= 0, got " + std::to_string(a));
-  const SamplingPolicy policy = policyFrom(o);
+  const SamplingPolicy policy = o.sampling.policy();  // UsageError -> exit 2
   EngineOptions options;
   for (const auto& f : o.faults) options.faults.push_back(FaultSpec::parse(f));
   for (const auto& w : o.weightUpdates) options.weightUpdates.push_back(parseWeightUpdate(w));
@@ -258,12 +244,7 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
   cmd->add_flag(
       "--json", o->json,
       "Print JSON: requests (id, prompt_ids, generated, text, stop_reason), faults, trace");
-  cmd->add_option("--temperature", o->temperature,
-                  "Sampling temperature >= 0; 0 = greedy (default)");
-  o->topKOpt = cmd->add_option("--top-k", o->topK, "Keep the k highest logits (ties kept), k >= 1");
-  o->topPOpt = cmd->add_option("--top-p", o->topP, "Nucleus mass in (0, 1]");
-  cmd->add_option("--seed", o->seed,
-                  "Per-request generator seed (default 0; each request has its own generator)");
+  o->sampling.addTo(*cmd, 0.0);
   cmd->add_option("--arrival", o->arrivals,
                   "Engine tick at which each prompt's request joins, one per --prompt in order "
                   "(default: all at tick 0)")

@@ -5,12 +5,12 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "CliCommands.hpp"
+#include "SamplingArgs.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/RequestRng.hpp"
 #include "kvscope/SafetensorsFile.hpp"
@@ -23,15 +23,9 @@ namespace {
 
 struct PolicyOptions {
   std::string logits;
-  double temperature = 1.0;
-  int64_t topK = 0;
-  double topP = 1.0;
-  uint64_t seed = 0;
-  std::string tieRule = "lowest";
+  SamplingArgs sampling;
   size_t limit = 0;
   bool json = false;
-  CLI::Option* topKOpt = nullptr;
-  CLI::Option* topPOpt = nullptr;
 };
 
 struct LogitsRow {
@@ -85,14 +79,8 @@ LogitsRow loadRow(const std::string& spec) {
 }
 
 void runPolicy(const PolicyOptions& o, CliContext& ctx) {
-  SamplingPolicy policy;
-  policy.temperature = o.temperature;
-  if (o.topKOpt->count() > 0) policy.topK = o.topK;
-  if (o.topPOpt->count() > 0) policy.topP = o.topP;
-  policy.seed = o.seed;
-  policy.tieRule = o.tieRule == "highest" ? SamplingPolicy::TieRule::Highest
-                                          : SamplingPolicy::TieRule::Lowest;
-  policy.validate();  // UsageError -> exit 2, before any file is read
+  const SamplingPolicy policy =
+      o.sampling.policy();  // UsageError -> exit 2, before any file is read
 
   const LogitsRow row = loadRow(o.logits);
   const std::string rowNote =
@@ -175,12 +163,7 @@ void registerPolicyCommand(CLI::App& app, CliContext& ctx) {
                   "FILE.safetensors[:KEY]; KEY may be left out when the file holds one "
                   "tensor; a 2-D tensor uses its last row")
       ->required();
-  sub->add_option("--temperature", o->temperature, "temperature >= 0; 0 = greedy (default 1)");
-  o->topKOpt = sub->add_option("--top-k", o->topK, "keep the k highest logits (ties kept), k >= 1");
-  o->topPOpt = sub->add_option("--top-p", o->topP, "nucleus mass in (0, 1]");
-  sub->add_option("--seed", o->seed, "request generator seed (default 0)");
-  sub->add_option("--tie-rule", o->tieRule, "greedy ties: lowest (torch.argmax) or highest")
-      ->check(CLI::IsMember({"lowest", "highest"}));
+  o->sampling.addTo(*sub, 1.0, true);
   sub->add_option("--limit", o->limit, "print at most N eligible tokens (0 = all)");
   sub->add_flag("--json", o->json, "print JSON: probabilities (all V), eligible, sum, token, policy");
   sub->callback([o, &ctx]() { runPolicy(*o, ctx); });

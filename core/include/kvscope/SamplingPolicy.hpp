@@ -36,6 +36,20 @@ struct SamplingPolicy {
   static constexpr const char* kKvScopeGenerator = "kvscope";
 };
 
+/// The sampling options as a front end (kvscope-cli generate/audit/policy, the GUI) reads
+/// them, each given or not: the one meaning of "off" everywhere. An option not given is
+/// unset (temperature: `defaultTemperature`); a given top-k must be >= 1 and a given top-p in
+/// (0, 1] — 0 is never read as "off" (SamplingPolicy::validate's UsageError otherwise).
+struct SamplingOptions {
+  std::optional<double> temperature;
+  std::optional<int64_t> topK;
+  std::optional<double> topP;
+  std::optional<uint64_t> seed;
+  std::optional<std::string> tieRule;  // "lowest" | "highest"
+  double defaultTemperature = 0.0;
+  SamplingPolicy policy() const;
+};
+
 void to_json(nlohmann::json& j, const SamplingPolicy& p);
 void from_json(const nlohmann::json& j, SamplingPolicy& p);
 

@@ -68,6 +68,22 @@ bool SamplingPolicy::operator==(const SamplingPolicy& o) const {
          tieRule == o.tieRule && generator == o.generator;
 }
 
+SamplingPolicy SamplingOptions::policy() const {
+  SamplingPolicy p;
+  p.temperature = temperature.value_or(defaultTemperature);
+  p.topK = topK;
+  p.topP = topP;
+  p.seed = seed.value_or(0);
+  if (tieRule) {
+    if (*tieRule == "highest")
+      p.tieRule = SamplingPolicy::TieRule::Highest;
+    else if (*tieRule != "lowest")
+      throw UsageError("tie rule '" + *tieRule + "': expected lowest or highest");
+  }
+  p.validate();
+  return p;
+}
+
 bool SamplingPolicy::replayableBy(const std::string& traceEngine) const {
   if (!generator.empty()) return generator == kKvScopeGenerator;
   return traceEngine.rfind("kvscope", 0) == 0;
