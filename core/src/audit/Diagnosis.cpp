@@ -172,7 +172,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
             {{"stream_index", static_cast<double>(a.cacheRealBefore)}});
   }
   if (a.rewrittenLayer >= 0) rewritten(r, a, f);
-  if (a.versionMix) {
+  if (a.staleOnset) {
     std::map<std::string, double> ev{
         {"weights_version", static_cast<double>(a.version)},
         {"cache_weights_version", static_cast<double>(a.oldestVersion)},

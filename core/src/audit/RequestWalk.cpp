@@ -328,6 +328,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
       std::fill(length_.begin(), length_.end(), 0);
       for (auto& v : columnVersion_) v.clear();
       for (auto& v : columnStream_) v.clear();
+      staleSeen_ = false;
     }
     std::vector<int64_t> real;
     for (size_t j = 0; j < st->fedIds.size(); ++j)
@@ -351,7 +352,10 @@ std::vector<StepAnalysis> RequestWalk::run() {
       if (ref) compareRecords(a, l, st->layers[l], *ref);
     }
     if (ref) compareLogits(a, *ref);
-    if (a.versionMix) checkStaleValues(a, ref);
+    // Evidence for a stale cache where it starts: later steps of the same cache repeat it.
+    a.staleOnset = a.versionMix && !staleSeen_;
+    staleSeen_ = staleSeen_ || a.versionMix;
+    if (a.staleOnset) checkStaleValues(a, ref);
     cacheReal += static_cast<int64_t>(real.size());
     out.push_back(std::move(a));
   }

@@ -48,6 +48,7 @@ class RequestWalk {
       columnVersion_;  // per layer, per cache column: weights version
   std::vector<std::vector<int64_t>>
       columnStream_;  // per layer, per cache column: stream index (-1 pad)
+  bool staleSeen_ = false;  // a step of this cache already mixed weights versions
   MissingReason whyMissing_;
   std::string lastMissingReason_;
 };

@@ -36,6 +36,7 @@ struct StepAnalysis {
   std::vector<int64_t> rewrittenStream;  // their stream indices (-1: padding or unknown)
   std::vector<int> rewrittenLayers;      // every layer whose earlier rows changed
   bool versionMix = false;           // records of several weights versions in one cache
+  bool staleOnset = false;           // the first such step of this cache (where the evidence is)
   uint64_t oldestVersion = 0;
   // Value evidence for a stale cache (max |row - reference| over every layer): the reused
   // rows against the old and the new weights' reference, the fresh rows against the new.
