@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): trace+trace audit time of a Llama-3.1-70B-shaped trace pair
 (80 layers, 8 KV heads, head dim 128, vocab 128256, F16 storage), written with
-tools/kvtrace.py, at two run lengths. The audit must be linear in the run: 4x the steps
+kvscope_trace, at two run lengths. The audit must be linear in the run: 4x the steps
 should cost about 4x the time (the issue's bound: at most 5x).
 
     /usr/bin/python3 tests/bench/trace_pair_bench.py [--cli build/app/cli/kvscope-cli]
@@ -26,8 +26,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import kvtrace  # noqa: E402
+sys.path.append(os.path.join(REPO, "python"))  # kvscope_trace: installed, else the source
+import kvscope_trace as kvtrace  # noqa: E402
 
 
 def write_pair(directory: str, steps: int, layers: int, heads: int = 8, dim: int = 128, vocab: int = 128256,

@@ -8,7 +8,7 @@
     python3 tests/independent/record_run.py make-tied --model DIR --prompt-ids 1,2,3 \
         --out NEW_DIR [--tie-step K] [--dtype ...]
 
-The first form decodes and writes the trace (docs/trace-format.md) with tools/kvtrace.py:
+The first form decodes and writes the trace (docs/trace-format.md) with kvscope_trace:
 every step's logits row and the FULL cache of every layer after the step (a full-snapshot
 trace, what dumping `past_key_values` gives), in the order the engine ran the steps. It
 prints a JSON summary (generated tokens, where the bug acted). The second form writes a
@@ -30,8 +30,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import kvtrace  # noqa: E402
+sys.path.append(os.path.join(REPO, "python"))  # kvscope_trace: the installed package, else the source
+import kvscope_trace as kvtrace  # noqa: E402
 import st_numpy  # noqa: E402
 from torch_engine import DecodeEngine, Model, RunLog, parse_bug  # noqa: E402
 

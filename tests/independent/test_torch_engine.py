@@ -6,7 +6,7 @@ Needs numpy and torch (Debian's python3-torch); without them the module is skipp
 The checks: float32 forward and greedy decode against the transformers golden fixtures,
 cached vs uncached agreement, bf16/f16 really in reduced precision yet close to float32,
 each bug changing the recorded trace the way it should, the transformers-recorded bug
-scenarios reproduced, and written traces read back with tools/kvtrace.py.
+scenarios reproduced, and written traces read back with kvscope_trace.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ except ImportError as e:  # pragma: no cover - depends on the interpreter
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "tools"))
-import kvtrace  # noqa: E402
+sys.path.append(os.path.join(REPO, "python"))  # kvscope_trace: the installed package, else the source
+import kvscope_trace as kvtrace  # noqa: E402
 import record_run  # noqa: E402
 import st_numpy  # noqa: E402
 import torch_engine as te  # noqa: E402

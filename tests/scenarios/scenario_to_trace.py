@@ -2,7 +2,7 @@
 """Convert a transformers-recorded bug scenario (tests/fixtures/hf/scenarios/NAME.json +
 NAME.safetensors) into a KV Scope trace, the way a researcher would: one step per forward
 call, its fed ids and position ids, the logits row that chose the token, and the whole
-`past_key_values` of every layer after the step as a cache snapshot (tools/kvtrace.py
+`past_key_values` of every layer after the step as a cache snapshot (kvscope_trace
 derives the appended records from consecutive snapshots).
 
     python3 tests/scenarios/scenario_to_trace.py SCENARIO.json MODEL_DIR OUT.kvtrace
@@ -22,8 +22,8 @@ from typing import Any, Dict, List
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
-import kvtrace  # noqa: E402
+sys.path.append(os.path.join(HERE, "..", "..", "python"))  # kvscope_trace: installed, else the source
+import kvscope_trace as kvtrace  # noqa: E402
 
 
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:

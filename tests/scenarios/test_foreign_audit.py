@@ -322,7 +322,7 @@ class DeepModelTest(unittest.TestCase):
         check(self, src, "wrong_layer L4<-L3 from s3", "model+trace", fr.Expectation(["wrong_layer"], 3, 4), out)
 
     def test_trace_pair_without_a_model_finds_layer_40(self):
-        import kvtrace
+        import kvscope_trace as kvtrace
         clean = self._record("clean")
         f16 = lambda path: (kvtrace.write_trace(kvtrace.read_trace(path), path + ".f16", dtype="F16"), path + ".f16")[1]
         uncached = f16(self._record("uncached", uncached=True))
@@ -355,7 +355,7 @@ class LeftPaddingTest(unittest.TestCase):
         """A left-padded row whose engine applied positions 2 too high while recording the
         right ones: the offset is 2 (real tokens), not 2 minus the 3 padding columns."""
         import subprocess
-        import kvtrace
+        import kvscope_trace as kvtrace
         with tempfile.TemporaryDirectory() as tmp:
             raw, mine = os.path.join(tmp, "batch.kvtrace"), os.path.join(tmp, "mine.kvtrace")
             subprocess.run([fr.cli_path(), "generate", "--model", os.path.join(MODELS, "llama"), "--ids", "5,6,7,8,9,10,11,12",

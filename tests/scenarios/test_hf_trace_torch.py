@@ -1,8 +1,8 @@
-"""tools/hf_trace.py on real torch tensors: its cache adapter (transformers 5 `cache.layers`,
+"""kvscope_trace.hf_trace on real torch tensors: its cache adapter (transformers 5 `cache.layers`,
 transformers 4 `key_cache`/`value_cache`, legacy tuples; float32 and bfloat16 tensors) and
 its decode loop, driven by the independent PyTorch engine as the model, recorded and then
 audited by kvscope-cli. A clean run must audit clean, and a sampled run (KV Scope's
-generator, which hf_trace.py uses) must replay from its seed.
+generator, which kvscope_trace.hf_trace uses) must replay from its seed.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "tools"))
+sys.path.append(os.path.join(REPO, "python"))  # kvscope_trace: installed, else the source
 sys.path.insert(0, os.path.join(REPO, "tests", "independent"))
 import foreign_runs as fr  # noqa: E402
 
 try:
     import torch
-    import hf_trace
+    from kvscope_trace import hf_trace
     from torch_model import KVCache, Model
 except ImportError:
     if os.environ.get("CI"):  # CI installs python3-torch (scripts/setup.sh)
@@ -123,7 +123,7 @@ class HfTraceOnTorchTest(unittest.TestCase):
 
     def _record(self, style, dtype, policy):
         model = Model(os.path.join(MODELS, "llama"), dtype)
-        import kvtrace
+        import kvscope_trace as kvtrace
         d = os.path.join(MODELS, "llama")
         info = model.model_info(fingerprint=kvtrace.model_fingerprint(d), stored_dtype=kvtrace.model_stored_dtype(d))
         rec = hf_trace.TraceRecorder(info)
@@ -140,7 +140,7 @@ class HfTraceOnTorchTest(unittest.TestCase):
                 self.assertEqual(out.report["dtype"], dtype)
 
     def test_sampled_run_replays_from_its_seed(self):
-        policy = {"temperature": 0.9, "seed": 11}  # hf_trace.py names its generator itself
+        policy = {"temperature": 0.9, "seed": 11}  # hf_trace names its generator itself
         out = fr.audit(self._record("transformers5", "float32", policy), model=os.path.join(MODELS, "llama"))
         self.assertEqual(out.problems(fr.Expectation([])), [])
         checks = next(s for s in out.report["stages"] if s["id"] == "policy")["checks"]

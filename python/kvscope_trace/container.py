@@ -1,7 +1,7 @@
 """The safetensors container under KV Scope traces, with numpy alone: validated reading
 (every header field checked; errors name the file and the field) and aligned, atomic
-writing, plus typed access to the JSON trace document (_Obj). Used by kvtrace.py,
-kvtrace_v1.py and kvtrace_v2.py; see docs/trace-format.md."""
+writing, plus typed access to the JSON trace document (_Obj). Used by trace.py,
+format_v1.py and format_v2.py; see docs/trace-format.md."""
 
 from __future__ import annotations
 

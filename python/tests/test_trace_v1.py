@@ -1,23 +1,20 @@
 #!/usr/bin/env python3
-"""Tests for reading version-1 traces (tools/kvtrace_v1.py through kvtrace.read_trace):
+"""Tests for reading version-1 traces (kvscope_trace.format_v1 through read_trace):
 hand-edited version-1 files keep their version-1 error fields, and the committed fixtures
 in tests/fixtures/traces-v1 read as before and convert to version 2 losslessly.
 
-    /usr/bin/python3 -m unittest tools/test_kvtrace_v1.py
+    VENV/bin/python -m unittest discover -s python/tests -p test_trace_v1.py
 """
 
 import json
 import os
-import sys
 import unittest
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kvtrace  # noqa: E402
-import make_example_trace  # noqa: E402
-from test_kvtrace import Errors, TempDir, assert_same_trace, fixture, header  # noqa: E402
+from kvscope_trace import example as make_example_trace
+from kvscope_trace import trace as kvtrace
+from test_trace import Errors, TempDir, assert_same_trace, fixture, header  # noqa: E402
 
 
 class ValidationV1(Errors, unittest.TestCase):

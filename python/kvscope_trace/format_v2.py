@@ -1,10 +1,10 @@
-"""The version-2 layout of KV Scope traces (docs/trace-format.md), for kvtrace.py: the step
+"""The version-2 layout of KV Scope traces (docs/trace-format.md), for trace.py: the step
 table as JSON columns (`steps: {"count": N, "request": [...], ...}`) and the per-step data
 packed into one tensor per kind (`logits` [R, V], `layer{l}.k|v|cache_k|cache_v`
 [h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2]).
 
 Both directions live here: parse_columns and load_packed read, pack writes. The step fields
-both versions share are read by kvtrace.py's parse_step (handed in), which also derives
+both versions share are read by trace.py's parse_step (handed in), which also derives
 appended records and cache lengths for both versions (kvtrace._attach_layers). Errors name
 the column and the step: `steps.positions[3]`, `steps.logits_row[2]`, `layer1.k`."""
 
@@ -16,10 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-try:  # next to this file (run as a script or imported as tools.kvtrace_v2)
-    from kvtrace_container import STORE_DTYPES, TraceError, _Container, _columns, _is_int, _Obj
-except ImportError:  # pragma: no cover
-    from .kvtrace_container import STORE_DTYPES, TraceError, _Container, _columns, _is_int, _Obj
+from .container import STORE_DTYPES, TraceError, _Container, _columns, _is_int, _Obj
 
 VERSION = 2
 
@@ -113,7 +110,7 @@ def _float_tensor(f: _Container, name: str) -> None:
 def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optional[list]]:
     """The packed tensors: sets each step's logits and Packing.checksums and returns, per step,
     None (no layer data) or per layer [keys, values, cache_keys, cache_values] (keys None
-    for a snapshot alone), like kvtrace_v1.load_tensors."""
+    for a snapshot alone), like format_v1.load_tensors."""
     path, m = f.path, trace.model
     L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
     rows, logits = 0, None

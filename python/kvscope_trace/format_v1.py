@@ -1,9 +1,9 @@
-"""Reading version-1 KV Scope traces (docs/trace-format.md, "Version 1"), for kvtrace.py.
+"""Reading version-1 KV Scope traces (docs/trace-format.md, "Version 1"), for trace.py.
 
 Version 1 keeps the step table as an array of objects (`steps[i].positions`) and one
 tensor per step and layer (`step{i}.logits`, `step{i}.layer{l}.k|v|cache_k|cache_v`), with
 the cache checksums as hex strings in the step objects. Only what differs from version 2
-lives here: kvtrace.py reads the fields both versions share (its parse_step, handed in)
+lives here: trace.py reads the fields both versions share (its parse_step, handed in)
 and derives appended records and cache lengths for both (kvtrace._attach_layers).
 Errors keep the version-1 field names (`steps[1].positions`, `step2.logits`)."""
 
@@ -11,10 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-try:  # next to this file (run as a script or imported as tools.kvtrace_v1)
-    from kvtrace_container import TraceError, _Container, _Obj
-except ImportError:  # pragma: no cover
-    from .kvtrace_container import TraceError, _Container, _Obj
+from .container import TraceError, _Container, _Obj
 
 VERSION = 1
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Tests for the recording side of tools/hf_trace.py (numpy only; torch and transformers
+"""Tests for the recording side of kvscope_trace.hf_trace (numpy only; torch and transformers
 are faked): cache adapters, sampling, decoding into a trace, main() and checksums.
 
-    /usr/bin/python3 -m unittest tools/test_hf_trace.py
+    VENV/bin/python -m unittest discover -s python/tests -p test_hf_trace.py
 """
 
 import contextlib
@@ -14,11 +14,9 @@ import unittest
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import hf_trace  # noqa: E402
-import kvtrace  # noqa: E402
-from test_kvtrace import TempDir, WithFakeXxhash, rand  # noqa: E402
+from kvscope_trace import hf_trace
+from kvscope_trace import trace as kvtrace
+from test_trace import FIXTURES, TempDir, WithFakeXxhash, rand
 
 
 class CacheAdapter(unittest.TestCase):
@@ -372,7 +370,7 @@ class HfMain(TempDir, unittest.TestCase):
         from unittest import mock
         lm, calls = FakeLM(), []
         out = self.path("hf.kvtrace")
-        llama = os.path.join(HERE, "..", "tests", "fixtures", "hf", "models", "llama")
+        llama = os.path.join(FIXTURES, "hf", "models", "llama")
         model_dir = llama if os.path.isdir(llama) else self.dir
         argv = ["--model", model_dir, "--prompt", "a bb ccc", "--prompt-ids", "2,7", "--max-new", "4",
                 "--ignore-eos", "--no-fingerprint", "--out", out] + list(extra)
@@ -392,7 +390,7 @@ class HfMain(TempDir, unittest.TestCase):
         self.assertEqual(fwd[1]["cache_position"], [3])
         self.assertFalse(fwd[1]["fresh"])
         self.assertEqual(t.mode, "cached")
-        self.assertIn("hf_trace.py", t.engine)
+        self.assertIn("kvscope-record", t.engine)
         self.assertEqual([r["prompt_ids"] for r in t.requests], [[4, 5, 6], [2, 7]])
         self.assertEqual(t.requests[0]["prompt_text"], "a bb ccc")
         self.assertEqual(t.requests[0]["eos_ids"], [1])
@@ -438,7 +436,7 @@ class RecorderChecksums(WithFakeXxhash, unittest.TestCase):
 
 class ModelInfo(unittest.TestCase):
     def test_model_block_from_a_transformers_config(self):
-        llama = os.path.join(HERE, "..", "tests", "fixtures", "hf", "models", "llama")
+        llama = os.path.join(FIXTURES, "hf", "models", "llama")
         if not os.path.isdir(llama):
             self.skipTest("llama fixture not found")
         import types

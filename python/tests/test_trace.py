@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Tests for tools/kvtrace.py (numpy only): the version-2 format, the writer, validation,
-checksums and the command line. Version-1 reading is tested in test_kvtrace_v1.py, the
-recording side of tools/hf_trace.py in test_hf_trace.py; both use the helpers here.
+"""Tests for kvscope_trace (numpy only): the version-2 format, the writer, validation,
+checksums and the command line. Version-1 reading is tested in test_trace_v1.py, the
+recording side (kvscope_trace.hf_trace) in test_hf_trace.py; both use the helpers here.
 
-    /usr/bin/python3 tools/test_kvtrace.py                 all three (tools/test_*.py)
-    /usr/bin/python3 -m unittest tools/test_kvtrace.py     this file only
+They test the installed package (`pip install ./python`; CTest python_trace_package makes
+a fresh virtualenv for them), not the source folder:
+
+    VENV/bin/python -m unittest discover -s python/tests    all of them
 """
 
 import contextlib
@@ -18,12 +20,16 @@ import unittest
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import kvtrace  # noqa: E402
-import kvtrace_v2  # noqa: E402
+import kvscope_trace
+from kvscope_trace import cli
+from kvscope_trace import format_v2 as kvtrace_v2
+from kvscope_trace import trace as kvtrace
 
-FIXTURES_V1 = os.path.join(HERE, "..", "tests", "fixtures", "traces-v1")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the repository's fixtures (data, not code): KVSCOPE_REPO or this file's checkout
+REPO = os.environ.get("KVSCOPE_REPO") or os.path.join(HERE, "..", "..")
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+FIXTURES_V1 = os.path.join(FIXTURES, "traces-v1")
 
 MODEL = {"architecture": "llama", "num_layers": 3, "num_heads": 4, "num_kv_heads": 2,
          "head_dim": 16, "vocab_size": 1200, "max_positions": 128}
@@ -685,7 +691,7 @@ class Cli(TempDir, unittest.TestCase):
         out = io.StringIO()
         err = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = kvtrace.main(list(argv))
+            rc = cli.main(list(argv))
         return rc, out.getvalue() + err.getvalue()
 
     def test_info_and_roundtrip(self):
@@ -741,5 +747,5 @@ class Cli(TempDir, unittest.TestCase):
 
 
 
-if __name__ == "__main__":  # the whole suite, as CTest runs it (discover tools/test_*.py)
+if __name__ == "__main__":  # the whole suite (discover python/tests/test_*.py)
     unittest.main(module=None, argv=[sys.argv[0], "discover", "-s", HERE, "-p", "test_*.py"] + sys.argv[1:])

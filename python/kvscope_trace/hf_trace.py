@@ -1,0 +1,464 @@
+#!/usr/bin/env python3
+"""Record a KV Scope trace (docs/trace-format.md) from any transformers causal LM.
+
+    kvscope-record --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N \
+        [--temperature T --top-k K --top-p P --seed S] [--snapshots] [--uncached] \
+        --out FILE.kvtrace
+
+The decode loop feeds the prompt once (step 0), then one generated token per step with the
+cache the model returned (`past_key_values`), passing explicit `position_ids` (and
+`cache_position` where the model takes it). After every step it reads the cache through a
+small adapter (`cache_layers`: transformers 5 `cache.layers[i].keys/.values`, transformers 4
+`cache.key_cache[i]/value_cache[i]`, legacy tuples) and records the columns that are new since
+the previous step as the step's appended records (and the whole cache with --snapshots).
+`--uncached` recomputes the whole prefix every step with no cache carried over (mode
+"uncached", recorded like KV Scope's own reference engine).
+
+Tokens are chosen with KV Scope's sampling policy and generator (docs/sampling-policy.md:
+transformers' warper order, std::mt19937_64 seeded per request, one draw per sampled token),
+so `kvscope-cli audit` can replay a sampled run straight from its seed.
+
+torch and transformers are imported inside main(); the recording logic (TraceRecorder, the
+decode loop `decode`, the sampler) needs numpy only, so it is testable without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import __version__
+from . import trace as kvtrace
+
+ENGINE = "kvscope-record"
+MASK64 = (1 << 64) - 1
+
+
+# ----------------------------------------------------------------------------- cache adapter
+
+def _empty(t) -> bool:
+    if t is None:
+        return True
+    shape = getattr(t, "shape", None)
+    return shape is None or len(shape) < 3 or int(np.prod(shape)) == 0
+
+
+def cache_layers(cache) -> List[Tuple[Any, Any]]:
+    """Per layer (keys, values) of a transformers cache, tensors [B, h_kv, t, d] (or None
+    for a layer that holds nothing yet). Handles transformers 5 (`cache.layers[i].keys /
+    .values`, also 4.56+), transformers 4 (`cache.key_cache[i] / value_cache[i]`), legacy
+    tuple caches (`((k, v), ...)`) and encoder-decoder caches (their self-attention part)."""
+    if cache is None:
+        return []
+    inner = getattr(cache, "self_attention_cache", None)
+    if inner is not None:  # EncoderDecoderCache
+        return cache_layers(inner)
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, (list, tuple)) and all(hasattr(l, "keys") and hasattr(l, "values") for l in layers):
+        out = []
+        for l in layers:
+            k, v = l.keys, l.values
+            if callable(k):  # a dict-like layer object, not a cache layer
+                break
+            out.append((None, None) if _empty(k) else (k, v))
+        else:
+            return out
+    kc, vc = getattr(cache, "key_cache", None), getattr(cache, "value_cache", None)
+    if kc is not None and vc is not None:
+        return [((None, None) if _empty(k) else (k, v)) for k, v in zip(kc, vc)]
+    if isinstance(cache, (list, tuple)):
+        out = []
+        for i, entry in enumerate(cache):
+            if not isinstance(entry, (list, tuple)) or len(entry) < 2:
+                raise TypeError(f"legacy cache layer {i} is not a (key, value) pair")
+            k, v = entry[0], entry[1]
+            out.append((None, None) if _empty(k) else (k, v))
+        return out
+    raise TypeError(f"unsupported cache type {type(cache).__name__}: expected a transformers Cache "
+                    "(layers / key_cache) or a tuple of (key, value) pairs")
+
+
+def cache_length(cache) -> int:
+    """Entries in the first layer of a cache (0 for None or an empty cache)."""
+    layers = cache_layers(cache)
+    if not layers or layers[0][0] is None:
+        return 0
+    return int(layers[0][0].shape[-2])
+
+
+def to_numpy(t) -> np.ndarray:
+    """float32 numpy copy of a torch tensor or array-like."""
+    if hasattr(t, "detach"):
+        t = t.detach()
+        if hasattr(t, "float"):
+            t = t.float()
+        return np.asarray(t.cpu().numpy(), dtype=np.float32)
+    return np.asarray(t, dtype=np.float32)
+
+
+def cache_row(t, batch_index: int = 0) -> np.ndarray:
+    """[h, t, d] float32 copy of one batch row of a [B, h, t, d] cache tensor (a copy: some
+    caches are updated in place)."""
+    a = to_numpy(t)
+    if a.ndim == 4:
+        a = a[batch_index]
+    if a.ndim != 3:
+        raise ValueError(f"cache tensor has shape {list(a.shape)}, expected [B, h_kv, t, d]")
+    return np.array(a, dtype=np.float32, order="C", copy=True)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+class MT19937_64:
+    """std::mt19937_64, bit for bit (the generator of KV Scope's RequestRng)."""
+    N, M = 312, 156
+
+    def __init__(self, seed: int = 5489):
+        mt = [seed & MASK64]
+        for i in range(1, self.N):
+            prev = mt[-1]
+            mt.append((6364136223846793005 * (prev ^ (prev >> 62)) + i) & MASK64)
+        self.mt, self.index = mt, self.N
+
+    def _twist(self):
+        mt, N, M = self.mt, self.N, self.M
+        for i in range(N):
+            x = (mt[i] & 0xFFFFFFFF80000000) | (mt[(i + 1) % N] & 0x7FFFFFFF)
+            xa = x >> 1
+            if x & 1:
+                xa ^= 0xB5026F5AA96619E9
+            mt[i] = mt[(i + M) % N] ^ xa
+        self.index = 0
+
+    def next(self) -> int:
+        if self.index >= self.N:
+            self._twist()
+        x = self.mt[self.index]
+        self.index += 1
+        x ^= (x >> 29) & 0x5555555555555555
+        x ^= (x << 17) & 0x71D67FFFEDA60000
+        x ^= (x << 37) & 0xFFF7EEE000000000
+        x ^= x >> 43
+        return x & MASK64
+
+
+class RequestRng:
+    """KV Scope's per-request generator: one 64-bit output per draw, top 53 bits / 2^53."""
+
+    def __init__(self, seed: int = 0):
+        self.engine, self.draws = MT19937_64(seed), 0
+
+    def next_uniform(self) -> float:
+        self.draws += 1
+        return float(self.engine.next() >> 11) * 2.0 ** -53
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    m = np.max(x)
+    e = np.where(x == -np.inf, 0.0, np.exp(np.where(x == -np.inf, 0.0, x - m)))
+    return e / np.cumsum(e)[-1]  # sequential sum, as Sampler.cpp
+
+
+def warped_probabilities(logits, policy: Dict[str, Any]) -> np.ndarray:
+    """Temperature, top-k, top-p, softmax in double precision (Sampler::warpedProbabilities)."""
+    row = np.asarray(logits, dtype=np.float32)
+    if np.isnan(row).any() or np.isposinf(row).any():
+        raise ValueError("the logits row holds NaN or +inf; cannot apply a sampling policy")
+    x = row.astype(np.float64) / float(policy["temperature"])
+    if not np.isfinite(x).any():
+        raise ValueError("every logit is -inf; no token can be chosen")
+    if policy.get("top_k") is not None:
+        k = min(int(policy["top_k"]), x.size)
+        kth = np.partition(x, x.size - k)[x.size - k]
+        x = np.where(x < kth, -np.inf, x)
+    top_p = policy.get("top_p")
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(x, kind="stable")
+        cumulative = np.cumsum(_softmax(x)[order][:-1])
+        x = x.copy()
+        x[order[:-1][cumulative <= 1.0 - top_p]] = -np.inf
+    return _softmax(x)
+
+
+def choose(logits, policy: Dict[str, Any], rng: RequestRng) -> int:
+    """Sampler::choose: greedy (no draw; ties by policy tie_rule) or one draw + inverse CDF
+    over the eligible ids in ascending order."""
+    row = np.asarray(logits, dtype=np.float32)
+    if np.isnan(row).any():
+        raise ValueError("the logits row holds NaN")
+    if policy["temperature"] == 0:
+        tied = np.flatnonzero(row == row.max())
+        return int(tied[-1] if policy.get("tie_rule") == "highest" else tied[0])
+    p = warped_probabilities(row, policy)
+    u = rng.next_uniform()
+    eligible = np.flatnonzero(p > 0.0)
+    cumulative = np.cumsum(p[eligible])
+    i = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
+    return int(eligible[min(i, eligible.size - 1)])
+
+
+# ----------------------------------------------------------------------------- recorder
+
+class TraceRecorder:
+    """Turns (fed tokens, positions, logits, choice, cache after the step) into trace steps.
+
+    Cached mode: the appended records of a layer are the cache columns past the length it
+    had after the request's previous step; a cache that got shorter is recorded as a
+    `cache_reset` and all its columns as appended. Uncached mode: `cache` is the fresh
+    full-prefix cache of this step; the records are the step's own tokens (the last
+    len(fed_ids) columns), as KV Scope's uncached engine records them."""
+
+    def __init__(self, model: Dict[str, Any], engine: str = ENGINE, mode: str = "cached",
+                 snapshots: bool = False, checksums: bool = True, dtype: str = "F32"):
+        self.writer = kvtrace.TraceWriter(model, engine=engine, mode=mode, dtype=dtype)
+        self.mode, self.snapshots = mode, snapshots
+        self.checksums = checksums and kvtrace.HAVE_XXHASH and mode == "cached"
+        self.tick = 0
+        self._lengths: Dict[int, List[int]] = {}
+
+    @property
+    def model(self) -> Dict[str, Any]:
+        return self.writer.model
+
+    def begin_request(self, rid: int, prompt_ids: Sequence[int], prompt_text: str = "",
+                      policy: Optional[Dict[str, Any]] = None, max_new_tokens: int = 0,
+                      eos_ids: Sequence[int] = (), arrival_tick: Optional[int] = None) -> None:
+        self.writer.add_request(rid, prompt_ids=prompt_ids, prompt_text=prompt_text, policy=policy,
+                                max_new_tokens=max_new_tokens, eos_ids=eos_ids, stop_reason="running",
+                                arrival_tick=self.tick if arrival_tick is None else arrival_tick)
+        self._lengths[rid] = [0] * self.model["num_layers"]
+
+    def record_step(self, request: int, step: int, fed_ids: Sequence[int], positions: Sequence[int],
+                    logits, chosen: int, cache=None, rng_draws_before: int = 0,
+                    rng_draws_after: int = 0, events: Sequence[str] = (), batch_index: int = 0,
+                    slot: Optional[int] = None, weights_version: int = 0) -> kvtrace.Step:
+        m = self.model
+        L, H, D = m["num_layers"], m["num_kv_heads"], m["head_dim"]
+        events = list(events)
+        layers = cache_layers(cache) if cache is not None else []
+        kw: Dict[str, Any] = {}
+        if layers:
+            if len(layers) != L:
+                raise ValueError(f"the cache has {len(layers)} layers, the model block says {L}")
+            rows = []
+            for k, v in layers:
+                if k is None:
+                    rows.append((np.zeros((H, 0, D), np.float32), np.zeros((H, 0, D), np.float32)))
+                else:
+                    rows.append((cache_row(k, batch_index), cache_row(v, batch_index)))
+            lengths = [k.shape[1] for k, _ in rows]
+            prev = self._lengths.setdefault(request, [0] * L)
+            if self.mode == "uncached":
+                n = len(fed_ids)
+                keys = [k[:, k.shape[1] - min(n, k.shape[1]):].copy() for k, _ in rows]
+                values = [v[:, v.shape[1] - min(n, v.shape[1]):].copy() for _, v in rows]
+            else:
+                if any(t < p for t, p in zip(lengths, prev)) and "cache_reset" not in events:
+                    events.append("cache_reset")
+                if "cache_reset" in events:
+                    prev = [0] * L
+                keys = [k[:, p:].copy() for (k, _), p in zip(rows, prev)]
+                values = [v[:, p:].copy() for (_, v), p in zip(rows, prev)]
+            kw.update(keys=keys, values=values, cache_lengths=lengths)
+            if self.snapshots:
+                kw.update(cache_keys=[k for k, _ in rows], cache_values=[v for _, v in rows])
+            if self.checksums:
+                kw.update(checksums_k=[kvtrace.cache_checksum(k) for k, _ in rows],
+                          checksums_v=[kvtrace.cache_checksum(v) for _, v in rows])
+            self._lengths[request] = lengths
+        st = self.writer.add_step(request=request, step=step, fed_ids=fed_ids, positions=positions,
+                                  chosen=chosen, logits=None if logits is None else to_numpy(logits),
+                                  rng_draws_before=rng_draws_before, rng_draws_after=rng_draws_after,
+                                  weights_version=weights_version, events=events, tick=self.tick,
+                                  slot=request if slot is None else slot, **kw)
+        self.tick += 1
+        return st
+
+    def finish_request(self, rid: int, generated: Sequence[int], stop_reason: str) -> None:
+        self.writer.update_request(rid, generated=list(generated), stop_reason=stop_reason)
+
+    def save(self, path: str, overwrite: bool = True) -> None:
+        self.writer.save(path, overwrite=overwrite)
+
+
+# ----------------------------------------------------------------------------- decode loop
+
+Forward = Callable[[List[int], List[int], Any], Tuple[Any, Any]]
+
+
+def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: Sequence[int],
+           max_new_tokens: int, policy: Optional[Dict[str, Any]] = None, eos_ids: Sequence[int] = (),
+           stop_at_eos: bool = True, max_positions: int = 0, uncached: bool = False,
+           prompt_text: str = "") -> List[int]:
+    """Runs one request. `forward(ids, positions, cache)` returns (logits row of the last fed
+    token, cache after the step); cache None starts a new one. Returns the generated ids."""
+    # This loop draws with KV Scope's generator, so the audit can replay it from the seed.
+    policy = dict(kvtrace.normalize_policy(policy), generator="kvscope")
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError(f"request {request} has an empty prompt")
+    if max_positions and len(prompt) > max_positions:
+        raise ValueError(f"the prompt has {len(prompt)} tokens; the model has {max_positions} positions")
+    recorder.begin_request(request, prompt, prompt_text=prompt_text, policy=policy,
+                           max_new_tokens=max_new_tokens, eos_ids=eos_ids)
+    rng = RequestRng(policy["seed"])
+    generated: List[int] = []
+    cache, stop = None, "max_new_tokens"
+    fed, positions = prompt, list(range(len(prompt)))
+    for step in range(max_new_tokens):
+        if uncached:
+            full = prompt + generated
+            logits, step_cache = forward(full, list(range(len(full))), None)
+            if step > 0:
+                fed, positions = [full[-1]], [len(full) - 1]
+        else:
+            logits, cache = forward(fed, positions, cache)
+            step_cache = cache
+        row = to_numpy(logits).reshape(-1)
+        before = rng.draws
+        token = choose(row, policy, rng)
+        events = ["arrival"] if step == 0 else []
+        generated.append(token)
+        next_position = positions[-1] + 1
+        done = True
+        if stop_at_eos and token in eos_ids:
+            stop = "eos"
+            events.append("eos")
+        elif len(generated) >= max_new_tokens:
+            stop = "max_new_tokens"
+        elif max_positions and next_position >= max_positions:
+            stop = "context_limit"
+            events.append("context_limit")
+        else:
+            done = False
+        recorder.record_step(request, step, fed, positions, row, token, cache=step_cache,
+                             rng_draws_before=before, rng_draws_after=rng.draws, events=events)
+        if done:
+            break
+        fed, positions = [token], [next_position]
+    recorder.finish_request(request, generated, stop)
+    return generated
+
+
+# ----------------------------------------------------------------------------- transformers
+
+def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
+               fingerprint: bool = True) -> Dict[str, Any]:
+    """The trace's model block from a transformers config."""
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+
+    def first(*names, default=0):
+        for n in names:
+            v = getattr(c, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return default
+    heads = first("num_attention_heads", "n_head")
+    hidden = first("hidden_size", "n_embd", "d_model")
+    return {"fingerprint": kvtrace.model_fingerprint(model_dir) if fingerprint else "",
+            "architecture": getattr(c, "model_type", "") or "",
+            "directory": os.path.abspath(model_dir),
+            "num_layers": first("num_hidden_layers", "n_layer"),
+            "num_heads": heads,
+            "num_kv_heads": first("num_key_value_heads", "num_kv_heads", default=heads),
+            "head_dim": first("head_dim", default=hidden // heads if heads else 0),
+            "vocab_size": vocab_size,
+            "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
+            "stored_dtype": kvtrace.model_stored_dtype(model_dir), "compute_dtype": compute_dtype}
+
+
+def _policy_from_args(args) -> Dict[str, Any]:
+    return kvtrace.normalize_policy({"temperature": args.temperature, "top_k": args.top_k,
+                                     "top_p": args.top_p, "seed": args.seed,
+                                     "tie_rule": args.tie_rule})
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="kvscope-record", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", action="version", version=f"kvscope-record (kvscope-trace {__version__})")
+    ap.add_argument("--model", required=True, help="local model directory")
+    ap.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable)")
+    ap.add_argument("--prompt-ids", action="append", default=[],
+                    help="comma-separated prompt token ids instead of text (repeatable)")
+    ap.add_argument("--max-new", type=int, required=True, help="tokens to generate per request")
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tie-rule", choices=("lowest", "highest"), default="lowest")
+    ap.add_argument("--snapshots", action="store_true", help="also store the whole cache after every step")
+    ap.add_argument("--uncached", action="store_true", help="recompute the full prefix every step")
+    ap.add_argument("--ignore-eos", action="store_true", help="do not stop at an EOS token")
+    ap.add_argument("--dtype", default="float32", help="torch compute dtype (float32, bfloat16, float16)")
+    ap.add_argument("--store", choices=kvtrace.STORE_DTYPES, default="F32", help="trace tensor dtype")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-fingerprint", action="store_true", help="skip hashing the weight files")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    if not args.prompt and not args.prompt_ids:
+        ap.error("give at least one --prompt or --prompt-ids")
+    if args.max_new < 1:
+        ap.error("--max-new must be at least 1")
+    try:
+        policy = _policy_from_args(args)
+    except kvtrace.TraceError as e:
+        ap.error(e.detail)
+
+    import inspect
+
+    import torch  # lazily: the module imports without torch/transformers
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+    model = AutoModelForCausalLM.from_pretrained(args.model, **{dtype_kw: dtype})
+    model.to(args.device).eval()
+    prompts: List[Tuple[List[int], str]] = []
+    if args.prompt:
+        tok = AutoTokenizer.from_pretrained(args.model)
+        prompts += [(list(tok(p)["input_ids"]), p) for p in args.prompt]
+    prompts += [([int(x) for x in s.split(",") if x.strip()], "") for s in args.prompt_ids]
+
+    params = inspect.signature(model.forward).parameters
+    takes_cache_position = "cache_position" in params
+
+    def forward(ids: List[int], positions: List[int], cache):
+        dev = args.device
+        past = cache_length(cache)
+        kwargs = {"input_ids": torch.tensor([ids], device=dev),
+                  "position_ids": torch.tensor([positions], device=dev),
+                  "attention_mask": torch.ones((1, past + len(ids)), dtype=torch.long, device=dev),
+                  "past_key_values": cache, "use_cache": True}
+        if takes_cache_position:
+            kwargs["cache_position"] = torch.arange(past, past + len(ids), device=dev)
+        with torch.no_grad():
+            out = model(**kwargs)
+        return to_numpy(out.logits[0, -1]), out.past_key_values
+
+    gen_cfg = getattr(model, "generation_config", None)
+    eos = getattr(gen_cfg, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+    vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
+        else int(model.config.vocab_size)
+    info = model_info(model.config, args.model, vocab, str(dtype).replace("torch.", ""),
+                      fingerprint=not args.no_fingerprint)
+    engine = f"{ENGINE} (transformers {transformers.__version__}, torch {torch.__version__})"
+    rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
+                        snapshots=args.snapshots, dtype=args.store)
+    for rid, (ids, text) in enumerate(prompts):
+        out = decode(forward, rec, rid, ids, args.max_new, policy, eos_ids=eos_ids,
+                     stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],
+                     uncached=args.uncached, prompt_text=text)
+        print(f"request {rid}: {len(ids)} prompt tokens -> {out}")
+    rec.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+

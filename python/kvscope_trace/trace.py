@@ -1,0 +1,622 @@
+"""Read and write KV Scope traces (`.kvtrace`, docs/trace-format.md) with numpy alone.
+
+A trace is a plain safetensors file: an 8-byte little-endian header length, a JSON header
+(padded with spaces so the data starts 8-byte aligned), then the tensor bytes. The header's
+`__metadata__` holds `format: "kvtrace"`, `kvtrace_version: "2"` and the trace document
+(`kvtrace`, a JSON string) whose `steps` are JSON columns. The per-step data is packed:
+`logits` [R, V], `layer{l}.k|v` (the appended records of every step, concatenated along
+axis 1), optional `layer{l}.cache_k|cache_v` (full snapshots) and `checksums` (U64).
+Writers write version 2; read_trace also reads version 1 (format_v1.py). The layout of
+version 2 is in format_v2.py; this module holds the data model, the step fields and the
+derivations both versions share, and the writer. The command line (`kvtrace`) is cli.py.
+
+    from kvscope_trace import TraceWriter, read_trace
+    w = TraceWriter(model={"architecture": "llama", "num_layers": 3, "num_kv_heads": 2,
+                           "head_dim": 16, "vocab_size": 1200, "max_positions": 128})
+    w.add_request(0, prompt_ids=[0, 34, 86], generated=[422], max_new_tokens=1)
+    w.add_step(request=0, step=0, fed_ids=[0, 34, 86], positions=[0, 1, 2], chosen=422,
+               logits=row, keys=[k0, k1, k2], values=[v0, v1, v2])
+    w.save("run.kvtrace")
+    t = read_trace("run.kvtrace")        # validated like the C++ reader (TraceError)
+
+XXH3-64 cache checksums are computed only when the `xxhash` module is importable;
+otherwise they are omitted (they are optional in the format).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import struct
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import format_v1, format_v2
+from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
+                        _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
+                        write_safetensors)
+
+try:  # optional: checksums are left out without it
+    import xxhash as _xxhash  # type: ignore
+except ImportError:  # pragma: no cover - depends on the environment
+    _xxhash = None
+
+FORMAT_VERSION = format_v2.VERSION  # what the writers write; read_trace also reads 1
+HAVE_XXHASH = _xxhash is not None
+
+
+@dataclasses.dataclass
+class LayerRecord:
+    """One layer of one step. Arrays are float32 [h_kv, s, d] / [h_kv, t, d] or None."""
+    cache_length: int = 0
+    keys: Optional[np.ndarray] = None          # appended records
+    values: Optional[np.ndarray] = None
+    cache_keys: Optional[np.ndarray] = None    # full snapshot after the step
+    cache_values: Optional[np.ndarray] = None
+    checksum_k: Optional[str] = None           # XXH3-64 hex of the whole row after the step
+    checksum_v: Optional[str] = None
+    derived: bool = False                      # keys/values derived from the snapshots on read
+
+
+@dataclasses.dataclass
+class Step:
+    request: int
+    step: int
+    fed_ids: List[int]
+    positions: List[int]
+    tick: int = 0
+    slot: int = 0
+    fed_mask: Optional[List[int]] = None
+    chosen: int = -1
+    rng_draws_before: int = 0
+    rng_draws_after: int = 0
+    weights_version: int = 0
+    events: List[str] = dataclasses.field(default_factory=list)
+    logits: Optional[np.ndarray] = None        # float32 [V]
+    layers: List[LayerRecord] = dataclasses.field(default_factory=list)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
+
+    def real_fed_count(self) -> int:
+        return len(self.fed_ids) if not self.fed_mask else int(sum(1 for m in self.fed_mask if m))
+
+
+@dataclasses.dataclass
+class Trace:
+    model: Dict[str, Any]
+    requests: List[Dict[str, Any]]
+    steps: List[Step]
+    version: int = FORMAT_VERSION
+    engine: str = "unknown"
+    mode: str = "cached"
+    events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    faults: List[str] = dataclasses.field(default_factory=list)
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
+    stored_dtypes: List[str] = dataclasses.field(default_factory=list)  # tensor dtypes on read
+
+    def request(self, rid: int) -> Optional[Dict[str, Any]]:
+        return next((r for r in self.requests if r["id"] == rid), None)
+
+    def steps_of(self, rid: int) -> List[Step]:
+        return sorted((s for s in self.steps if s.request == rid), key=lambda s: s.step)
+
+    def has_snapshots(self) -> bool:
+        return any(l.cache_keys is not None for s in self.steps for l in s.layers)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def cache_checksum(array) -> Optional[str]:
+    """XXH3-64 (16 hex digits) of a [h_kv, t, d] cache row as little-endian float32, or
+    None when the xxhash module is not available."""
+    if _xxhash is None:
+        return None
+    data = np.ascontiguousarray(np.asarray(array, dtype="<f4"))
+    return f"{_xxhash.xxh3_64_intdigest(data.tobytes()):016x}"
+
+
+def _weight_files(directory: str) -> List[str]:
+    """The checkpoint's weight files, as KV Scope's Checkpoint picks them."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    single = os.path.join(directory, "model.safetensors")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(directory, s) for s in shards]
+    if os.path.exists(single):
+        return [single]
+    found = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
+    if len(found) != 1:
+        raise TraceError(directory, "", "no model.safetensors or model.safetensors.index.json found")
+    return [os.path.join(directory, found[0])]
+
+
+def model_fingerprint(directory: str) -> str:
+    """The fingerprint KV Scope records for a model directory (Checkpoint::fingerprint):
+    sha256 over, for config.json and then every weight file sorted by path, the file name
+    followed by the file's bytes."""
+    h = hashlib.sha256()
+    for path in [os.path.join(directory, "config.json")] + sorted(_weight_files(directory)):
+        h.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def model_stored_dtype(directory: str) -> str:
+    """F32 / F16 / BF16 when every float weight has that dtype, "mixed" or "none"
+    otherwise (Checkpoint::storedDtype); reads the safetensors headers only."""
+    found = set()
+    for path in _weight_files(directory):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        found |= {e.get("dtype") for k, e in header.items() if k != "__metadata__"} & set(STORE_DTYPES)
+    return found.pop() if len(found) == 1 else ("mixed" if found else "none")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------- document
+
+def normalize_policy(p: Any, file: str = "", where: str = "policy") -> Dict[str, Any]:
+    """Validates a sampling policy (docs/sampling-policy.md) and fills the defaults."""
+    def bad(k, what):
+        raise TraceError(file, f"{where}.{k}" if k else where, what)
+    if p is None:
+        p = {"temperature": 0.0}
+    if not isinstance(p, dict):
+        bad("", "expected a JSON object")
+    t = p.get("temperature")
+    if not _is_number(t):
+        bad("temperature", "expected a number (0 = greedy)")
+    out = {"temperature": float(t), "top_k": None, "top_p": None, "seed": 0, "tie_rule": "lowest"}
+    if p.get("top_k") is not None:
+        if not _is_int(p["top_k"]):
+            bad("top_k", "expected an integer or null")
+        out["top_k"] = p["top_k"]
+    if p.get("top_p") is not None:
+        if not _is_number(p["top_p"]):
+            bad("top_p", "expected a number or null")
+        out["top_p"] = float(p["top_p"])
+    if p.get("seed") is not None:
+        if not _is_int(p["seed"]) or p["seed"] < 0:
+            bad("seed", "expected a non-negative integer")
+        out["seed"] = p["seed"]
+    if p.get("tie_rule") is not None:
+        if p["tie_rule"] not in ("lowest", "highest"):
+            bad("tie_rule", 'expected "lowest" or "highest"')
+        out["tie_rule"] = p["tie_rule"]
+    if p.get("generator") is not None:
+        if not isinstance(p["generator"], str) or not p["generator"]:
+            bad("generator", 'expected a generator name such as "kvscope" or "torch"')
+        out["generator"] = p["generator"]
+    temp = out["temperature"]
+    if temp != temp or temp in (float("inf"), float("-inf")) or temp < 0:
+        bad("", f"temperature {temp} must be finite and >= 0 (0 = greedy)")
+    if out["top_k"] is not None and out["top_k"] < 1:
+        bad("", f"top-k {out['top_k']} is below 1; use an integer >= 1 or leave top-k unset")
+    if out["top_p"] is not None and not (0.0 < out["top_p"] <= 1.0):
+        bad("", f"top-p {out['top_p']} is outside (0, 1]; use a value in (0, 1] or leave top-p unset")
+    return out
+
+
+def parse_document(doc: Any, file: str = "") -> Trace:
+    """The trace document (without tensors), validated like detail::traceFromJson."""
+    return _parse_document(doc, file)[0]
+
+
+def _parse_document(doc: Any, file: str):
+    """(Trace, per-step format_v2.Packing for version 2 or None for version 1)."""
+    if not isinstance(doc, dict):
+        raise TraceError(file, "kvtrace", "expected a JSON object")
+    top = _Obj(doc, file, "")
+    version = top.integer("version")
+    if version not in (1, FORMAT_VERSION):
+        top.fail("version", f"trace document version {version} is not supported (expected 1 or "
+                 f"{FORMAT_VERSION})")
+    mode = top.string("mode", "cached")
+    if mode not in ("cached", "uncached"):
+        top.fail("mode", 'expected "cached" or "uncached"')
+    m = _Obj(top.child("model"), file, "model")
+    if not isinstance(m.j, dict):
+        top.fail("model", "expected a JSON object")
+    model = dict(m.j)
+    for k in ("fingerprint", "architecture", "directory", "stored_dtype"):
+        model[k] = m.string(k)
+    model["compute_dtype"] = m.string("compute_dtype", "float32")
+    for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
+        model[k] = m.integer(k)
+    for k in ("num_heads", "max_positions"):
+        model[k] = m.integer(k, 0)
+    if min(model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"]) <= 0:
+        raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
+    V = model["vocab_size"]
+
+    reqs = top.child("requests")
+    if not isinstance(reqs, list):
+        top.fail("requests", "expected an array")
+    requests = []
+    for i, rj in enumerate(reqs):
+        r = _Obj(rj, file, f"requests[{i}]")
+        req = dict(rj) if isinstance(rj, dict) else {}
+        req["id"] = r.integer("id")
+        req["prompt_ids"] = r.ints("prompt_ids")
+        req["prompt_text"] = r.string("prompt_text")
+        req["policy"] = normalize_policy(rj.get("policy"), file, r.at("policy"))
+        req["max_new_tokens"] = r.integer("max_new_tokens", 0)
+        req["eos_ids"] = r.ints("eos_ids", False)
+        req["generated"] = r.ints("generated")
+        req["stop_reason"] = r.string("stop_reason", "unknown")
+        req["arrival_tick"] = r.integer("arrival_tick", 0)
+        req["batch_group"] = r.integer("batch_group", -1)
+        for t in req["prompt_ids"]:
+            if not 0 <= t < V:
+                r.fail("prompt_ids", f"token id {t} is outside the vocabulary")
+        requests.append(req)
+    ids = {r["id"] for r in requests}
+
+    def parse_step(s: _Obj, i: int) -> Step:
+        return _parse_step(s, i, ids, model["num_layers"])
+    packing = None
+    if version == 1:
+        steps = format_v1.parse_steps(top.child("steps"), file, parse_step)
+    else:
+        steps, packing = format_v2.parse_columns(top.child("steps"), file, parse_step, model["num_layers"])
+
+    events = []
+    for i, ej in enumerate(doc.get("events") or []):
+        e = _Obj(ej, file, f"events[{i}]")
+        ev = dict(ej) if isinstance(ej, dict) else {}
+        ev["tick"] = e.integer("tick", 0)
+        ev["kind"] = e.string("kind")
+        ev["detail"] = e.string("detail")
+        ev["weights_version"] = e.integer("weights_version", 0)
+        ev["tensor"] = e.string("tensor")
+        if e.has("scale") and not _is_number(ej["scale"]):
+            e.fail("scale", "expected a number")
+        ev["scale"] = float(ej["scale"]) if e.has("scale") else 0.0
+        ev["seed"] = e.integer("seed", 0)
+        events.append(ev)
+    extra = {k: v for k, v in doc.items()
+             if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults")}
+    trace = Trace(model=model, requests=requests, steps=steps, version=version,
+                  engine=top.string("engine", "unknown"), mode=mode, events=events,
+                  faults=top.strings("faults"), extra=extra)
+    return trace, packing
+
+
+def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
+    """The step fields both versions share; `s` names fields as steps[i].x (version 1) or
+    steps.x[i] (version 2). The layers hold the declared cache lengths, if any."""
+    request = s.integer("request")
+    if request not in ids:
+        s.fail("request", f"names request {request} which is not in requests")
+    st = Step(request=request, step=s.integer("step"), fed_ids=s.ints("fed_ids"),
+              positions=s.ints("positions"))
+    st.tick = s.integer("tick", i)
+    st.slot = s.integer("slot", request)
+    if len(st.positions) != len(st.fed_ids):
+        s.fail("positions", f"{len(st.positions)} positions for {len(st.fed_ids)} fed tokens")
+    mask = [1 if x else 0 for x in s.ints("fed_mask", False)]
+    if mask and len(mask) != len(st.fed_ids):
+        s.fail("fed_mask", "one entry per fed token expected")
+    st.fed_mask = mask or None
+    st.chosen = s.integer("chosen", -1)
+    st.rng_draws_before = s.integer("rng_draws_before", 0)
+    st.rng_draws_after = s.integer("rng_draws_after", 0)
+    st.weights_version = s.integer("weights_version", 0)
+    st.events = s.strings("events")
+    lengths = s.ints("cache_lengths", False)
+    if lengths and len(lengths) != L:
+        s.fail("cache_lengths", f"one entry per layer expected ({L})")
+    st.layers = [LayerRecord(cache_length=n) for n in lengths]
+    return st
+
+
+def document(trace: Trace) -> Dict[str, Any]:
+    """The JSON trace document of `trace` (the inverse of parse_document), version 2."""
+    return _document(trace, format_v2.columns_of(trace)[0])
+
+
+def _document(trace: Trace, steps: Dict[str, Any]) -> Dict[str, Any]:
+    doc = dict(trace.extra)
+    doc.update({"version": FORMAT_VERSION, "engine": trace.engine, "mode": trace.mode,
+                "model": trace.model, "requests": trace.requests, "steps": steps})
+    doc["events"] = trace.events
+    doc["faults"] = trace.faults
+    return doc
+
+
+# ----------------------------------------------------------------------------- read
+
+def read_trace(path: str) -> Trace:
+    """Reads and validates a trace of version 2 or 1 (TraceError, a ValueError, names the
+    file and field). Full-snapshot traces get their appended records derived from the
+    snapshots."""
+    f = _Container(path)
+    meta = f.metadata
+    if meta.get("format") != "kvtrace":
+        raise TraceError(path, "__metadata__.format",
+                         'not a KV Scope trace (expected "kvtrace"; see docs/trace-format.md)')
+    ver = meta.get("kvtrace_version")
+    if ver not in ("1", str(FORMAT_VERSION)):
+        raise TraceError(path, "__metadata__.kvtrace_version",
+                         f"trace format version {ver if ver is not None else '(missing)'} is not "
+                         f"supported (this build reads versions 1 and {FORMAT_VERSION})")
+    if "kvtrace" not in meta:
+        raise TraceError(path, "__metadata__.kvtrace", "missing trace document")
+    try:
+        doc = json.loads(meta["kvtrace"])
+    except json.JSONDecodeError as e:
+        raise TraceError(path, "__metadata__.kvtrace", f"invalid JSON: {e}") from None
+    if isinstance(doc, dict) and _is_int(doc.get("version")) and str(doc["version"]) != ver:
+        raise TraceError(path, "version", f"trace document version {doc['version']} does not match "
+                         f"__metadata__.kvtrace_version {ver}")
+    trace, packing = _parse_document(doc, path)
+    if trace.version == 1:
+        stored = format_v1.load_tensors(f, trace)
+    else:
+        stored = format_v2.load_packed(f, trace, packing)
+        for s, p in zip(trace.steps, packing):
+            if p.checksums:
+                s.layers = s.layers or [LayerRecord() for _ in range(len(p.checksums))]
+                for rec, (k, v) in zip(s.layers, p.checksums):
+                    rec.checksum_k, rec.checksum_v = k, v
+    _attach_layers(trace, stored)
+    trace.stored_dtypes = sorted(f.float_dtypes)
+    return trace
+
+
+def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
+    """Both versions: gives each step with layer data (stored[i], per layer [keys, values,
+    cache_keys, cache_values]) its LayerRecords, keeping the declared cache lengths and
+    checksums. A layer with a snapshot alone gets as appended records the snapshot columns
+    new since the request's previous step (all of them after a cache_reset); a cache length
+    not declared is the snapshot's, else the previous length plus the appended count."""
+    L = trace.model["num_layers"]
+    last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
+    for s, layers in zip(trace.steps, stored):
+        if layers is None:
+            continue
+        prev = last.setdefault(s.request, [0] * L)
+        if "cache_reset" in s.events:
+            prev[:] = [0] * L
+        declared = s.layers
+        s.layers = []
+        for l, (k, v, ck, cv) in enumerate(layers):
+            rec = LayerRecord(keys=k, values=v, cache_keys=ck, cache_values=cv)
+            if l < len(declared):
+                rec.checksum_k, rec.checksum_v = declared[l].checksum_k, declared[l].checksum_v
+            if k is None:
+                t = ck.shape[1]
+                start = min(prev[l], t)
+                rec.keys, rec.values = _columns(ck, start, t), _columns(cv, start, t)
+                rec.derived = True
+            if l < len(declared) and declared[l].cache_length > 0:
+                rec.cache_length = declared[l].cache_length
+            elif ck is not None:
+                rec.cache_length = ck.shape[1]
+            else:
+                rec.cache_length = prev[l] + rec.keys.shape[1]
+            prev[l] = rec.cache_length
+            s.layers.append(rec)
+
+
+# ----------------------------------------------------------------------------- write
+
+def _stack_layers(arrays, L: int, H: int, D: int, what: str) -> Optional[List[np.ndarray]]:
+    if arrays is None:
+        return None
+    if isinstance(arrays, np.ndarray) and arrays.ndim == 4 and arrays.shape[0] == L:
+        arrays = list(arrays)
+    arrays = list(arrays)
+    if len(arrays) != L:
+        raise ValueError(f"{what}: {len(arrays)} layers given, the model has {L}")
+    out = []
+    for l, a in enumerate(arrays):
+        a = _float32(a, what)
+        if a.ndim == 4 and a.shape[0] == 1:  # a batch of one
+            a = a[0]
+        if a.ndim != 3 or a.shape[0] != H or a.shape[2] != D:
+            raise ValueError(f"{what}[{l}]: shape {list(a.shape)}, expected [{H}, t, {D}] "
+                             "(num_kv_heads, records, head_dim)")
+        out.append(np.ascontiguousarray(a))
+    return out
+
+
+class TraceWriter:
+    """Builds a trace step by step and writes it (docs/trace-format.md).
+
+    `model` needs num_layers, num_kv_heads, head_dim and vocab_size; architecture,
+    num_heads, max_positions, fingerprint, directory, stored_dtype and compute_dtype are
+    optional. `dtype` is the tensor storage type (F32, F16 or BF16)."""
+
+    def __init__(self, model: Dict[str, Any], engine: str = "kvscope_trace", mode: str = "cached",
+                 dtype: str = "F32"):
+        if mode not in ("cached", "uncached"):
+            raise ValueError(f'mode must be "cached" or "uncached", not {mode!r}')
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"dtype must be one of {STORE_DTYPES}, not {dtype!r}")
+        self.model = dict(model)
+        self.engine, self.mode, self.dtype = engine, mode, dtype
+        self.requests: List[Dict[str, Any]] = []
+        self.steps: List[Step] = []
+        self.events: List[Dict[str, Any]] = []
+        self.faults: List[str] = []
+        self.extra: Dict[str, Any] = {}
+        self._check_model()
+
+    def _check_model(self):
+        for k, v in self.model.items():  # numpy scalars -> JSON-serialisable Python numbers
+            if isinstance(v, np.generic):
+                self.model[k] = v.item()
+        for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
+            v = self.model.get(k)
+            if not _is_int(v) or v <= 0:
+                raise ValueError(f"model.{k} must be a positive integer, found {v!r}")
+
+    @classmethod
+    def from_trace(cls, trace: Trace, dtype: str = "F32") -> "TraceWriter":
+        w = cls(trace.model, engine=trace.engine, mode=trace.mode, dtype=dtype)
+        w.requests = copy.deepcopy(trace.requests)
+        w.steps = list(trace.steps)
+        w.events = copy.deepcopy(trace.events)
+        w.faults = list(trace.faults)
+        w.extra = dict(trace.extra)
+        return w
+
+    def add_request(self, id: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
+                    prompt_text: str = "", policy: Optional[Dict[str, Any]] = None,
+                    max_new_tokens: int = 0, eos_ids: Sequence[int] = (),
+                    stop_reason: str = "unknown", arrival_tick: int = 0,
+                    batch_group: int = -1) -> Dict[str, Any]:
+        if self.request(id) is not None:
+            raise ValueError(f"request {id} was already added")
+        V = self.model["vocab_size"]
+        prompt_ids = [int(t) for t in prompt_ids]
+        bad = [t for t in prompt_ids if not 0 <= t < V]
+        if bad:
+            raise ValueError(f"request {id}: prompt token {bad[0]} is outside the vocabulary ({V})")
+        req = {"id": int(id), "prompt_ids": prompt_ids, "prompt_text": prompt_text,
+               "policy": normalize_policy(policy, "", f"request {id} policy"),
+               "max_new_tokens": int(max_new_tokens), "eos_ids": [int(t) for t in eos_ids],
+               "generated": [int(t) for t in generated], "stop_reason": stop_reason,
+               "arrival_tick": int(arrival_tick), "batch_group": int(batch_group)}
+        self.requests.append(req)
+        return req
+
+    def request(self, rid: int) -> Optional[Dict[str, Any]]:
+        return next((r for r in self.requests if r["id"] == rid), None)
+
+    def update_request(self, rid: int, **fields) -> None:
+        """E.g. update_request(0, generated=[...], stop_reason="eos") when a request ends."""
+        r = self.request(rid)
+        if r is None:
+            raise ValueError(f"no request {rid}")
+        for k, v in fields.items():
+            if k == "policy":
+                v = normalize_policy(v, "", f"request {rid} policy")
+            elif k in ("generated", "prompt_ids", "eos_ids"):
+                v = [int(t) for t in v]
+            r[k] = v
+
+    def add_event(self, kind: str, tick: int = 0, detail: str = "", weights_version: int = 0,
+                  tensor: str = "", scale: float = 0.0, seed: int = 0) -> None:
+        self.events.append({"tick": int(tick), "kind": kind, "detail": detail,
+                            "weights_version": int(weights_version), "tensor": tensor,
+                            "scale": float(scale), "seed": int(seed)})
+
+    def add_step(self, request: int, step: int, fed_ids: Sequence[int], positions: Sequence[int],
+                 chosen: int = -1, logits=None, keys=None, values=None, cache_keys=None,
+                 cache_values=None, fed_mask: Optional[Sequence[int]] = None,
+                 rng_draws_before: int = 0, rng_draws_after: int = 0, weights_version: int = 0,
+                 events: Sequence[str] = (), tick: Optional[int] = None, slot: Optional[int] = None,
+                 cache_lengths: Optional[Sequence[int]] = None,
+                 checksums_k: Optional[Sequence[str]] = None,
+                 checksums_v: Optional[Sequence[str]] = None) -> Step:
+        """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
+        cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
+        Checksums are computed from the snapshots when xxhash is available and none are
+        given. cache_lengths default to what the records imply (as the reader derives)."""
+        m = self.model
+        L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+        if self.request(request) is None:
+            raise ValueError(f"step names request {request}, which was not added")
+        fed_ids, positions = [int(t) for t in fed_ids], [int(p) for p in positions]
+        if len(positions) != len(fed_ids):
+            raise ValueError(f"{len(positions)} positions for {len(fed_ids)} fed tokens")
+        if fed_mask is not None and len(fed_mask) != len(fed_ids):
+            raise ValueError("fed_mask needs one entry per fed token")
+        if (keys is None) != (values is None) or (cache_keys is None) != (cache_values is None):
+            raise ValueError("give keys with values and cache_keys with cache_values")
+        st = Step(request=int(request), step=int(step), fed_ids=fed_ids, positions=positions,
+                  tick=len(self.steps) if tick is None else int(tick),
+                  slot=int(request) if slot is None else int(slot),
+                  fed_mask=[1 if x else 0 for x in fed_mask] if fed_mask is not None else None,
+                  chosen=int(chosen), rng_draws_before=int(rng_draws_before),
+                  rng_draws_after=int(rng_draws_after), weights_version=int(weights_version),
+                  events=list(events))
+        if logits is not None:
+            st.logits = _float32(logits, "logits").reshape(-1)
+            if st.logits.shape != (V,):
+                raise ValueError(f"logits: {st.logits.size} values, model.vocab_size is {V}")
+        elif st.chosen >= 0:
+            raise ValueError("a step that chose a token needs its logits row")
+        k = _stack_layers(keys, L, H, D, "keys")
+        v = _stack_layers(values, L, H, D, "values")
+        ck = _stack_layers(cache_keys, L, H, D, "cache_keys")
+        cv = _stack_layers(cache_values, L, H, D, "cache_values")
+        if k is not None or ck is not None:
+            for l in range(L):
+                rec = LayerRecord()
+                if k is not None:
+                    rec.keys, rec.values = k[l], v[l]
+                    if rec.keys.shape != rec.values.shape:
+                        raise ValueError(f"layer {l}: keys {list(rec.keys.shape)} and values "
+                                         f"{list(rec.values.shape)} differ")
+                if ck is not None:
+                    rec.cache_keys, rec.cache_values = ck[l], cv[l]
+                    if rec.cache_keys.shape != rec.cache_values.shape:
+                        raise ValueError(f"layer {l}: cache_keys and cache_values shapes differ")
+                    rec.checksum_k = cache_checksum(rec.cache_keys)
+                    rec.checksum_v = cache_checksum(rec.cache_values)
+                if cache_lengths is not None:
+                    rec.cache_length = int(cache_lengths[l])
+                if checksums_k is not None and checksums_v is not None:
+                    rec.checksum_k, rec.checksum_v = str(checksums_k[l]), str(checksums_v[l])
+                st.layers.append(rec)
+            if cache_lengths is not None and len(cache_lengths) != L:
+                raise ValueError(f"cache_lengths needs {L} entries")
+        self.steps.append(st)
+        return st
+
+    def _fill_lengths(self) -> None:
+        """Cache lengths the records imply, exactly as the reader derives them."""
+        last: Dict[int, List[int]] = {}
+        L = self.model["num_layers"]
+        for s in self.steps:
+            if not s.layers or all(l.keys is None and l.cache_keys is None for l in s.layers):
+                continue
+            prev = last.setdefault(s.request, [0] * L)
+            if "cache_reset" in s.events:
+                prev[:] = [0] * L
+            for l, rec in enumerate(s.layers):
+                if rec.cache_length <= 0:
+                    if rec.cache_keys is not None:
+                        rec.cache_length = rec.cache_keys.shape[1]
+                    else:
+                        rec.cache_length = prev[l] + rec.keys.shape[1]
+                prev[l] = rec.cache_length
+
+    def to_trace(self) -> Trace:
+        self._check_model()
+        self._fill_lengths()
+        model = dict(self.model)
+        model.setdefault("fingerprint", "")
+        model.setdefault("architecture", "")
+        model.setdefault("directory", "")
+        model.setdefault("num_heads", 0)
+        model.setdefault("max_positions", 0)
+        model.setdefault("stored_dtype", "")
+        model.setdefault("compute_dtype", "float32")
+        return Trace(model=model, requests=self.requests, steps=self.steps, engine=self.engine,
+                     mode=self.mode, events=self.events, faults=self.faults, extra=self.extra)
+
+    def save(self, path: str, overwrite: bool = True) -> None:
+        """Writes the trace as version 2: the step columns and the packed tensors."""
+        trace = self.to_trace()
+        steps, tensors = format_v2.pack(trace, self.dtype)
+        meta = {"format": "kvtrace", "kvtrace_version": str(FORMAT_VERSION),
+                "kvtrace": json.dumps(_document(trace, steps), separators=(",", ":"), allow_nan=False)}
+        write_safetensors(path, tensors, meta, overwrite=overwrite)
+
+
+def write_trace(trace: Trace, path: str, dtype: str = "F32", overwrite: bool = True) -> None:
+    TraceWriter.from_trace(trace, dtype=dtype).save(path, overwrite=overwrite)
