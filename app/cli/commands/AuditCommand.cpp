@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "CliCommands.hpp"
@@ -14,6 +15,8 @@
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
+#include "kvscope/TraceFile.hpp"
+#include "kvscope/TraceMinimizer.hpp"
 
 namespace kvscope::cli {
 
@@ -28,7 +31,11 @@ struct AuditArgs {
   bool force = false;
   SamplingArgs sampling;
   std::vector<std::string> weightsVersions;  // N=DIR
+  std::string minimizePath;                  // --minimize OUT.kvtrace
+  std::string bundleDir;                     // --export-bundle DIR
 };
+
+namespace fs = std::filesystem;
 
 void writeText(const std::string& path, const std::string& text, bool force) {
   if (!force && std::filesystem::exists(path))
@@ -36,6 +43,105 @@ void writeText(const std::string& path, const std::string& text, bool force) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) throw InputError(path, "", "cannot write");
   out << text;
+}
+
+uintmax_t fileBytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+// The bytes of the audited run as a file: the trace (and reference) given, or the
+// built-in engine's trace written to a scratch file.
+uintmax_t auditedBytes(const AuditJobSpec& spec, const AuditJobOutput& out) {
+  if (!spec.traceFile.empty())
+    return fileBytes(spec.traceFile) +
+           (spec.referenceTraceFile.empty() ? 0 : fileBytes(spec.referenceTraceFile));
+  const fs::path tmp =
+      fs::temp_directory_path() / ("kvscope-audited-" + std::to_string(::getpid()) + ".kvtrace");
+  TraceFile::write(out.result.trace, tmp.string(), true);
+  const uintmax_t n = fileBytes(tmp.string());
+  fs::remove(tmp);
+  return n;
+}
+
+// The minimized reproducer written to `path`: the command, sizes and the Markdown section.
+struct Reproducer {
+  MinimizedTrace minimized;
+  std::vector<std::string> written;
+  std::string command;
+  uintmax_t before = 0, after = 0;
+  std::string markdown;
+};
+
+Reproducer writeReproducer(const AuditJobSpec& spec, const MinimizedTrace& m,
+                           const std::string& path, const std::string& commandPath, bool force,
+                           uintmax_t before) {
+  Reproducer r;
+  r.minimized = m;
+  if (m.cut == TraceCut{} && !spec.traceFile.empty() && spec.referenceTraceFile.empty()) {
+    // Nothing could be cut: the audited file itself is the smallest reproducer.
+    if (!force && fs::exists(path))
+      throw InputError(path, "", "refusing to overwrite an existing file (pass --force)");
+    fs::copy_file(spec.traceFile, path, fs::copy_options::overwrite_existing);
+    r.written = {path};
+  } else {
+    r.written = writeMinimized(m, path, force);
+  }
+  for (const auto& p : r.written) r.after += fileBytes(p);
+  r.before = before;
+  const std::string ref = m.reference ? referencePathFor(commandPath) : std::string();
+  r.command = reproduceCommand(spec, commandPath, ref);
+  r.markdown = reproducerMarkdown(m, r.command, r.before, r.after);
+  return r;
+}
+
+nlohmann::json reproducerJson(const Reproducer& r) {
+  const Finding& f = r.minimized.target.finding;
+  return {{"trace", r.written.at(0)},
+          {"reference_trace", r.written.size() > 1 ? r.written[1] : ""},
+          {"command", r.command},
+          {"kept", r.minimized.cut.describe()},
+          {"finding", {{"id", f.id}, {"request", f.request}, {"step", f.step}, {"layer", f.layer}}},
+          {"requests", r.minimized.trace.requests.size()},
+          {"steps", r.minimized.trace.steps.size()},
+          {"bytes_before", r.before},
+          {"bytes_after", r.after},
+          {"candidate_audits", r.minimized.audits},
+          {"not_shown", r.minimized.dropped}};
+}
+
+// --export-bundle DIR: the report (JSON, Markdown with the reproducer section), the
+// minimized trace and reproduce.sh, which runs the reproducer from the bundle folder.
+void exportBundle(const std::string& dir, const AuditJobSpec& spec, const AuditJobOutput& out,
+                  const std::optional<MinimizedTrace>& m, uintmax_t before, bool force) {
+  fs::create_directories(dir);
+  const AuditReport& rep = out.result.report;
+  const auto json = (fs::path(dir) / "report.json").string();
+  const auto md = (fs::path(dir) / "summary.md").string();
+  std::string markdown = rep.toMarkdown();
+  nlohmann::json j = rep.toJson();
+  if (m) {
+    AuditJobSpec absolute = spec;  // reproduce.sh changes into the bundle folder
+    if (!absolute.modelDir.empty()) absolute.modelDir = fs::absolute(absolute.modelDir).string();
+    for (auto& [version, d] : absolute.options.weightsDirectories) d = fs::absolute(d).string();
+    const Reproducer r =
+        writeReproducer(absolute, *m, (fs::path(dir) / "minimized.kvtrace").string(),
+                        "minimized.kvtrace", force, before);
+    markdown += r.markdown;
+    j["minimized"] = reproducerJson(r);
+    const auto sh = (fs::path(dir) / "reproduce.sh").string();
+    writeText(sh,
+              "#!/bin/sh\n# Reproduces the audit's first finding on the minimized trace (exit 1 = "
+              "divergent).\n"
+              "cd \"$(dirname \"$0\")\" && exec \"${KVSCOPE_CLI:-kvscope-cli}\"" +
+                  r.command.substr(std::string("kvscope-cli").size()) + " \"$@\"\n",
+              force);
+    fs::permissions(sh, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
+                    fs::perm_options::add);
+  }
+  writeText(json, j.dump(2) + "\n", force);
+  writeText(md, markdown, force);
 }
 
 void run(AuditArgs& a, CliContext& ctx) {
@@ -50,10 +156,30 @@ void run(AuditArgs& a, CliContext& ctx) {
   }
   AuditJobOutput out = runAuditJob(a.spec);
   const AuditReport& rep = out.result.report;
+  std::optional<MinimizedTrace> minimized;
+  std::optional<Reproducer> reproducer;
+  uintmax_t before = 0;
+  if ((!a.minimizePath.empty() || !a.bundleDir.empty()) && !rep.clean()) {
+    if (a.spec.options.progress) a.spec.options.progress(1.0, "minimizing");
+    minimized = minimizeAudit(a.spec, out);
+    before = auditedBytes(a.spec, out);
+  }
+  if (!a.minimizePath.empty()) {
+    if (minimized)
+      reproducer =
+          writeReproducer(a.spec, *minimized, a.minimizePath, a.minimizePath, a.force, before);
+    else
+      std::cerr
+          << "--minimize: the audit is clean; there is no finding to reproduce (nothing written)\n";
+  }
+  if (!a.bundleDir.empty()) exportBundle(a.bundleDir, a.spec, out, minimized, before, a.force);
   if (!a.reportPath.empty()) writeText(a.reportPath, rep.toJson().dump(2) + "\n", a.force);
-  if (!a.markdownPath.empty()) writeText(a.markdownPath, rep.toMarkdown(), a.force);
+  if (!a.markdownPath.empty())
+    writeText(a.markdownPath,
+              rep.toMarkdown() + (reproducer ? reproducer->markdown : std::string()), a.force);
   if (a.json) {
     auto j = rep.toJson();
+    if (reproducer) j["minimized"] = reproducerJson(*reproducer);
     j["requests"] = nlohmann::json::array();
     for (size_t i = 0; i < out.result.trace.requests.size(); ++i) {
       const auto& r = out.result.trace.requests[i];
@@ -63,6 +189,11 @@ void run(AuditArgs& a, CliContext& ctx) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::cout << rep.toText();
+    if (reproducer)
+      std::cout << "minimized reproducer: " << reproducer->written.at(0) << " ("
+                << reproducer->after << " bytes, from " << reproducer->before << "; "
+                << reproducer->minimized.cut.describe() << ")\n"
+                << "reproduce: " << reproducer->command << "\n";
   }
   ctx.exitCode = rep.clean() ? 0 : 1;
 }
@@ -91,7 +222,16 @@ void registerAuditCommand(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", args->json, "print the report as JSON");
   cmd->add_option("--report", args->reportPath, "write the JSON report to this file");
   cmd->add_option("--markdown", args->markdownPath, "write a Markdown summary to this file");
-  cmd->add_flag("--force", args->force, "overwrite --report/--markdown files");
+  cmd->add_option(
+      "--minimize", args->minimizePath,
+      "write the smallest trace that still shows the first finding here (and, without a model, "
+      "its reference as OUT.reference.kvtrace); --markdown then gives the command that reproduces "
+      "it");
+  cmd->add_option("--export-bundle", args->bundleDir,
+                  "write a bug-report bundle to this folder: report.json, summary.md, "
+                  "minimized.kvtrace, reproduce.sh");
+  cmd->add_flag("--force", args->force,
+                "overwrite --report/--markdown/--minimize/--export-bundle files");
   cmd->footer(FaultSpec::helpText());
   cmd->callback([args, &ctx]() { run(*args, ctx); });
 }
