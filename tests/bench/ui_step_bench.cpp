@@ -8,16 +8,15 @@
 #include <QElapsedTimer>
 #include <QPixmap>
 #include <QTextStream>
-
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
-#include "ui/InspectorController.hpp"
-#include "ui/InspectorWindow.hpp"
-#include "ui/SelectionContext.hpp"
-#include "ui/StepSnapshotBuilder.hpp"
+#include "kvscope/Inspection.hpp"
 #include "ui/SyntheticAuditFactory.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/panels/InspectorWindow.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -67,7 +66,7 @@ int main(int argc, char** argv) {
   window.show();
   window.showOutput(output);
   SelectionContext* ctx = window.context();
-  ctx->select(Selection{0, 200, 7, 3, KvKind::Keys});
+  ctx->select(InspectionPoint{0, 200, 7, 3, KvKind::Keys});
   if (!window.controller()->waitUntilSettled(60000)) {
     std::fprintf(stderr, "ui_step_bench: the view never settled\n");
     return 1;
@@ -78,25 +77,25 @@ int main(int argc, char** argv) {
   // extended by the appended records) and a jump (every layer's cache compared in full).
   std::vector<double> forwardMs, jumpMs;
   {
-    StepSnapshotBuilder builder;
-    (void)builder.build(*output, ctx->outputSerial(), Selection{0, 149, 7, 3, KvKind::Keys});
+    Inspector inspector(output);
+    (void)inspector.view(InspectionPoint{0, 149, 7, 3, KvKind::Keys});
     for (int i = 0; i < std::min(samples, 30); ++i) {
       QElapsedTimer t;
       t.start();
-      auto snap = builder.build(*output, ctx->outputSerial(), Selection{0, 150 + i, 7, 3, KvKind::Keys});
+      auto snap = inspector.view(InspectionPoint{0, 150 + i, 7, 3, KvKind::Keys});
       forwardMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
     }
     for (int i = 0; i < std::min(samples, 30); ++i) {
-      StepSnapshotBuilder fresh;
+      Inspector fresh(output);
       QElapsedTimer t;
       t.start();
-      auto snap = fresh.build(*output, ctx->outputSerial(), Selection{0, 200 + i, 7, 3, KvKind::Keys});
+      auto snap = fresh.view(InspectionPoint{0, 200 + i, 7, 3, KvKind::Keys});
       jumpMs.push_back(static_cast<double>(t.nsecsElapsed()) / 1e6);
     }
   }
 
   std::vector<double> stepMs, settleMs, eventsMs, paintMs;
-  ctx->select(Selection{0, 190, 7, 3, KvKind::Keys});
+  ctx->select(InspectionPoint{0, 190, 7, 3, KvKind::Keys});
   window.controller()->waitUntilSettled(60000);
   for (int i = 0; i < samples; ++i) {
     if (ctx->selection().step >= o.steps - 1) ctx->setStep(1), window.controller()->waitUntilSettled(60000);

@@ -161,10 +161,9 @@ TEST(AuditTraceInput, ReferenceSideStaysVisibleWhenStageOneFails) {
   cached.requests[0].promptIds[1] = 35;
   AuditResult result = Auditor::auditTraces(reference, cached);
   ASSERT_EQ(result.report.stages[0].status, StageStatus::Fail);
-  ASSERT_TRUE(result.references.empty());
   ASSERT_TRUE(result.referenceTrace);
-  EXPECT_TRUE(result.referenceKv(0, 0, 1, KvKind::Keys).empty());
-  EXPECT_EQ(result.addReferencesFromTrace(), size_t(1));
+  // auditTraces filled the reference in from the reference trace itself.
+  ASSERT_EQ(result.references.size(), size_t(1));
   EXPECT_EQ(result.addReferencesFromTrace(), size_t(0));  // idempotent
   const FloatTensor ref = result.referenceKv(0, 0, 1, KvKind::Keys);
   const auto& prefill = reference.stepsOf(0).front()->layers[1].keys;  // [h, prompt, d]

@@ -4,11 +4,11 @@
 // when that reproduces the checksum, and the snapshot then compares that row.
 #include <QtTest>
 
-#include "ui/CacheRowReplay.hpp"
-#include "ui/StepSnapshotBuilder.hpp"
+#include "inspect/CacheRowReplay.hpp"
+#include "kvscope/Inspection.hpp"
 
 using namespace kvscope;
-using namespace kvscope::ui;
+using kvscope::detail::CacheRowReplay;
 
 namespace {
 
@@ -125,8 +125,9 @@ class CacheRowReplayTest : public QObject {
   void snapshotComparesTheRowTheEngineHeld() {
     const auto out = std::make_shared<AuditJobOutput>();
     out->result = overwrittenRow(true).result;
-    StepSnapshotBuilder builder;
-    const auto snap = builder.build(*out, 1, Selection{0, 1, 0, 0, KvKind::Keys});
+    Inspector inspector(out);
+    const auto snap =
+        std::make_shared<StepView>(inspector.view(InspectionPoint{0, 1, 0, 0, KvKind::Keys}));
     QVERIFY(snap->rowRewritten);
     QVERIFY(snap->cachedFromReplay);
     QCOMPARE(snap->cached, overwrittenRow(true).realRow);
@@ -135,9 +136,10 @@ class CacheRowReplayTest : public QObject {
     QVERIFY(QString::fromStdString(snap->note).contains(QStringLiteral("rebuilt")));
     QCOMPARE(snap->layerMaxDiff.size(), size_t(1));
     QCOMPARE(snap->layerMaxDiff[0], 48.0);  // the overview sees it too
-    QCOMPARE(StepSnapshotBuilder::worstCacheHead(out->result, 0, 1, 0, KvKind::Keys), int64_t(0));
+    QCOMPARE(inspector.worstHead(0, 1, 0, KvKind::Keys), int64_t(0));
     // Step 0, before request 1 arrived: nothing to rebuild.
-    const auto before = builder.build(*out, 1, Selection{0, 0, 0, 0, KvKind::Keys});
+    const auto before =
+        std::make_shared<StepView>(inspector.view(InspectionPoint{0, 0, 0, 0, KvKind::Keys}));
     QVERIFY(!before->rowRewritten);
     QCOMPARE(before->diffMax, 0.0f);
   }

@@ -13,16 +13,16 @@
 #include <mutex>
 
 #include "TestAudit.hpp"
-#include "ui/DiagnosisPanel.hpp"
-#include "ui/FaultPanel.hpp"
-#include "ui/HeadlessController.hpp"
-#include "ui/HeadlineView.hpp"
-#include "ui/InspectorController.hpp"
-#include "ui/InspectorWindow.hpp"
-#include "ui/KvHeatmapPanel.hpp"
-#include "ui/KvHeatmapView.hpp"
-#include "ui/RunSetupPanel.hpp"
-#include "ui/SelectionContext.hpp"
+#include "ui/bridge/HeadlessController.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/panels/DiagnosisPanel.hpp"
+#include "ui/panels/FaultPanel.hpp"
+#include "ui/panels/InspectorWindow.hpp"
+#include "ui/panels/KvHeatmapPanel.hpp"
+#include "ui/panels/RunSetupPanel.hpp"
+#include "ui/views/HeadlineView.hpp"
+#include "ui/views/KvHeatmapView.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -317,7 +317,7 @@ class CommandLineTest : public QObject {
     QString error;
     QVERIFY2(window.selectFinding(QStringLiteral("cross_request"), &error), qPrintable(error));
     QVERIFY(window.controller()->waitUntilSettled(10000));
-    const Selection s = window.context()->selection();
+    const InspectionPoint s = window.context()->selection();
     QCOMPARE(s.request, cross->request);
     QCOMPARE(s.step, cross->step);
     QCOMPARE(s.layer, cross->layer);
@@ -335,43 +335,6 @@ class CommandLineTest : public QObject {
     QVERIFY2(error.contains(QStringLiteral("wrong_layer")) &&
                  error.contains(QStringLiteral("cross_request")),
              qPrintable(error));
-  }
-
-  void traceAndTraceOutputShowsTheReferenceSide() {
-    // A trace+trace audit that stopped at stage 1: no references, only the reference trace.
-    SyntheticAuditOptions cleanOptions = test::testAuditOptions();
-    cleanOptions.divergent = false;
-    cleanOptions.crossRequest = false;
-    const AuditJobOutput clean = SyntheticAuditFactory::make(cleanOptions);
-    AuditJobOutput audited = *test::makeTestOutput();
-    audited.result.references.clear();
-    audited.result.referenceTrace = std::make_shared<const Trace>(clean.result.trace);
-    audited.result.report.mode = "trace+trace";
-
-    InspectorWindow window([audited](const AuditJobSpec&) { return audited; }, {});
-    window.resize(1600, 1000);
-    window.show();
-    window.setup()->setTraceFile(QStringLiteral("/traces/cached.kvtrace"));
-    window.setup()->setReferenceTraceFile(QStringLiteral("/traces/uncached.kvtrace"));
-    QSignalSpy succeeded(window.controller(), &InspectorController::auditSucceeded);
-    QVERIFY(window.runAudit());
-    QTRY_VERIFY_WITH_TIMEOUT(succeeded.count() == 1, 10000);
-    QVERIFY(window.controller()->waitUntilSettled(10000));
-
-    const AuditResult* r = window.context()->result();
-    QVERIFY(r);
-    QCOMPARE(r->references.size(), size_t(2));
-    const Selection s = window.context()->selection();
-    KvHeatmapView* ref = window.heatmaps()->referenceView();
-    QVERIFY(ref->positions() > 0);
-    QCOMPARE(ref->positions(), window.heatmaps()->cachedView()->positions());
-    QVERIFY(window.heatmaps()->differenceView()->positions() > 0);
-    // The reference side is the reference trace's records.
-    const FloatTensor want = clean.result.cachedKv(s.request, s.step, s.layer, s.kind);
-    const int64_t T = want.shape[1], D = want.shape[2];
-    QCOMPARE(ref->colorMap()->data()->cell(static_cast<int>(T - 1), static_cast<int>(D - 1)),
-             double(want.data[static_cast<size_t>((s.head * T + T - 1) * D + D - 1)]));
-    QVERIFY(window.context()->snapshot()->note.empty());
   }
 };
 

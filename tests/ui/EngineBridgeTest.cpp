@@ -4,7 +4,6 @@
 #include <QSemaphore>
 #include <QThread>
 #include <QtTest>
-
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -12,9 +11,9 @@
 
 #include "TestAudit.hpp"
 #include "kvscope/Error.hpp"
-#include "ui/EngineController.hpp"
-#include "ui/InspectorController.hpp"
-#include "ui/SelectionContext.hpp"
+#include "ui/bridge/EngineController.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -125,13 +124,14 @@ class EngineBridgeTest : public QObject {
     InspectorController controller(&context, &engine);
     controller.setOutput(test::makeTestOutput());
     QVERIFY(controller.waitUntilSettled(10000));
-    context.select(Selection{0, 0, 0, 0, KvKind::Keys});
+    context.select(InspectionPoint{0, 0, 0, 0, KvKind::Keys});
     for (int64_t step = 0; step < 6; ++step)
-      for (int64_t layer = 0; layer < 3; ++layer) context.select(Selection{0, step, layer, 1, KvKind::Values});
+      for (int64_t layer = 0; layer < 3; ++layer)
+        context.select(InspectionPoint{0, step, layer, 1, KvKind::Values});
     QVERIFY(controller.waitUntilSettled(10000));
     QVERIFY(context.snapshot());
-    QCOMPARE(context.snapshot()->selection, context.selection());
-    QCOMPARE(context.snapshot()->selection.step, int64_t(5));
+    QCOMPARE(context.snapshot()->point, context.selection());
+    QCOMPARE(context.snapshot()->point.step, int64_t(5));
     QVERIFY(engine.coalescedCount() + engine.staleDroppedCount() > 0);
   }
 

@@ -8,10 +8,10 @@
 #include <QtTest>
 
 #include "TestAudit.hpp"
-#include "ui/InspectorController.hpp"
-#include "ui/InspectorWindow.hpp"
-#include "ui/KvHeatmapPanel.hpp"
-#include "ui/KvHeatmapView.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/panels/InspectorWindow.hpp"
+#include "ui/panels/KvHeatmapPanel.hpp"
+#include "ui/views/KvHeatmapView.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;

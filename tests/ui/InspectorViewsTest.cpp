@@ -5,24 +5,23 @@
 #include <QSettings>
 #include <QTableView>
 #include <QtTest>
-
 #include <cmath>
 
 #include "TestAudit.hpp"
-#include "ui/DiagnosisPanel.hpp"
-#include "ui/FindingsModel.hpp"
-#include "ui/HeadlineView.hpp"
-#include "ui/InspectorController.hpp"
-#include "ui/InspectorWindow.hpp"
-#include "ui/KvHeatmapPanel.hpp"
-#include "ui/KvHeatmapView.hpp"
-#include "ui/LayerOverviewView.hpp"
-#include "ui/LogitDeltaView.hpp"
-#include "ui/PositionTimelineView.hpp"
-#include "ui/SelectionContext.hpp"
-#include "ui/Theme.hpp"
-#include "ui/TokenStepperPanel.hpp"
-#include "ui/TokenStripView.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/models/FindingsModel.hpp"
+#include "ui/panels/DiagnosisPanel.hpp"
+#include "ui/panels/InspectorWindow.hpp"
+#include "ui/panels/KvHeatmapPanel.hpp"
+#include "ui/panels/TokenStepperPanel.hpp"
+#include "ui/views/HeadlineView.hpp"
+#include "ui/views/KvHeatmapView.hpp"
+#include "ui/views/LayerOverviewView.hpp"
+#include "ui/views/LogitDeltaView.hpp"
+#include "ui/views/PositionTimelineView.hpp"
+#include "ui/views/Theme.hpp"
+#include "ui/views/TokenStripView.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -81,7 +80,7 @@ class InspectorViewsTest : public QObject {
   void cleanup() { window_.reset(); }
 
   void opensAtTheFirstDivergence() {
-    const Selection s = ctx()->selection();
+    const InspectionPoint s = ctx()->selection();
     QCOMPARE(s.request, int64_t(0));
     QCOMPARE(s.step, int64_t(3));
     QCOMPARE(s.layer, int64_t(2));
@@ -91,12 +90,12 @@ class InspectorViewsTest : public QObject {
 
   void steppingUpdatesSelectionAndHeatmapData() {
     const AuditResult& r = output_->result;
-    ctx()->select(Selection{0, 0, 2, 1, KvKind::Values});
+    ctx()->select(InspectionPoint{0, 0, 2, 1, KvKind::Values});
     settle();
     KvHeatmapPanel* maps = window_->heatmaps();
     int64_t previousPositions = -1;
     for (int64_t step = 0; step < 6; ++step) {
-      const Selection s = ctx()->selection();
+      const InspectionPoint s = ctx()->selection();
       QCOMPARE(s.step, step);
       QCOMPARE(s.layer, int64_t(2));
       QCOMPARE(s.head, int64_t(1));
@@ -125,7 +124,7 @@ class InspectorViewsTest : public QObject {
 
   void differenceIsZeroBeforeAndLargeAfterTheDivergence() {
     KvHeatmapView* diff = window_->heatmaps()->differenceView();
-    ctx()->select(Selection{0, 2, 2, 0, KvKind::Keys});
+    ctx()->select(InspectionPoint{0, 2, 2, 0, KvKind::Keys});
     settle();
     QVERIFY(ctx()->snapshot()->diffMax < 1e-5f);
     ctx()->setStep(3);
@@ -141,7 +140,7 @@ class InspectorViewsTest : public QObject {
 
   void firstDivergenceIsHighlightedAndDJumpsToIt() {
     TokenStripView* strip = window_->stepper()->strip();
-    ctx()->select(Selection{0, 0, 0, 0, KvKind::Keys});
+    ctx()->select(InspectionPoint{0, 0, 0, 0, KvKind::Keys});
     settle();
     QCOMPARE(strip->divergentStep(), int64_t(3));
     // The divergent step's cells are painted in the alarm colour.
@@ -163,7 +162,7 @@ class InspectorViewsTest : public QObject {
     QVERIFY(window_->layerOverview()->values()[0] < window_->layerOverview()->noiseFloor()[0]);
     QVERIFY(window_->layerOverview()->values()[2] > 0.1);
     // From another request, the window-wide shortcut (Ctrl+D) jumps back.
-    ctx()->select(Selection{1, 0, 0, 0, KvKind::Keys});
+    ctx()->select(InspectionPoint{1, 0, 0, 0, KvKind::Keys});
     settle();
     QVERIFY(QTest::qWaitForWindowActive(window_.get()));
     QTest::keyClick(window_.get(), Qt::Key_D, Qt::ControlModifier);

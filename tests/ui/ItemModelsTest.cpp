@@ -7,11 +7,11 @@
 #include <QtTest>
 
 #include "TestAudit.hpp"
-#include "ui/FailureMatrixModel.hpp"
-#include "ui/FaultPanel.hpp"
-#include "ui/FindingsModel.hpp"
-#include "ui/RequestListModel.hpp"
-#include "ui/StageListModel.hpp"
+#include "ui/models/FailureMatrixModel.hpp"
+#include "ui/models/FindingsModel.hpp"
+#include "ui/models/RequestListModel.hpp"
+#include "ui/models/StageListModel.hpp"
+#include "ui/panels/FaultPanel.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;

@@ -12,19 +12,18 @@
 #include <QSemaphore>
 #include <QSpinBox>
 #include <QtTest>
-
 #include <atomic>
 #include <mutex>
 #include <thread>
 
 #include "TestAudit.hpp"
 #include "kvscope/Error.hpp"
-#include "ui/FaultPanel.hpp"
-#include "ui/HeadlineView.hpp"
-#include "ui/InspectorController.hpp"
-#include "ui/InspectorWindow.hpp"
-#include "ui/RunSetupPanel.hpp"
-#include "ui/SelectionContext.hpp"
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/panels/FaultPanel.hpp"
+#include "ui/panels/InspectorWindow.hpp"
+#include "ui/panels/RunSetupPanel.hpp"
+#include "ui/views/HeadlineView.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;

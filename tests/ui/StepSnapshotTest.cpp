@@ -1,13 +1,12 @@
-// StepSnapshotBuilder against the core's own accessors: the per-layer whole-cache maxima
+// kvscope::Inspector::view against the core's own accessors: the per-layer whole-cache maxima
 // (computed incrementally when stepping forward) equal AuditResult::layerMaxDiff exactly,
 // in forward, backward and random order; the head buffers equal cachedKv/referenceKv.
 #include <QtTest>
-
 #include <cmath>
 #include <random>
 
 #include "TestAudit.hpp"
-#include "ui/StepSnapshotBuilder.hpp"
+#include "kvscope/Inspection.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -30,18 +29,19 @@ class StepSnapshotTest : public QObject {
   void layerDiffsMatchTheCoreInEveryOrder() {
     const auto out = test::makeTestOutput();
     const AuditResult& r = out->result;
-    std::vector<Selection> order;
+    std::vector<InspectionPoint> order;
     for (int64_t req = 0; req < 2; ++req)
       for (KvKind kind : {KvKind::Keys, KvKind::Values})
-        for (int64_t step = 0; step < 6; ++step) order.push_back(Selection{req, step, 1, 0, kind});
-    std::vector<Selection> backward(order.rbegin(), order.rend());
-    std::vector<Selection> shuffled = order;
+        for (int64_t step = 0; step < 6; ++step)
+          order.push_back(InspectionPoint{req, step, 1, 0, kind});
+    std::vector<InspectionPoint> backward(order.rbegin(), order.rend());
+    std::vector<InspectionPoint> shuffled = order;
     std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
     for (const auto* sequence : {&order, &backward, &shuffled}) {
-      StepSnapshotBuilder builder;
-      for (const Selection& s : *sequence) {
-        const auto snap = builder.build(*out, 1, s);
-        QVERIFY2(sameDiffs(snap->layerMaxDiff, r.layerMaxDiff(s.request, s.step, s.kind)),
+      Inspector inspector(out);
+      for (const InspectionPoint& s : *sequence) {
+        const StepView snap = inspector.view(s);
+        QVERIFY2(sameDiffs(snap.layerMaxDiff, r.layerMaxDiff(s.request, s.step, s.kind)),
                  qPrintable(QStringLiteral("request %1 step %2").arg(s.request).arg(s.step)));
       }
     }
@@ -50,9 +50,9 @@ class StepSnapshotTest : public QObject {
   void buffersAreTheSelectedHead() {
     const auto out = test::makeTestOutput();
     const AuditResult& r = out->result;
-    StepSnapshotBuilder builder;
-    const Selection s{0, 4, 2, 1, KvKind::Values};
-    const auto snap = builder.build(*out, 1, s);
+    Inspector inspector(out);
+    const InspectionPoint s{0, 4, 2, 1, KvKind::Values};
+    const auto snap = std::make_shared<StepView>(inspector.view(s));
     const FloatTensor c = r.cachedKv(0, 4, 2, KvKind::Values);
     const FloatTensor ref = r.referenceKv(0, 4, 2, KvKind::Values);
     QCOMPARE(snap->cachedPositions, c.shape[1]);
@@ -68,9 +68,10 @@ class StepSnapshotTest : public QObject {
       }
     // The logits row: cached - reference for the same real prefix.
     QCOMPARE(snap->logitDelta.size(), size_t(48));
-    QCOMPARE(StepSnapshotBuilder::referenceRow(r.trace, 0, 4), int64_t(4 + 4 - 1));
+    QCOMPARE(inspector.referenceRow(0, 4), int64_t(4 + 4 - 1));
     QVERIFY(snap->maxAbsLogitDelta > 1.0);  // step 4 is after the divergence
-    const auto clean = builder.build(*out, 1, Selection{0, 1, 2, 1, KvKind::Values});
+    const auto clean =
+        std::make_shared<StepView>(inspector.view(InspectionPoint{0, 1, 2, 1, KvKind::Values}));
     QVERIFY(clean->maxAbsLogitDelta < 1e-4);
     QVERIFY(clean->diffMax < 1e-5f);
   }

@@ -4,11 +4,12 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
+#include "kvscope/AuditStages.hpp"
 
 namespace kvscope {
 
@@ -23,6 +24,8 @@ struct StageResult {
   std::string summary;           // one line a person can read
   std::vector<std::string> checks;  // what was checked, one line each ("ok: ..." / "FAIL: ...")
   bool operator==(const StageResult& o) const;
+  /// The stage's number, id and title from the catalogue, not run yet.
+  static StageResult of(AuditStage stage);
 };
 
 /// Stable finding ids (JSON): reference, position, wrong_layer, duplicate_append,
@@ -77,7 +80,7 @@ struct AuditReport {
   std::string mode;               // model+engine | model+trace | trace+trace
   FirstDivergence firstDivergence;
   std::vector<Finding> findings;
-  std::vector<StageResult> stages;  // 6 entries, in order
+  std::vector<StageResult> stages;  // one per auditStages() entry, in order
   int rootStage = 0;              // the first failing stage (0: none)
   std::vector<StepNumerics> steps;
   std::string stopSummary;        // why generation ended, per request
@@ -89,6 +92,7 @@ struct AuditReport {
   bool hasFinding(const std::string& id) const;
   const Finding* finding(const std::string& id) const;
   const StageResult* stage(const std::string& id) const;
+  const StageResult* stage(AuditStage stage) const;
   bool operator==(const AuditReport& o) const;
 
   nlohmann::json toJson() const;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kvscope/AuditResult.hpp"
+#include "kvscope/Error.hpp"
 #include "kvscope/Model.hpp"
 #include "kvscope/Trace.hpp"
 
@@ -27,10 +28,6 @@ struct AuditOptions {
   std::map<uint64_t, std::string> weightsDirectories;
 };
 
-struct AuditCancelled : std::exception {
-  const char* what() const noexcept override { return "audit cancelled"; }
-};
-
 class Auditor {
  public:
   /// Modes 1 and 2: a model plus a cached trace (the built-in engine's or another
@@ -38,6 +35,7 @@ class Auditor {
   /// token stream (per weights version).
   static AuditResult audit(const Model& model, const Trace& cached, const AuditOptions& options = {});
   /// Mode 3: two traces, no model: `reference` (e.g. an uncached run) against `cached`.
+  /// The result holds a reference for every request the reference trace has.
   static AuditResult auditTraces(const Trace& reference, const Trace& cached,
                                  const AuditOptions& options = {});
 };

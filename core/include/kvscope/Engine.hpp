@@ -42,7 +42,7 @@ struct EngineOptions {
   bool recordChecksums = true;
   bool uncached = false;         // full-prefix recompute every step (the reference engine)
   std::function<void(double)> progress;  // fraction done, called between ticks
-  std::function<bool()> cancelled;       // polled between ticks
+  std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };
 
 class Engine {

@@ -54,3 +54,13 @@ class ContextLimitError : public UsageError {
 };
 
 }  // namespace kvscope
+
+namespace kvscope {
+
+/// The caller's cancel callback (AuditOptions::cancelled, EngineOptions::cancelled) asked
+/// a running audit or generation to stop; thrown between requests or steps.
+struct AuditCancelled : std::exception {
+  const char* what() const noexcept override { return "audit cancelled"; }
+};
+
+}  // namespace kvscope

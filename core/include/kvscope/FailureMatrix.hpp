@@ -7,6 +7,21 @@
 
 namespace kvscope {
 
+/// The finding ids (the JSON contract), one constant per failure-matrix row.
+namespace finding {
+inline constexpr const char* Reference = "reference";
+inline constexpr const char* Position = "position";
+inline constexpr const char* WrongLayer = "wrong_layer";
+inline constexpr const char* DuplicateAppend = "duplicate_append";
+inline constexpr const char* CrossRequest = "cross_request";
+inline constexpr const char* TieRule = "tie_rule";
+inline constexpr const char* RngOrder = "rng_order";
+inline constexpr const char* StaleCache = "stale_cache";
+inline constexpr const char* ContextLimit = "context_limit";
+inline constexpr const char* SlidingWindow = "sliding_window";
+inline constexpr const char* Drift = "drift";
+}  // namespace finding
+
 struct FailureMatrixRow {
   std::string id;           // stable finding id
   std::string observation;  // what the audit saw

@@ -42,6 +42,9 @@ struct TraceRequest {
   int64_t arrivalTick = 0;
   int64_t batchGroup = -1;       // >= 0: prefilled as one left-padded batch with the group
   bool operator==(const TraceRequest& o) const;
+  /// The request's token stream: prompt then generated tokens (what an uncached reference
+  /// recomputes; index i sits at position i).
+  std::vector<int64_t> stream() const;
 };
 
 struct TraceLayerRecord {
@@ -71,7 +74,15 @@ struct TraceStep {
   std::vector<TraceLayerRecord> layers;  // one per layer (empty when not recorded)
   std::vector<std::string> events;       // arrival, weight_update, cache_rebuilt, context_limit, eos
   bool operator==(const TraceStep& o) const;
+  /// The one rule for padding. Fed entry i is a real token unless the mask marks it 0.
+  bool isRealEntry(size_t i) const;
   int64_t realFedCount() const;
+  /// Which of a layer's `records` appended entries are real tokens: the mask applies when
+  /// it has one entry per record; when a layer appended a different number of records than
+  /// were fed (a duplicate append) or there is no mask, every record counts as real.
+  std::vector<int64_t> realColumns(int64_t records) const;
+  /// realColumns over the fed entries themselves.
+  std::vector<int64_t> realColumns() const;
 };
 
 struct TraceEvent {
@@ -108,5 +119,9 @@ std::ostream& operator<<(std::ostream& os, const TraceStep& s);
 
 /// XXH3-64 over a float buffer's little-endian bytes (the trace checksum).
 uint64_t traceChecksum(const float* data, size_t count);
+/// The checksum of a cache row held per kv head ([h_kv][t * d], heads in order): what
+/// TraceLayerRecord::keyChecksum / valueChecksum record. A recorded checksum that differs
+/// from the row the request's records rebuild means rows were rewritten in place.
+uint64_t traceRowChecksum(const std::vector<std::vector<float>>& heads);
 
 }  // namespace kvscope

@@ -20,9 +20,7 @@ std::unique_ptr<Tokenizer> tryTokenizer(const std::string& dir) {
 void fillText(AuditJobOutput& out, const Tokenizer* tok) {
   for (const auto& r : out.result.trace.requests) {
     std::vector<std::string> pieces;
-    std::vector<int64_t> stream = r.promptIds;
-    stream.insert(stream.end(), r.generated.begin(), r.generated.end());
-    for (int64_t id : stream) pieces.push_back(tok ? tok->decode({id}) : std::to_string(id));
+    for (int64_t id : r.stream()) pieces.push_back(tok ? tok->decode({id}) : std::to_string(id));
     out.tokenPieces.push_back(std::move(pieces));
     out.decodedText.push_back(tok ? tok->decode(r.generated) : "");
   }

@@ -53,6 +53,16 @@ const Finding* AuditReport::finding(const std::string& id) const {
   return nullptr;
 }
 
+StageResult StageResult::of(AuditStage stage) {
+  const AuditStageInfo& info = auditStage(stage);
+  return StageResult{info.number, info.id, info.title, StageStatus::NotRun, "", {}};
+}
+
+const StageResult* AuditReport::stage(AuditStage s) const {
+  const size_t i = stageIndex(s);
+  return i < stages.size() ? &stages[i] : nullptr;
+}
+
 const StageResult* AuditReport::stage(const std::string& id) const {
   for (const auto& s : stages)
     if (s.id == id) return &s;

@@ -9,25 +9,23 @@ namespace kvscope {
 
 namespace {
 
-// Concatenates [h, s_i, d] records along t, keeping only the entries marked real.
-FloatTensor concatRecords(const std::vector<std::pair<const FloatTensor*, const std::vector<uint8_t>*>>& parts) {
+// Concatenates [h, s_i, d] records along t, keeping the given columns of each.
+FloatTensor concatRecords(
+    const std::vector<std::pair<const FloatTensor*, std::vector<int64_t>>>& parts) {
   int64_t h = 0, d = 0, t = 0;
-  for (const auto& [rec, mask] : parts) {
+  for (const auto& [rec, cols] : parts) {
     if (rec->shape.size() != 3) continue;
     h = rec->shape[0];
     d = rec->shape[2];
-    for (int64_t j = 0; j < rec->shape[1]; ++j)
-      if (!mask || mask->empty() || (static_cast<size_t>(j) < mask->size() && (*mask)[static_cast<size_t>(j)]))
-        ++t;
+    t += static_cast<int64_t>(cols.size());
   }
   if (h == 0) return {};
   FloatTensor out = FloatTensor::zeros({h, t, d});
   int64_t col = 0;
-  for (const auto& [rec, mask] : parts) {
+  for (const auto& [rec, cols] : parts) {
     if (rec->shape.size() != 3) continue;
     const int64_t s = rec->shape[1];
-    for (int64_t j = 0; j < s; ++j) {
-      if (mask && !mask->empty() && !(static_cast<size_t>(j) < mask->size() && (*mask)[static_cast<size_t>(j)])) continue;
+    for (int64_t j : cols) {
       for (int64_t hh = 0; hh < h; ++hh)
         std::copy_n(rec->data.begin() + (hh * s + j) * d, d, out.data.begin() + (hh * t + col) * d);
       ++col;
@@ -60,9 +58,7 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       for (auto& layer : vh)
         for (auto& head : layer) head.clear();
     }
-    std::vector<int64_t> realCols;
-    for (size_t j = 0; j < s->fedIds.size(); ++j)
-      if (s->fedMask.empty() || s->fedMask[j]) realCols.push_back(static_cast<int64_t>(j));
+    const std::vector<int64_t> realCols = s->realColumns();
     for (int64_t j : realCols) {
       ids.push_back(s->fedIds[static_cast<size_t>(j)]);
       logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
@@ -127,7 +123,7 @@ const RequestReference* AuditResult::referenceFor(int64_t request) const {
 
 FloatTensor AuditResult::cachedKv(int64_t request, int64_t step, int64_t layer, KvKind kind) const {
   auto steps = trace.stepsOf(request);
-  std::vector<std::pair<const FloatTensor*, const std::vector<uint8_t>*>> parts;
+  std::vector<std::pair<const FloatTensor*, std::vector<int64_t>>> parts;
   for (const TraceStep* s : steps) {
     if (s->step > step) break;
     if (layer < 0 || static_cast<size_t>(layer) >= s->layers.size()) continue;
@@ -137,11 +133,7 @@ FloatTensor AuditResult::cachedKv(int64_t request, int64_t step, int64_t layer, 
       if (!snap.empty()) return snap;  // the engine's own view of its cache
     }
     const FloatTensor& r = kind == KvKind::Keys ? rec.keys : rec.values;
-    // Records may hold more entries than fed tokens (duplicate appends); the mask then
-    // covers only the fed part and extra entries count as real.
-    parts.emplace_back(&r, r.shape.size() == 3 && static_cast<size_t>(r.shape[1]) == s->fedMask.size()
-                               ? &s->fedMask
-                               : nullptr);
+    parts.emplace_back(&r, s->realColumns(r.shape.size() == 3 ? r.shape[1] : 0));
   }
   return concatRecords(parts);
 }

@@ -21,8 +21,6 @@ using namespace detail;
 
 namespace {
 
-StageResult stage(int n, const char* id, const char* title) { return StageResult{n, id, title, StageStatus::NotRun, "", {}}; }
-
 class AuditRun {
  public:
   AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
@@ -45,8 +43,9 @@ class AuditRun {
     rep.toleranceRule = tol_.describe();
     FindingBuilder findings;
     for (const auto& f : stage1Findings) findings.addExisting(f, -1);
-    rep.stages = {stage1, stage(2, "cache", "Cache construction"), stage(3, "positions", "Positions and requests"),
-                  stage(4, "numerics", "Numerical equivalence"), stage(5, "policy", "Sampling policy"), stage(6, "stopping", "Stopping")};
+    rep.stages = {stage1};
+    for (const AuditStageInfo& info : auditStages())
+      if (info.stage != AuditStage::Reference) rep.stages.push_back(StageResult::of(info.stage));
     if (stage1.status == StageStatus::Fail) return finish(out, findings);
 
     // Walk every request against the reference of its own stream.
@@ -56,7 +55,7 @@ class AuditRun {
     for (const auto& req : trace_.requests) {
       if (opts_.cancelled && opts_.cancelled()) throw AuditCancelled();
       if (opts_.progress) opts_.progress(static_cast<double>(done++) / static_cast<double>(trace_.requests.size()), "request " + std::to_string(req.id));
-      const auto stream = RequestWalk::streamOf(req);
+      const auto stream = req.stream();
       RequestWalk walk(
           trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); },
           [&] { return refs_.unavailableReason(); });
@@ -72,11 +71,13 @@ class AuditRun {
     numerics(rep, analyses);
     cacheAndPositionStages(rep, analyses, findings);
     std::vector<Finding> policyFindings;
-    rep.stages[4] = policyStage(trace_, policyFindings);
+    rep.stages[stageIndex(AuditStage::Policy)] = policyStage(trace_, policyFindings);
     if (referenceTrace_)
-      checkRngAgainstReference(*referenceTrace_, trace_, analyses, rep.stages[4], policyFindings);
+      checkRngAgainstReference(*referenceTrace_, trace_, analyses,
+                               rep.stages[stageIndex(AuditStage::Policy)], policyFindings);
     std::vector<Finding> stopFindings;
-    rep.stages[5] = stoppingStage(trace_, stopFindings, rep.stopSummary);
+    rep.stages[stageIndex(AuditStage::Stopping)] =
+        stoppingStage(trace_, stopFindings, rep.stopSummary);
     for (const auto& f : policyFindings) findings.addExisting(f, tickOf(f));
     for (const auto& f : stopFindings)
       if (!findings.hasFor(f.id, f.request)) findings.addExisting(f, tickOf(f));
@@ -92,7 +93,7 @@ class AuditRun {
   }
 
   void numerics(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses) {
-    StageResult& st = rep.stages[3];
+    StageResult& st = rep.stages[stageIndex(AuditStage::Numerics)];
     int diverged = 0, compared = 0;
     double worstRatio = 0;
     const StepAnalysis* first = nullptr;
@@ -162,8 +163,8 @@ class AuditRun {
 
   void cacheAndPositionStages(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
                               const FindingBuilder& f) {
-    StageResult& cache = rep.stages[1];
-    StageResult& pos = rep.stages[2];
+    StageResult& cache = rep.stages[stageIndex(AuditStage::Cache)];
+    StageResult& pos = rep.stages[stageIndex(AuditStage::Positions)];
     int records = 0, badRecords = 0, checksums = 0, lengthBad = 0;
     for (const auto& [r, steps] : analyses)
       for (const auto& a : steps) {
@@ -217,17 +218,23 @@ class AuditRun {
                         std::to_string(checksums) +
                         " layer checksums or snapshots verified against the rebuilt cache)"
                   : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
-    const bool cacheFail = f.has("duplicate_append") || f.has("wrong_layer") || lengthBad > 0;
+    const bool cacheFail =
+        f.has(finding::DuplicateAppend) || f.has(finding::WrongLayer) || lengthBad > 0;
     cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
     cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
                     : badRecords ? "structure ok; record values differ (explained by a later stage)"
                                  : "every record is where it belongs";
-    const bool posFail = f.has("position") || f.has("cross_request") || f.has("stale_cache") || f.has("context_limit") ||
-                         f.has("sliding_window");
-    pos.checks.push_back(std::string(f.has("position") ? "FAIL: " : "ok: ") + "decode positions continue from the prompt length");
-    pos.checks.push_back(std::string(f.has("cross_request") ? "FAIL: " : "ok: ") + "each request owns its cache rows and token stream");
-    pos.checks.push_back(std::string(f.has("stale_cache") ? "FAIL: " : "ok: ") + "no cache built under other weights is reused");
-    pos.checks.push_back(std::string(f.has("context_limit") ? "FAIL: " : "ok: ") + "no position beyond the context was read");
+    const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
+                         f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
+                         f.has(finding::SlidingWindow);
+    pos.checks.push_back(std::string(f.has(finding::Position) ? "FAIL: " : "ok: ") +
+                         "decode positions continue from the prompt length");
+    pos.checks.push_back(std::string(f.has(finding::CrossRequest) ? "FAIL: " : "ok: ") +
+                         "each request owns its cache rows and token stream");
+    pos.checks.push_back(std::string(f.has(finding::StaleCache) ? "FAIL: " : "ok: ") +
+                         "no cache built under other weights is reused");
+    pos.checks.push_back(std::string(f.has(finding::ContextLimit) ? "FAIL: " : "ok: ") +
+                         "no position beyond the context was read");
     pos.status = posFail ? StageStatus::Fail : StageStatus::Pass;
     pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
   }
@@ -235,7 +242,8 @@ class AuditRun {
   AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {
     AuditReport& rep = out.report;
     rep.findings = findings.finish();
-    const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(), [](const Finding& f) { return f.id != "drift"; });
+    const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(),
+                                         [](const Finding& f) { return f.id != finding::Drift; });
     bool failed = false;
     for (const auto& s : rep.stages)
       if (s.status == StageStatus::Fail) {
@@ -274,7 +282,7 @@ class AuditRun {
           }
     } else if (!rep.findings.empty() && realFinding) {
       for (const auto& f : rep.findings)
-        if (f.id != "drift") {
+        if (f.id != finding::Drift) {
           rep.firstDivergence = {true, f.request, f.step, f.layer, f.position};
           break;
         }
@@ -298,7 +306,11 @@ class AuditRun {
 
 Finding referenceFinding(const std::string& explanation, std::map<std::string, double> ev = {}) {
   FindingBuilder b;
-  b.add("reference", -1, -1, -1, -1, -1, 1.0, explanation, std::move(ev));
+  b.add(FindingDraft(finding::Reference)
+            .tick(-1)
+            .confidence(1.0)
+            .explanation(explanation)
+            .evidence(std::move(ev)));
   return b.finish().front();
 }
 
@@ -319,7 +331,7 @@ void perStepCrossCheck(const Model& model, AuditResult& result) {
       ++steps;
     }
   }
-  result.report.stages[3].checks.push_back(
+  result.report.stages[stageIndex(AuditStage::Numerics)].checks.push_back(
       "cross-check: " + std::to_string(steps) +
       " per-step full-prefix recomputes agree with the teacher-forced reference (max diff " +
       numberText(worst, 3) + ")");
@@ -328,7 +340,7 @@ void perStepCrossCheck(const Model& model, AuditResult& result) {
 }  // namespace
 
 AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditOptions& options) {
-  StageResult s1 = stage(1, "reference", "Uncached reference");
+  StageResult s1 = StageResult::of(AuditStage::Reference);
   std::vector<Finding> findings;
   const auto& c = model.config();
   const auto& m = cached.model;
@@ -393,7 +405,7 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
 }
 
 AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, const AuditOptions& options) {
-  StageResult s1 = stage(1, "reference", "Uncached reference");
+  StageResult s1 = StageResult::of(AuditStage::Reference);
   std::vector<Finding> findings;
   const auto& a = reference.model;
   const auto& b = cached.model;
@@ -439,6 +451,9 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
   AuditRun run(cached, refs, options, 0, storage, shared.get());
   AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
   out.referenceTrace = shared;
+  // Views show a reference side for every request, also where stage 1 stopped the audit
+  // before any reference was compared.
+  out.addReferencesFromTrace();
   return out;
 }
 

@@ -28,8 +28,7 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
   const auto l = a.rewrittenLayer;
   const TraceRequest* req = trace_.findRequest(r);
-  const RequestReference* own =
-      req ? refs_.get(r, a.version, RequestWalk::streamOf(*req)) : nullptr;
+  const RequestReference* own = req ? refs_.get(r, a.version, req->stream()) : nullptr;
   const std::string rows = a.rewrittenColumns.empty()
                                ? std::string()
                                : "entries " + std::to_string(a.rewrittenColumns.front()) + ".." +
@@ -42,32 +41,45 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
           {"match_error", m->error},
           {"own_reference_error", m->ownError},
           {"max_logit_error", a.logitError}};
-      if (m->kind == "wrong_layer") {
+      if (m->kind == finding::WrongLayer) {
         ev["source_layer"] = static_cast<double>(m->sourceLayer);
-        f.add("wrong_layer", r, st.step, st.tick, l, -1, 0.97,
-              "layer " + std::to_string(l) + "'s whole cache was replaced at this step: its " +
-                  rows + " (earlier rows included) equal layer " + std::to_string(m->sourceLayer) +
-                  "'s reference projections at the same positions (max diff " +
-                  numberText(m->error) + ") instead of its own (max diff " +
-                  numberText(m->ownError) + "); the cache length stayed right. Layer " +
-                  std::to_string(l) + " stores and reads layer " + std::to_string(m->sourceLayer) +
-                  "'s K/V",
-              ev);
+        f.add(FindingDraft(finding::WrongLayer)
+                  .request(r)
+                  .step(st.step)
+                  .tick(st.tick)
+                  .layer(l)
+                  .confidence(0.97)
+                  .explanation(
+                      "layer " + std::to_string(l) +
+                      "'s whole cache was replaced at this step: its " + rows +
+                      " (earlier rows included) equal layer " + std::to_string(m->sourceLayer) +
+                      "'s reference projections at the same positions (max diff " +
+                      numberText(m->error) + ") instead of its own (max diff " +
+                      numberText(m->ownError) + "); the cache length stayed right. Layer " +
+                      std::to_string(l) + " stores and reads layer " +
+                      std::to_string(m->sourceLayer) + "'s K/V")
+                  .evidence(ev));
       } else {
         ev["other_request"] = static_cast<double>(m->otherRequest);
         ev["other_layer"] = static_cast<double>(m->sourceLayer);
-        f.add("cross_request", r, st.step, st.tick, l, -1, 0.97,
-              "layer " + std::to_string(l) + "'s " + rows +
-                  " were overwritten since the previous step: they equal request " +
-                  std::to_string(m->otherRequest) + "'s reference" +
-                  (m->sourceLayer != l ? " of layer " + std::to_string(m->sourceLayer)
-                                       : std::string()) +
-                  " at the same positions (max diff " + numberText(m->error) + ", own reference " +
-                  numberText(m->ownError) +
-                  "): another request was written into this request's cache" +
-                  (a.logitsCompared ? "; this request's logits moved by " + numberText(a.logitError)
-                                    : std::string()),
-              ev);
+        f.add(FindingDraft(finding::CrossRequest)
+                  .request(r)
+                  .step(st.step)
+                  .tick(st.tick)
+                  .layer(l)
+                  .confidence(0.97)
+                  .explanation("layer " + std::to_string(l) + "'s " + rows +
+                               " were overwritten since the previous step: they equal request " +
+                               std::to_string(m->otherRequest) + "'s reference" +
+                               (m->sourceLayer != l ? " of layer " + std::to_string(m->sourceLayer)
+                                                    : std::string()) +
+                               " at the same positions (max diff " + numberText(m->error) +
+                               ", own reference " + numberText(m->ownError) +
+                               "): another request was written into this request's cache" +
+                               (a.logitsCompared
+                                    ? "; this request's logits moved by " + numberText(a.logitError)
+                                    : std::string()))
+                  .evidence(ev));
       }
       return;
     }
@@ -95,36 +107,59 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
     ex += "; this request's logits moved by " + numberText(a.logitError);
     ev["max_logit_error"] = a.logitError;
   }
-  f.add("cross_request", r, st.step, st.tick, l, -1,
-        sharer >= 0  ? 0.9
-        : other >= 0 ? 0.8
-                     : 0.5,
-        ex, ev);
+  f.add(FindingDraft(finding::CrossRequest)
+            .request(r)
+            .step(st.step)
+            .tick(st.tick)
+            .layer(l)
+            .confidence(sharer >= 0  ? 0.9
+                        : other >= 0 ? 0.8
+                                     : 0.5)
+            .explanation(ex)
+            .evidence(ev));
 }
 
 void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
   if (a.duplicatedPrevious) {
-    f.add("duplicate_append", r, st.step, st.tick, -1, a.cacheRealBefore, 0.95,
-          "the step fed " + std::to_string(st.fedIds.size()) + " tokens where the stream continues with " +
-              std::to_string(st.fedIds.size() - 1) + ": the previous token (" + std::to_string(st.fedIds.front()) +
-              ") was fed again, so the cache grew by " + std::to_string(a.appended.empty() ? 0 : a.appended[0]) + " in one step",
-          {{"fed_tokens", static_cast<double>(st.fedIds.size())},
-           {"expected_tokens", static_cast<double>(st.fedIds.size() - 1)},
-           {"duplicated_token", static_cast<double>(st.fedIds.front())},
-           {"cache_length_before", static_cast<double>(a.lengthBefore.empty() ? 0 : a.lengthBefore[0])},
-           {"cache_length_after", static_cast<double>(a.lengthAfter.empty() ? 0 : a.lengthAfter[0])}});
+    f.add(FindingDraft(finding::DuplicateAppend)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.cacheRealBefore)
+              .confidence(0.95)
+              .explanation("the step fed " + std::to_string(st.fedIds.size()) +
+                           " tokens where the stream continues with " +
+                           std::to_string(st.fedIds.size() - 1) + ": the previous token (" +
+                           std::to_string(st.fedIds.front()) +
+                           ") was fed again, so the cache grew by " +
+                           std::to_string(a.appended.empty() ? 0 : a.appended[0]) + " in one step")
+              .evidence({{"fed_tokens", static_cast<double>(st.fedIds.size())},
+                         {"expected_tokens", static_cast<double>(st.fedIds.size() - 1)},
+                         {"duplicated_token", static_cast<double>(st.fedIds.front())},
+                         {"cache_length_before",
+                          static_cast<double>(a.lengthBefore.empty() ? 0 : a.lengthBefore[0])},
+                         {"cache_length_after",
+                          static_cast<double>(a.lengthAfter.empty() ? 0 : a.lengthAfter[0])}}));
   }
   if (a.duplicateLayer >= 0) {
     const auto l = static_cast<size_t>(a.duplicateLayer);
-    f.add("duplicate_append", r, st.step, st.tick, a.duplicateLayer, a.cacheRealBefore, 0.97,
-          "layer " + std::to_string(l) + " appended " + std::to_string(a.appended[l]) + " records for " +
-              std::to_string(a.fedCount) + " fed token(s): its cache length went from " + std::to_string(a.lengthBefore[l]) +
-              " to " + std::to_string(a.lengthAfter[l]),
-          {{"appended", static_cast<double>(a.appended[l])},
-           {"fed_tokens", static_cast<double>(a.fedCount)},
-           {"cache_length_before", static_cast<double>(a.lengthBefore[l])},
-           {"cache_length_after", static_cast<double>(a.lengthAfter[l])}});
+    f.add(FindingDraft(finding::DuplicateAppend)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .layer(a.duplicateLayer)
+              .position(a.cacheRealBefore)
+              .confidence(0.97)
+              .explanation(
+                  "layer " + std::to_string(l) + " appended " + std::to_string(a.appended[l]) +
+                  " records for " + std::to_string(a.fedCount) +
+                  " fed token(s): its cache length went from " + std::to_string(a.lengthBefore[l]) +
+                  " to " + std::to_string(a.lengthAfter[l]))
+              .evidence({{"appended", static_cast<double>(a.appended[l])},
+                         {"fed_tokens", static_cast<double>(a.fedCount)},
+                         {"cache_length_before", static_cast<double>(a.lengthBefore[l])},
+                         {"cache_length_after", static_cast<double>(a.lengthAfter[l])}}));
   }
   if (!a.positionsOk) {
     std::map<std::string, double> ev{{"offset", static_cast<double>(a.positionOffset)},
@@ -137,9 +172,17 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     if (a.logitsCompared) ex += "; logits moved by " + numberText(a.logitError);
     // Positions taken from a cache length that a duplicate append inflated follow from it.
     const int64_t excess = a.lengthBefore.empty() ? 0 : a.lengthBefore[0] - a.cacheRealBefore;
-    Finding pos = FindingBuilder::make("position", r, st.step, 0, a.expectedPosition, 0.95, ex, ev);
-    if (excess > 0 && a.positionOffset == excess && f.hasFor("duplicate_append", r)) {
-      pos.causedBy = "duplicate_append";
+    Finding pos = FindingDraft(finding::Position)
+                      .request(r)
+                      .step(st.step)
+                      .layer(0)
+                      .position(a.expectedPosition)
+                      .confidence(0.95)
+                      .explanation(ex)
+                      .evidence(ev)
+                      .finish();
+    if (excess > 0 && a.positionOffset == excess && f.hasFor(finding::DuplicateAppend, r)) {
+      pos.causedBy = finding::DuplicateAppend;
       pos.explanation += "; the offset equals the " + std::to_string(excess) +
                          " extra cache entries the duplicate append left: the engine takes "
                          "positions from the cache length";
@@ -152,8 +195,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     int64_t owner = -1;
     for (const auto& req : trace_.requests) {
       if (req.id == r) continue;
-      std::vector<int64_t> s = req.promptIds;
-      s.insert(s.end(), req.generated.begin(), req.generated.end());
+      const std::vector<int64_t> s = req.stream();
       bool all = true;
       for (size_t j = 0; j < st.fedIds.size() && all; ++j) {
         const int64_t p = a.streamIndex[j];
@@ -162,14 +204,27 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       if (all) owner = req.id;
     }
     if (owner >= 0)
-      f.add("cross_request", r, st.step, st.tick, -1, a.cacheRealBefore, 0.9,
-            "the tokens fed at this step belong to request " + std::to_string(owner) + "'s stream, not this request's",
-            {{"other_request", static_cast<double>(owner)}});
+      f.add(FindingDraft(finding::CrossRequest)
+                .request(r)
+                .step(st.step)
+                .tick(st.tick)
+                .position(a.cacheRealBefore)
+                .confidence(0.9)
+                .explanation("the tokens fed at this step belong to request " +
+                             std::to_string(owner) + "'s stream, not this request's")
+                .evidence({{"other_request", static_cast<double>(owner)}}));
     else
-      f.add("position", r, st.step, st.tick, -1, a.cacheRealBefore, 0.6,
-            "the fed tokens differ from this request's prompt + generated stream at index " + std::to_string(a.cacheRealBefore) +
-                " (token ownership)",
-            {{"stream_index", static_cast<double>(a.cacheRealBefore)}});
+      f.add(
+          FindingDraft(finding::Position)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.cacheRealBefore)
+              .confidence(0.6)
+              .explanation(
+                  "the fed tokens differ from this request's prompt + generated stream at index " +
+                  std::to_string(a.cacheRealBefore) + " (token ownership)")
+              .evidence({{"stream_index", static_cast<double>(a.cacheRealBefore)}}));
   }
   if (a.rewrittenLayer >= 0) rewritten(r, a, f);
   if (a.staleOnset) {
@@ -200,14 +255,28 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
             numberText(a.logitError);
     const bool valuesAgree = a.staleValuesChecked && a.reusedVsOld <= a.staleTolerance &&
                              a.freshVsNew <= a.staleTolerance && a.reusedVsNew > a.staleTolerance;
-    f.add("stale_cache", r, st.step, st.tick, -1, a.cacheRealBefore, valuesAgree ? 0.99 : 0.9, ex,
-          ev);
+    f.add(FindingDraft(finding::StaleCache)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.cacheRealBefore)
+              .confidence(valuesAgree ? 0.99 : 0.9)
+              .explanation(ex)
+              .evidence(ev));
   }
   if (a.beyondContext) {
-    f.add("context_limit", r, st.step, st.tick, -1, a.beyondPosition, 1.0,
-          "position " + std::to_string(a.beyondPosition) + " was used but the model has " +
-              std::to_string(trace_.model.maxPositions) + " positions: the token could not be fed back",
-          {{"position", static_cast<double>(a.beyondPosition)}, {"max_positions", static_cast<double>(trace_.model.maxPositions)}});
+    f.add(FindingDraft(finding::ContextLimit)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.beyondPosition)
+              .confidence(1.0)
+              .explanation("position " + std::to_string(a.beyondPosition) +
+                           " was used but the model has " +
+                           std::to_string(trace_.model.maxPositions) +
+                           " positions: the token could not be fed back")
+              .evidence({{"position", static_cast<double>(a.beyondPosition)},
+                         {"max_positions", static_cast<double>(trace_.model.maxPositions)}}));
   }
 }
 
@@ -215,7 +284,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   const TraceStep& st = *a.step;
   const TraceRequest* req = trace_.findRequest(r);
   if (!req) return;
-  const RequestReference* own = refs_.get(r, a.version, RequestWalk::streamOf(*req));
+  const RequestReference* own = refs_.get(r, a.version, req->stream());
   if (!own) return;
   std::map<std::string, double> ev{{"max_logit_error", a.logitError}};
   if (a.firstBadLayer >= 0) {
@@ -227,41 +296,63 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     if (auto m = search.explain(r, a, *own)) {
       ev["match_error"] = m->error;
       ev["own_reference_error"] = m->ownError;
-      if (m->kind == "wrong_layer") {
+      if (m->kind == finding::WrongLayer) {
         ev["source_layer"] = static_cast<double>(m->layer);
-        f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
-              "layers 0.." + std::to_string(l - (l > 0 ? 1 : 0)) +
-                  (l > 0 ? " match the reference; " : "; ") + "layer " + std::to_string(l) +
-                  "'s new K/V records equal layer " + std::to_string(m->layer) +
-                  "'s reference projections (max diff " + numberText(m->error) +
-                  ") instead of its own (max diff " + numberText(m->ownError) + "): layer " +
-                  std::to_string(l) + " stores and reads layer " + std::to_string(m->layer) +
-                  "'s cache; logits moved by " + numberText(a.logitError),
-              ev);
-      } else if (m->kind == "cross_request") {
+        f.add(FindingDraft(finding::WrongLayer)
+                  .request(r)
+                  .step(st.step)
+                  .tick(st.tick)
+                  .layer(a.firstBadLayer)
+                  .position(a.firstBadStreamIndex)
+                  .confidence(0.95)
+                  .explanation("layers 0.." + std::to_string(l - (l > 0 ? 1 : 0)) +
+                               (l > 0 ? " match the reference; " : "; ") + "layer " +
+                               std::to_string(l) + "'s new K/V records equal layer " +
+                               std::to_string(m->layer) + "'s reference projections (max diff " +
+                               numberText(m->error) + ") instead of its own (max diff " +
+                               numberText(m->ownError) + "): layer " + std::to_string(l) +
+                               " stores and reads layer " + std::to_string(m->layer) +
+                               "'s cache; logits moved by " + numberText(a.logitError))
+                  .evidence(ev));
+      } else if (m->kind == finding::CrossRequest) {
         ev["other_request"] = static_cast<double>(m->request);
         ev["other_position"] = static_cast<double>(m->position);
-        f.add("cross_request", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.95,
-              "layer " + std::to_string(l) + "'s records for this request equal request " +
-                  std::to_string(m->request) + "'s reference at its position " +
-                  std::to_string(m->position) + " (max diff " + numberText(m->error) +
-                  "): another request's row was written into this one",
-              ev);
+        f.add(FindingDraft(finding::CrossRequest)
+                  .request(r)
+                  .step(st.step)
+                  .tick(st.tick)
+                  .layer(a.firstBadLayer)
+                  .position(a.firstBadStreamIndex)
+                  .confidence(0.95)
+                  .explanation("layer " + std::to_string(l) +
+                               "'s records for this request equal request " +
+                               std::to_string(m->request) + "'s reference at its position " +
+                               std::to_string(m->position) + " (max diff " + numberText(m->error) +
+                               "): another request's row was written into this one")
+                  .evidence(ev));
       } else {
         const int64_t expected =
             a.cacheRealBefore + a.firstBadRealOrdinal;  // real tokens, not padding columns
         ev["offset"] = static_cast<double>(m->position - expected);
         ev["computed_at_position"] = static_cast<double>(m->position);
-        f.add("position", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.9,
-              "layer 0's key for the token at stream position " +
-                  std::to_string(a.firstBadStreamIndex) +
-                  " equals the reference key of the same token at position " +
-                  std::to_string(m->position) + " (offset " +
-                  std::to_string(m->position - expected) +
-                  ") although the trace records the right position ids: the engine applied other "
-                  "positions; logits moved by " +
-                  numberText(a.logitError),
-              ev);
+        f.add(
+            FindingDraft(finding::Position)
+                .request(r)
+                .step(st.step)
+                .tick(st.tick)
+                .layer(0)
+                .position(a.firstBadStreamIndex)
+                .confidence(0.9)
+                .explanation(
+                    "layer 0's key for the token at stream position " +
+                    std::to_string(a.firstBadStreamIndex) +
+                    " equals the reference key of the same token at position " +
+                    std::to_string(m->position) + " (offset " +
+                    std::to_string(m->position - expected) +
+                    ") although the trace records the right position ids: the engine applied other "
+                    "positions; logits moved by " +
+                    numberText(a.logitError))
+                .evidence(ev));
       }
       return;
     }
@@ -269,24 +360,48 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     const bool windowed = slidingWindow_ > 0 && a.firstBadStreamIndex >= slidingWindow_;
     if (windowed) {
       ev["window"] = static_cast<double>(slidingWindow_);
-      f.add("sliding_window", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.6,
-            "the first mismatch appears once the sequence (" + std::to_string(a.firstBadStreamIndex + 1) +
-                " tokens) outgrows the sliding window of " + std::to_string(slidingWindow_) + "; no layer, position or request explains the values",
-            ev);
+      f.add(FindingDraft(finding::SlidingWindow)
+                .request(r)
+                .step(st.step)
+                .tick(st.tick)
+                .layer(a.firstBadLayer)
+                .position(a.firstBadStreamIndex)
+                .confidence(0.6)
+                .explanation("the first mismatch appears once the sequence (" +
+                             std::to_string(a.firstBadStreamIndex + 1) +
+                             " tokens) outgrows the sliding window of " +
+                             std::to_string(slidingWindow_) +
+                             "; no layer, position or request explains the values")
+                .evidence(ev));
       return;
     }
     if (l > 0) {
-      f.add("wrong_layer", r, st.step, st.tick, a.firstBadLayer, a.firstBadStreamIndex, 0.5,
-            "layers below " + std::to_string(l) + " match the reference and layer " +
-                std::to_string(l) + " differs (key error " + numberText(a.keyError[l]) +
-                "), but no other layer's records match: check what layer " + std::to_string(l - 1) +
-                "'s attention read from the cache",
-            ev);
+      f.add(FindingDraft(finding::WrongLayer)
+                .request(r)
+                .step(st.step)
+                .tick(st.tick)
+                .layer(a.firstBadLayer)
+                .position(a.firstBadStreamIndex)
+                .confidence(0.5)
+                .explanation("layers below " + std::to_string(l) +
+                             " match the reference and layer " + std::to_string(l) +
+                             " differs (key error " + numberText(a.keyError[l]) +
+                             "), but no other layer's records match: check what layer " +
+                             std::to_string(l - 1) + "'s attention read from the cache")
+                .evidence(ev));
     } else {
-      f.add("reference", r, st.step, st.tick, 0, a.firstBadStreamIndex, 0.5,
-            "layer 0's records differ from the reference (error " + numberText(a.keyError[0]) +
-                ") and match no other position or request: were they computed with these weights?",
-            ev);
+      f.add(FindingDraft(finding::Reference)
+                .request(r)
+                .step(st.step)
+                .tick(st.tick)
+                .layer(0)
+                .position(a.firstBadStreamIndex)
+                .confidence(0.5)
+                .explanation("layer 0's records differ from the reference (error " +
+                             numberText(a.keyError[0]) +
+                             ") and match no other position or request: were they computed with "
+                             "these weights?")
+                .evidence(ev));
     }
     return;
   }
@@ -295,19 +410,31 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   const int64_t other = interleavedRequest(r, a);
   if (windowed) {
     ev["window"] = static_cast<double>(slidingWindow_);
-    f.add("sliding_window", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.7,
-          "every K/V record matches but the logits differ by " + numberText(a.logitError) +
-              " once the sequence outgrows the window of " + std::to_string(slidingWindow_) +
-              ": the attention window keeps the wrong keys",
-          ev);
+    f.add(FindingDraft(finding::SlidingWindow)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.lastRealStreamIndex())
+              .confidence(0.7)
+              .explanation("every K/V record matches but the logits differ by " +
+                           numberText(a.logitError) + " once the sequence outgrows the window of " +
+                           std::to_string(slidingWindow_) +
+                           ": the attention window keeps the wrong keys")
+              .evidence(ev));
   } else {
     if (other >= 0) ev["other_request"] = static_cast<double>(other);
-    f.add("cross_request", r, st.step, st.tick, -1, a.lastRealStreamIndex(), other >= 0 ? 0.6 : 0.4,
-          "every new K/V record matches the reference but the logits differ by " +
-              numberText(a.logitError) +
-              ": the attention read cache rows that are not this request's records" +
-              (other >= 0 ? " (request " + std::to_string(other) + " ran in between)" : ""),
-          ev);
+    f.add(FindingDraft(finding::CrossRequest)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.lastRealStreamIndex())
+              .confidence(other >= 0 ? 0.6 : 0.4)
+              .explanation(
+                  "every new K/V record matches the reference but the logits differ by " +
+                  numberText(a.logitError) +
+                  ": the attention read cache rows that are not this request's records" +
+                  (other >= 0 ? " (request " + std::to_string(other) + " ran in between)" : ""))
+              .evidence(ev));
   }
 }
 
@@ -321,15 +448,21 @@ void Diagnosis::driftAndTies(int64_t r, const StepAnalysis& a, FindingBuilder& f
   const auto& lg = st.logits.data;
   const float best = *std::max_element(lg.begin(), lg.end());
   if (lg[static_cast<size_t>(st.chosenToken)] == best && lg[static_cast<size_t>(a.referenceToken)] < best)
-    f.add("drift", r, st.step, st.tick, -1, a.lastRealStreamIndex(), 0.8,
-          "the greedy token flipped from " + std::to_string(a.referenceToken) + " to " +
-              std::to_string(st.chosenToken) + " on a near tie (top-2 margin " +
-              numberText(a.top2Margin) + ") while the logits agree within tolerance (" +
-              numberText(a.logitError) + " <= " + numberText(a.logitTol) +
-              "): precision drift, not a cache bug",
-          {{"top2_margin", a.top2Margin},
-           {"max_logit_error", a.logitError},
-           {"tolerance", a.logitTol}});
+    f.add(FindingDraft(finding::Drift)
+              .request(r)
+              .step(st.step)
+              .tick(st.tick)
+              .position(a.lastRealStreamIndex())
+              .confidence(0.8)
+              .explanation("the greedy token flipped from " + std::to_string(a.referenceToken) +
+                           " to " + std::to_string(st.chosenToken) +
+                           " on a near tie (top-2 margin " + numberText(a.top2Margin) +
+                           ") while the logits agree within tolerance (" +
+                           numberText(a.logitError) + " <= " + numberText(a.logitTol) +
+                           "): precision drift, not a cache bug")
+              .evidence({{"top2_margin", a.top2Margin},
+                         {"max_logit_error", a.logitError},
+                         {"tolerance", a.logitTol}}));
 }
 
 void Diagnosis::run(FindingBuilder& f) {

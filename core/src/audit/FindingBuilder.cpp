@@ -6,31 +6,21 @@
 
 namespace kvscope::detail {
 
-Finding FindingBuilder::make(const std::string& id, int64_t request, int64_t step, int64_t layer,
-                             int64_t position, double confidence, std::string explanation,
-                             std::map<std::string, double> evidence) {
-  Finding f;
-  const auto& row = FailureMatrix::row(id);
-  f.id = id;
+FindingDraft::FindingDraft(const char* id) { f_.id = id; }
+
+Finding FindingDraft::finish() const {
+  Finding f = f_;
+  const auto& row = FailureMatrix::row(f.id);
   f.matrixRow = row.observation;
   f.firstCheck = row.firstCheck;
   // The matrix row speaks of "layer 2"; the finding names the layer it is about.
-  if (id == "wrong_layer" && layer >= 0)
-    f.firstCheck = "layer " + std::to_string(layer) + "'s cache source and append";
-  f.request = request;
-  f.step = step;
-  f.layer = layer;
-  f.position = position;
-  f.confidence = confidence;
-  f.explanation = std::move(explanation);
-  f.evidence = std::move(evidence);
+  if (f.id == finding::WrongLayer && f.layer >= 0)
+    f.firstCheck = "layer " + std::to_string(f.layer) + "'s cache source and append";
   return f;
 }
 
-void FindingBuilder::add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
-                         int64_t position, double confidence, std::string explanation,
-                         std::map<std::string, double> evidence) {
-  addExisting(make(id, request, step, layer, position, confidence, std::move(explanation), std::move(evidence)), tick);
+void FindingBuilder::add(const FindingDraft& draft) {
+  addExisting(draft.finish(), draft.tickValue());
 }
 
 void FindingBuilder::addExisting(const Finding& f, int64_t tick) {

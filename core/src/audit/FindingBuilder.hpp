@@ -1,5 +1,6 @@
-// Collects findings, keeping the earliest occurrence of each id and counting the
-// requests it affects.
+// Findings as the audit builds them: a FindingDraft names each field it sets (request,
+// step, layer, ...) and fills in its failure-matrix row; the FindingBuilder keeps the
+// earliest occurrence of each id and counts the requests it affects.
 #pragma once
 
 #include <map>
@@ -7,19 +8,63 @@
 #include <vector>
 
 #include "kvscope/AuditReport.hpp"
+#include "kvscope/FailureMatrix.hpp"
 
 namespace kvscope::detail {
 
+class FindingDraft {
+ public:
+  /// `id`: one of the kvscope::finding constants (FailureMatrix.hpp).
+  explicit FindingDraft(const char* id);
+  FindingDraft& request(int64_t v) {
+    f_.request = v;
+    return *this;
+  }
+  FindingDraft& step(int64_t v) {
+    f_.step = v;
+    return *this;
+  }
+  /// Engine clock of the step: orders findings of different requests (not reported).
+  FindingDraft& tick(int64_t v) {
+    tick_ = v;
+    return *this;
+  }
+  FindingDraft& layer(int64_t v) {
+    f_.layer = v;
+    return *this;
+  }
+  FindingDraft& position(int64_t v) {
+    f_.position = v;
+    return *this;
+  }
+  FindingDraft& confidence(double v) {
+    f_.confidence = v;
+    return *this;
+  }
+  FindingDraft& causedBy(const char* root) {
+    f_.causedBy = root;
+    return *this;
+  }
+  FindingDraft& explanation(std::string v) {
+    f_.explanation = std::move(v);
+    return *this;
+  }
+  FindingDraft& evidence(std::map<std::string, double> v) {
+    f_.evidence = std::move(v);
+    return *this;
+  }
+  /// The finding with its failure-matrix row and first check.
+  Finding finish() const;
+  int64_t tickValue() const { return tick_; }
+
+ private:
+  Finding f_;
+  int64_t tick_ = 0;
+};
+
 class FindingBuilder {
  public:
-  /// A finding with the failure-matrix row and first check filled in for `id`.
-  static Finding make(const std::string& id, int64_t request, int64_t step, int64_t layer,
-                      int64_t position, double confidence, std::string explanation,
-                      std::map<std::string, double> evidence);
-  /// Adds a finding (row text filled in from the failure matrix). `tick` orders findings.
-  void add(const std::string& id, int64_t request, int64_t step, int64_t tick, int64_t layer,
-           int64_t position, double confidence, std::string explanation,
-           std::map<std::string, double> evidence);
+  void add(const FindingDraft& draft);
   void addExisting(const Finding& f, int64_t tick);
   bool has(const std::string& id) const;
   bool hasFor(const std::string& id, int64_t request) const;

@@ -14,14 +14,21 @@ namespace kvscope::detail {
 
 namespace {
 
-Finding makeFinding(const std::string& id, int64_t request, int64_t step, double confidence,
+Finding makeFinding(const char* id, int64_t request, int64_t step, double confidence,
                     std::string explanation, std::map<std::string, double> evidence) {
-  return FindingBuilder::make(id, request, step, -1, -1, confidence, std::move(explanation), std::move(evidence));
+  return FindingDraft(id)
+      .request(request)
+      .step(step)
+      .confidence(confidence)
+      .explanation(std::move(explanation))
+      .evidence(std::move(evidence))
+      .finish();
 }
 }  // namespace
 
 StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
-  StageResult st{5, "policy", "Sampling policy", StageStatus::Pass, "", {}};
+  StageResult st = StageResult::of(AuditStage::Policy);
+  st.status = StageStatus::Pass;
   int anomalies = 0, checked = 0;
   bool drawsUnchecked = false;  // another engine's generator: no replay
   for (const auto& req : trace.requests) {
@@ -69,11 +76,12 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
       ex << "; the declared rule (" << (req.policy.tieRule == SamplingPolicy::TieRule::Lowest ? "lowest index, as torch.argmax" : "highest index")
          << ") picks " << ps.replayedToken << " but the run chose " << order[at]->chosenToken
          << "; verdict: " << toString(rep.tieRule);
-      findings.push_back(makeFinding("tie_rule", req.id, order[at]->step, 0.95, ex.str(),
-                                     {{"tied_tokens", static_cast<double>(ps.tiedAtTop.size())},
-                                      {"declared_choice", static_cast<double>(ps.replayedToken)},
-                                      {"recorded_choice", static_cast<double>(order[at]->chosenToken)},
-                                      {"decided_ties", static_cast<double>(rep.decidedTies)}}));
+      findings.push_back(
+          makeFinding(finding::TieRule, req.id, order[at]->step, 0.95, ex.str(),
+                      {{"tied_tokens", static_cast<double>(ps.tiedAtTop.size())},
+                       {"declared_choice", static_cast<double>(ps.replayedToken)},
+                       {"recorded_choice", static_cast<double>(order[at]->chosenToken)},
+                       {"decided_ties", static_cast<double>(rep.decidedTies)}}));
       st.checks.push_back("FAIL: request " + std::to_string(req.id) + ": " + ex.str());
     } else if (rep.greedySteps > 0) {
       st.checks.push_back(std::string("ok: request ") + std::to_string(req.id) + ": greedy tie rule " + toString(rep.tieRule));
@@ -121,8 +129,9 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
       }
       if (rep.firstRecordedCountMismatch)
         ev["recorded_draw_count_mismatch_step"] = static_cast<double>(order[*rep.firstRecordedCountMismatch]->step);
-      findings.push_back(makeFinding("rng_order", req.id, order[at]->step, rep.rng == RngVerdict::Unexplained ? 0.6 : 0.95,
-                                     ex.str(), ev));
+      findings.push_back(makeFinding(finding::RngOrder, req.id, order[at]->step,
+                                     rep.rng == RngVerdict::Unexplained ? 0.6 : 0.95, ex.str(),
+                                     ev));
       st.checks.push_back("FAIL: request " + std::to_string(req.id) + ": " + ex.str());
     } else if (rep.sampledSteps > 0) {
       st.checks.push_back("ok: request " + std::to_string(req.id) + ": a replay from seed " + std::to_string(req.policy.seed) +
@@ -141,7 +150,8 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
 }
 
 StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, std::string& summary) {
-  StageResult st{6, "stopping", "Stopping", StageStatus::Pass, "", {}};
+  StageResult st = StageResult::of(AuditStage::Stopping);
+  st.status = StageStatus::Pass;
   int problems = 0;
   std::ostringstream all;
   for (const auto& req : trace.requests) {
@@ -180,11 +190,19 @@ StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, st
           ok = false;
           if (!contextFlagged) {
             line << "; step " << s->step << " fed position " << p << " beyond the " << trace.model.maxPositions << "-position context";
-            findings.push_back(FindingBuilder::make(
-                "context_limit", req.id, s->step, -1, p, 1.0,
-                "a token was fed at position " + std::to_string(p) + " but the model has only " +
-                    std::to_string(trace.model.maxPositions) + " position rows: the engine must refuse before the lookup",
-                {{"position", static_cast<double>(p)}, {"max_positions", static_cast<double>(trace.model.maxPositions)}}));
+            findings.push_back(
+                FindingDraft(finding::ContextLimit)
+                    .request(req.id)
+                    .step(s->step)
+                    .position(p)
+                    .confidence(1.0)
+                    .explanation("a token was fed at position " + std::to_string(p) +
+                                 " but the model has only " +
+                                 std::to_string(trace.model.maxPositions) +
+                                 " position rows: the engine must refuse before the lookup")
+                    .evidence({{"position", static_cast<double>(p)},
+                               {"max_positions", static_cast<double>(trace.model.maxPositions)}})
+                    .finish());
             contextFlagged = true;
           }
         }

@@ -1,7 +1,5 @@
 #include "audit/RequestWalk.hpp"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -14,23 +12,12 @@ int64_t StepAnalysis::lastRealStreamIndex() const {
 }
 
 int64_t StepAnalysis::realOrdinal(int64_t column) const {
-  const auto& mask = step->fedMask;
-  if (mask.empty()) return column;
   int64_t n = 0;
-  for (int64_t j = 0; j < column && j < static_cast<int64_t>(mask.size()); ++j)
-    n += mask[static_cast<size_t>(j)] ? 1 : 0;
+  for (int64_t j = 0; j < column; ++j) n += step->isRealEntry(static_cast<size_t>(j)) ? 1 : 0;
   return n;
 }
 
 namespace {
-uint64_t checksumOf(const std::vector<std::vector<float>>& heads) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  for (const auto& h : heads) XXH3_64bits_update(st, h.data(), h.size() * sizeof(float));
-  const uint64_t out = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return out;
-}
 
 // max |a[:, ca, :] - b[:, cb, :]| and max |b[:, cb, :]| for [h, t, d] tensors.
 std::pair<double, double> columnDiff(const FloatTensor& a, int64_t ca, const FloatTensor& b, int64_t cb) {
@@ -48,12 +35,6 @@ std::pair<double, double> columnDiff(const FloatTensor& a, int64_t ca, const Flo
 }
 }  // namespace
 
-std::vector<int64_t> RequestWalk::streamOf(const TraceRequest& r) {
-  std::vector<int64_t> s = r.promptIds;
-  s.insert(s.end(), r.generated.begin(), r.generated.end());
-  return s;
-}
-
 RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
                          const Tolerance& tolerance, ReferenceLookup reference,
                          MissingReason whyMissing)
@@ -62,7 +43,7 @@ RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
       tol_(tolerance),
       reference_(std::move(reference)),
       whyMissing_(std::move(whyMissing)) {
-  stream_ = streamOf(request);
+  stream_ = request.stream();
   const auto L = static_cast<size_t>(trace.model.numLayers), H = static_cast<size_t>(trace.model.numKvHeads);
   keys_.assign(L, std::vector<std::vector<float>>(H));
   values_ = keys_;
@@ -183,7 +164,8 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   // say which entries changed.
   bool rewritten = false;
   if (rec.keyChecksum && rec.valueChecksum &&
-      (*rec.keyChecksum != checksumOf(keys_[l]) || *rec.valueChecksum != checksumOf(values_[l])))
+      (*rec.keyChecksum != traceRowChecksum(keys_[l]) ||
+       *rec.valueChecksum != traceRowChecksum(values_[l])))
     rewritten = true;
   if (!rec.snapshotKeys.empty() && rec.snapshotKeys.shape[1] == length_[l]) {
     const int64_t t = length_[l];
@@ -330,9 +312,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
       for (auto& v : columnStream_) v.clear();
       staleSeen_ = false;
     }
-    std::vector<int64_t> real;
-    for (size_t j = 0; j < st->fedIds.size(); ++j)
-      if (st->fedMask.empty() || st->fedMask[j]) real.push_back(static_cast<int64_t>(j));
+    const std::vector<int64_t> real = st->realColumns();
     a.cacheRealBefore = cacheReal;
     a.fedCount = static_cast<int64_t>(st->fedIds.size());
     alignStream(a, real, streamPos);

@@ -20,8 +20,6 @@ class RequestWalk {
   RequestWalk(const Trace& trace, const TraceRequest& request, const Tolerance& tolerance,
               ReferenceLookup reference, MissingReason whyMissing = {});
   std::vector<StepAnalysis> run();
-  /// The request's intended stream: prompt + generated.
-  static std::vector<int64_t> streamOf(const TraceRequest& r);
 
  private:
   void alignStream(StepAnalysis& a, const std::vector<int64_t>& real, int64_t& streamPos);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "audit/ColumnDiff.hpp"
+#include "kvscope/FailureMatrix.hpp"
 
 namespace kvscope::detail {
 
@@ -56,7 +57,7 @@ std::optional<RewriteMatch> RewriteOrigin::explain(int64_t request, const StepAn
     if (j == l) continue;
     const double e = matchAt(a, own, j, rows);
     if (e < ownError && (!best || e < best->error))
-      best = RewriteMatch{"wrong_layer", static_cast<int64_t>(j), -1, rows, e, ownError};
+      best = RewriteMatch{finding::WrongLayer, static_cast<int64_t>(j), -1, rows, e, ownError};
   }
   if (best) return best;
   // 2. Another request's reference at the same positions, any layer (slot reuse writes
@@ -66,7 +67,8 @@ std::optional<RewriteMatch> RewriteOrigin::explain(int64_t request, const StepAn
     for (size_t j = 0; j < ref->keys.size(); ++j) {
       const double e = matchAt(a, *ref, j, rows);
       if (e < ownError && (!best || e < best->error))
-        best = RewriteMatch{"cross_request", static_cast<int64_t>(j), other, rows, e, ownError};
+        best =
+            RewriteMatch{finding::CrossRequest, static_cast<int64_t>(j), other, rows, e, ownError};
     }
     if (best) return best;
   }

@@ -78,15 +78,21 @@ void checkRngAgainstReference(const Trace& reference, const Trace& cached,
        << " (p=" << numberText(pc, 3) << ") vs the reference's " << refStep->chosenToken
        << " (p=" << numberText(pr, 3)
        << "): the generator was drawn in another order (an extra or missing draw, or a re-seed)";
-    findings.push_back(FindingBuilder::make(
-        "rng_order", req.id, st.step, -1, at->lastRealStreamIndex(), 0.9, ex.str(),
-        {{"seed", static_cast<double>(req.policy.seed)},
-         {"chosen_token", static_cast<double>(st.chosenToken)},
-         {"reference_token", static_cast<double>(refStep->chosenToken)},
-         {"chosen_probability", pc},
-         {"reference_probability", pr},
-         {"max_logit_error", at->logitError},
-         {"tolerance", at->logitTol}}));
+    findings.push_back(
+        FindingDraft(finding::RngOrder)
+            .request(req.id)
+            .step(st.step)
+            .position(at->lastRealStreamIndex())
+            .confidence(0.9)
+            .explanation(ex.str())
+            .evidence({{"seed", static_cast<double>(req.policy.seed)},
+                       {"chosen_token", static_cast<double>(st.chosenToken)},
+                       {"reference_token", static_cast<double>(refStep->chosenToken)},
+                       {"chosen_probability", pc},
+                       {"reference_probability", pr},
+                       {"max_logit_error", at->logitError},
+                       {"tolerance", at->logitTol}})
+            .finish());
     stage.checks.push_back("FAIL: " + who + ": " + ex.str());
     stage.status = StageStatus::Fail;
     stage.summary =

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "audit/ColumnDiff.hpp"
+#include "kvscope/FailureMatrix.hpp"
 
 namespace kvscope::detail {
 
@@ -29,7 +30,8 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
     const ColumnDiff dj = recordDiff(rec, c, own.keys[j], own.values[j], p);
     if (dj.err <= tol_.forRecord(std::max(layer, static_cast<int64_t>(j)), p, dj.mag) &&
         dj.err < self.err)
-      return SignatureMatch{"wrong_layer", static_cast<int64_t>(j), p, request, dj.err, self.err};
+      return SignatureMatch{
+          finding::WrongLayer, static_cast<int64_t>(j), p, request, dj.err, self.err};
   }
   // 2. The same layer of another request (cross-request or batch-row mixing).
   for (const auto& [other, ref] : others_) {
@@ -38,7 +40,8 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
     for (int64_t q = 0; q < T; ++q) {
       const ColumnDiff dq = recordDiff(rec, c, ref->keys[l], ref->values[l], q);
       if (dq.err <= tol_.forRecord(layer, q, dq.mag) && dq.err < self.err)
-        return SignatureMatch{"cross_request", static_cast<int64_t>(l), q, other, dq.err, self.err};
+        return SignatureMatch{
+            finding::CrossRequest, static_cast<int64_t>(l), q, other, dq.err, self.err};
     }
   }
   // 3. Layer 0 keys computed at another position (RoPE / learned position rows).
@@ -67,7 +70,7 @@ std::optional<SignatureMatch> SignatureSearch::explain(int64_t request, const St
       // Positions count real entries: padding columns hold no position.
       if (best >= 0 && bestErr <= tol_.forRecord(0, best, bestMag) &&
           best != a.cacheRealBefore + a.realOrdinal(c))
-        return SignatureMatch{"position", 0, best, request, bestErr, self.err};
+        return SignatureMatch{finding::Position, 0, best, request, bestErr, self.err};
     }
   }
   return std::nullopt;

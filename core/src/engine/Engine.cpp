@@ -1,8 +1,8 @@
 #include "kvscope/Engine.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "cache/KvCache.hpp"
@@ -10,7 +10,6 @@
 #include "engine/FaultPlan.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
-#include "kvscope/Auditor.hpp"
 #include "kvscope/BuildInfo.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Sampler.hpp"

@@ -35,9 +35,28 @@ bool TraceStep::operator==(const TraceStep& o) const {
          weightsVersion == o.weightsVersion && layers == o.layers && events == o.events;
 }
 
-int64_t TraceStep::realFedCount() const {
-  if (fedMask.empty()) return static_cast<int64_t>(fedIds.size());
-  return std::count(fedMask.begin(), fedMask.end(), uint8_t{1});
+bool TraceStep::isRealEntry(size_t i) const {
+  return fedMask.empty() || (i < fedMask.size() && fedMask[i] != 0);
+}
+
+int64_t TraceStep::realFedCount() const { return static_cast<int64_t>(realColumns().size()); }
+
+std::vector<int64_t> TraceStep::realColumns(int64_t records) const {
+  std::vector<int64_t> real;
+  const bool masked = static_cast<size_t>(std::max<int64_t>(records, 0)) == fedMask.size();
+  for (int64_t j = 0; j < records; ++j)
+    if (!masked || fedMask[static_cast<size_t>(j)]) real.push_back(j);
+  return real;
+}
+
+std::vector<int64_t> TraceStep::realColumns() const {
+  return realColumns(static_cast<int64_t>(fedIds.size()));
+}
+
+std::vector<int64_t> TraceRequest::stream() const {
+  std::vector<int64_t> s = promptIds;
+  s.insert(s.end(), generated.begin(), generated.end());
+  return s;
 }
 
 bool TraceEvent::operator==(const TraceEvent& o) const {
@@ -84,6 +103,15 @@ std::ostream& operator<<(std::ostream& os, const TraceStep& s) {
 
 uint64_t traceChecksum(const float* data, size_t count) {
   return XXH3_64bits(data, count * sizeof(float));
+}
+
+uint64_t traceRowChecksum(const std::vector<std::vector<float>>& heads) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const auto& h : heads) XXH3_64bits_update(st, h.data(), h.size() * sizeof(float));
+  const uint64_t out = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return out;
 }
 
 }  // namespace kvscope

@@ -1,0 +1,133 @@
+#include "inspect/TimelineBuilder.hpp"
+
+#include <algorithm>
+
+namespace kvscope::detail {
+
+namespace {
+
+const std::vector<std::string>* piecesOf(const AuditJobOutput& output, int64_t request) {
+  const auto& reqs = output.result.trace.requests;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].id == request && i < output.tokenPieces.size()) return &output.tokenPieces[i];
+  return nullptr;
+}
+
+std::string trimmed(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\n") - b + 1);
+}
+
+// The request's step running at or after `tick` (nullptr when it had ended).
+const TraceStep* stepAtTick(const std::vector<const TraceStep*>& steps, int64_t tick) {
+  for (const TraceStep* st : steps)
+    if (st->tick >= tick) return st;
+  return nullptr;
+}
+
+}  // namespace
+
+RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t request) {
+  const AuditResult& result = output.result;
+  RequestTimeline tl;
+  tl.request = request;
+  const std::vector<std::string>* pieces = piecesOf(output, request);
+  auto pieceAt = [&](int64_t i) {
+    return pieces && i >= 0 && static_cast<size_t>(i) < pieces->size()
+               ? (*pieces)[static_cast<size_t>(i)]
+               : std::string();
+  };
+  for (const StepNumerics& n : result.report.steps)
+    if (n.request == request && n.diverged && (tl.divergentStep < 0 || n.step < tl.divergentStep))
+      tl.divergentStep = n.step;
+  const FirstDivergence& fd = result.report.firstDivergence;
+  if (fd.present && fd.request == request && (tl.divergentStep < 0 || fd.step < tl.divergentStep))
+    tl.divergentStep = fd.step;
+
+  const auto steps = result.trace.stepsOf(request);
+  int64_t stream = 0;
+  for (const TraceStep* st : steps) {
+    TimelineStep ts;
+    ts.step = st->step;
+    ts.tick = st->tick;
+    for (size_t i = 0; i < st->fedIds.size(); ++i) {
+      TimelineToken t;
+      t.id = st->fedIds[i];
+      t.position = i < st->positions.size() ? st->positions[i] : -1;
+      t.real = st->isRealEntry(i);
+      t.prompt = st->step == 0;
+      if (t.real) {
+        t.stream = stream++;
+        t.piece = pieceAt(t.stream);
+        ts.recordedPosition = std::max(ts.recordedPosition, t.position);
+      }
+      ts.fed.push_back(std::move(t));
+    }
+    ts.expectedPosition = stream - 1;
+    for (const auto& layer : st->layers) ts.cacheLength.push_back(layer.cacheLength);
+    ts.events = st->events;
+    ts.diverged = st->step == tl.divergentStep;
+    for (const auto& e : st->events) {
+      TimelineMarker m;
+      m.step = st->step;
+      m.kind = e;
+      m.label = e == "arrival" ? "arrival (tick " + std::to_string(st->tick) + ")" : e;
+      m.alarm = e == "context_limit" || e == "weight_update";
+      tl.markers.push_back(std::move(m));
+    }
+    tl.steps.push_back(std::move(ts));
+  }
+  // Generated tokens that were never fed back (the last choice).
+  if (const TraceRequest* req = result.trace.findRequest(request)) {
+    const auto promptLength = static_cast<int64_t>(req->promptIds.size());
+    const int64_t fedGenerated = std::max<int64_t>(stream - promptLength, 0);
+    for (auto g = static_cast<size_t>(fedGenerated); g < req->generated.size(); ++g) {
+      TimelineToken t;
+      t.id = req->generated[g];
+      t.stream = promptLength + static_cast<int64_t>(g);
+      t.piece = pieceAt(t.stream);
+      tl.unfed.push_back(std::move(t));
+    }
+  }
+  if (steps.empty()) return tl;
+  // Other requests arriving while this one runs; an alarm when the newcomer was given this
+  // request's cache row (the cross-request setting).
+  const int64_t firstTick = steps.front()->tick, lastTick = steps.back()->tick;
+  for (const TraceStep& other : result.trace.steps) {
+    if (other.request == request || other.tick < firstTick || other.tick > lastTick ||
+        std::find(other.events.begin(), other.events.end(), "arrival") == other.events.end())
+      continue;
+    const TraceStep* at = stepAtTick(steps, other.tick);
+    if (!at) continue;
+    TimelineMarker m;
+    m.step = at->step;
+    m.kind = "other_arrival";
+    m.alarm = other.slot == at->slot;
+    m.label = "req " + std::to_string(other.request) + " arrives (tick " +
+              std::to_string(other.tick) + ")" + (m.alarm ? ", same row" : "");
+    tl.markers.push_back(std::move(m));
+  }
+  for (const TraceEvent& ev : result.trace.events) {
+    const TraceStep* at = stepAtTick(steps, ev.tick);
+    if (!at || std::find(at->events.begin(), at->events.end(), ev.kind) != at->events.end())
+      continue;
+    tl.markers.push_back({at->step, ev.kind, ev.kind, true});
+  }
+  return tl;
+}
+
+std::string TimelineBuilder::tokenLabel(const AuditJobOutput& output, int64_t request,
+                                        int64_t tokenId) {
+  const TraceRequest* req = output.result.trace.findRequest(request);
+  const std::vector<std::string>* pieces = piecesOf(output, request);
+  if (req && pieces) {
+    const std::vector<int64_t> stream = req->stream();
+    for (size_t i = 0; i < stream.size() && i < pieces->size(); ++i)
+      if (stream[i] == tokenId)
+        return "'" + trimmed((*pieces)[i]) + "' #" + std::to_string(tokenId);
+  }
+  return "#" + std::to_string(tokenId);
+}
+
+}  // namespace kvscope::detail

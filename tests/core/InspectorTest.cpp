@@ -1,0 +1,174 @@
+// The inspection layer (kvscope/Inspection.hpp) on real audits of the llama fixture: the
+// first divergence resolves to the faulted layer with the head and kind that differ most,
+// the per-layer maxima equal the core's whole-cache comparison in any visiting order,
+// findings are located, and the one rule for real columns and a request's stream.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "TestSupport.hpp"
+#include "kvscope/AuditJob.hpp"
+#include "kvscope/AuditStages.hpp"
+#include "kvscope/Engine.hpp"
+#include "kvscope/FailureMatrix.hpp"
+#include "kvscope/Inspection.hpp"
+
+using namespace kvscope;
+using namespace kvscope::test;
+
+namespace {
+
+std::shared_ptr<const AuditJobOutput> auditWith(const std::vector<std::string>& faults) {
+  AuditJobSpec spec;
+  spec.modelDir = hfModel("llama");
+  spec.promptIds = {{0, 34, 86, 69, 301, 291, 938}, {0, 316, 284, 117, 309}};
+  spec.arrivalTicks = {0, 2};
+  spec.maxNewTokens = 6;
+  spec.faults = faults;
+  return std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+}
+
+bool sameDiffs(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST(Inspector, FirstDivergenceResolvesTheFaultedLayerHeadAndKind) {
+  const auto out = auditWith({"wrong_layer:layer=2,source=1"});
+  ASSERT_TRUE(out->result.report.firstDivergence.present) << out->result.report.toText();
+  Inspector inspector(out);
+  const auto first = inspector.firstDivergence();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->layer, 2);
+  EXPECT_TRUE(first->autoHead && first->autoKind);
+  const StepView v = inspector.view(*first);
+  EXPECT_EQ(v.requested, *first);
+  EXPECT_FALSE(v.point.autoHead || v.point.autoKind);
+  EXPECT_EQ(v.point.layer, 2);
+  // The resolved head is the one whose cache differs most at that layer.
+  EXPECT_EQ(v.point.head, inspector.worstHead(v.point.request, v.point.step, 2, v.point.kind));
+  EXPECT_GT(v.diffMax, 0.0f);
+  for (int64_t h = 0; h < inspector.kvHeads(); ++h) {
+    InspectionPoint other = v.point;
+    other.head = h;
+    EXPECT_LE(inspector.view(other).diffMax, v.diffMax) << "head " << h;
+  }
+  // Layers before the fault are noise, the faulted one is past its tolerance.
+  ASSERT_EQ(v.layerMaxDiff.size(), size_t(inspector.layers()));
+  ASSERT_EQ(v.layerNoiseFloor.size(), v.layerMaxDiff.size());
+  EXPECT_LT(v.layerMaxDiff[0], v.layerNoiseFloor[0]);
+  EXPECT_GT(v.layerMaxDiff[2], v.layerNoiseFloor[2]);
+  // The step's own records: the whole prompt at the prefill, one token per decode step.
+  for (const TraceStep* st : out->result.trace.stepsOf(v.point.request))
+    if (st->step == v.point.step) EXPECT_EQ(v.appendedCount, st->realFedCount());
+  EXPECT_FALSE(v.findings.empty());
+}
+
+TEST(Inspector, LayerMaximaEqualTheCoreInEveryVisitingOrder) {
+  const auto out = auditWith({"wrong_layer:layer=2,source=1"});
+  const AuditResult& r = out->result;
+  std::vector<InspectionPoint> order;
+  for (int64_t req : {0, 1})
+    for (KvKind kind : {KvKind::Keys, KvKind::Values})
+      for (const TraceStep* st : r.trace.stepsOf(req)) order.push_back({req, st->step, 1, 0, kind});
+  std::vector<InspectionPoint> backward(order.rbegin(), order.rend());
+  std::vector<InspectionPoint> shuffled = order;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(7));
+  for (const auto* sequence : {&order, &backward, &shuffled}) {
+    Inspector inspector(out);
+    for (const InspectionPoint& p : *sequence)
+      EXPECT_TRUE(
+          sameDiffs(inspector.view(p).layerMaxDiff, r.layerMaxDiff(p.request, p.step, p.kind)))
+          << "request " << p.request << " step " << p.step;
+  }
+}
+
+TEST(Inspector, ViewBuffersAreTheChosenHeadOfTheCoreTensors) {
+  const auto out = auditWith({});
+  const AuditResult& r = out->result;
+  ASSERT_TRUE(r.report.clean()) << r.report.toText();
+  Inspector inspector(out);
+  EXPECT_FALSE(inspector.firstDivergence());
+  const InspectionPoint p{0, 3, 1, 1, KvKind::Values};
+  const StepView v = inspector.view(p);
+  const FloatTensor c = r.cachedKv(0, 3, 1, KvKind::Values);
+  const FloatTensor ref = r.referenceKv(0, 3, 1, KvKind::Values);
+  ASSERT_EQ(v.cachedPositions, c.shape[1]);
+  ASSERT_EQ(v.referencePositions, ref.shape[1]);
+  const int64_t T = c.shape[1], D = c.shape[2];
+  ASSERT_EQ(v.headDim, D);
+  for (int64_t q = 0; q < T; ++q)
+    for (int64_t j = 0; j < D; ++j) {
+      const auto src = static_cast<size_t>((1 * T + q) * D + j),
+                 dst = static_cast<size_t>(q * D + j);
+      ASSERT_EQ(v.cached[dst], c.data[src]);
+      ASSERT_EQ(v.reference[dst], ref.data[src]);
+    }
+  EXPECT_EQ(inspector.referenceRow(0, 3), 7 + 3 - 1);
+  EXPECT_EQ(v.logitDelta.size(), size_t(r.trace.model.vocabSize));
+  EXPECT_LT(v.maxAbsLogitDelta, v.logitNoiseFloor);
+  EXPECT_TRUE(v.note.empty()) << v.note;
+}
+
+TEST(Inspector, LocatesFindingsAndDrawsTheTimeline) {
+  const auto out = auditWith({"wrong_position:offset=3,step=2"});
+  const AuditReport& rep = out->result.report;
+  const Finding* f = rep.finding(finding::Position);
+  ASSERT_TRUE(f) << rep.toText();
+  Inspector inspector(out);
+  const InspectionPoint p = inspector.locate(*f);
+  EXPECT_EQ(p.request, f->request);
+  EXPECT_EQ(p.step, f->step);
+  // A position fault rotates keys only: the view goes to the keys.
+  EXPECT_EQ(inspector.view(p).point.kind, KvKind::Keys);
+  const RequestTimeline& tl = inspector.timeline(f->request);
+  EXPECT_EQ(tl.divergentStep, rep.firstDivergence.step);
+  ASSERT_FALSE(tl.steps.empty());
+  EXPECT_EQ(tl.steps.front().fed.size(),
+            out->result.trace.findRequest(f->request)->promptIds.size());
+  // The timeline shows the recorded (shifted) positions against the expected ones.
+  bool shifted = false;
+  for (const TimelineStep& s : tl.steps)
+    shifted = shifted || s.recordedPosition != s.expectedPosition;
+  EXPECT_TRUE(shifted);
+  EXPECT_TRUE(inspector.timeline(99).steps.empty());
+}
+
+TEST(TraceRules, RealColumnsAndTheRequestStream) {
+  TraceStep st;
+  st.fedIds = {5, 6, 7, 8};
+  st.fedMask = {0, 1, 1, 0};
+  EXPECT_EQ(st.realColumns(), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(st.realFedCount(), 2);
+  EXPECT_FALSE(st.isRealEntry(0));
+  EXPECT_TRUE(st.isRealEntry(2));
+  // A layer that appended more records than were fed (a duplicate append): all are real.
+  EXPECT_EQ(st.realColumns(5), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  st.fedMask.clear();
+  EXPECT_EQ(st.realColumns(), (std::vector<int64_t>{0, 1, 2, 3}));
+  TraceRequest r;
+  r.promptIds = {1, 2};
+  r.generated = {3};
+  EXPECT_EQ(r.stream(), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(AuditStages, OneCatalogueNamesTheReportsStages) {
+  const auto out = auditWith({});
+  const auto& stages = out->result.report.stages;
+  ASSERT_EQ(stages.size(), auditStages().size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    EXPECT_EQ(stages[i].number, auditStages()[i].number);
+    EXPECT_EQ(stages[i].id, auditStages()[i].id);
+    EXPECT_EQ(stages[i].title, auditStages()[i].title);
+  }
+  EXPECT_EQ(out->result.report.stage(AuditStage::Numerics)->id, "numerics");
+  for (const FailureMatrixRow& row : FailureMatrix::rows())
+    EXPECT_FALSE(row.observation.empty()) << row.id;
+  EXPECT_EQ(FailureMatrix::row(finding::WrongLayer).id, "wrong_layer");
+}

@@ -1,0 +1,160 @@
+#include "ui/bridge/ExportController.hpp"
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QPageSize>
+#include <QPainter>
+#include <QPdfWriter>
+#include <QPixmap>
+#include <QSaveFile>
+#include <QSvgGenerator>
+#include <QWidget>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "kvscope/AuditJob.hpp"
+
+namespace kvscope::ui {
+
+ExportController::ExportController(QObject* parent) : QObject(parent) {}
+
+QStringList ExportController::bundleFileNames() {
+  return {QStringLiteral("screenshot.png"), QStringLiteral("report.json"), QStringLiteral("summary.md")};
+}
+
+bool ExportController::formatForPath(const QString& path, ExportFormat* format) {
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  if (suffix == QLatin1String("png")) *format = ExportFormat::Png;
+  else if (suffix == QLatin1String("svg")) *format = ExportFormat::Svg;
+  else if (suffix == QLatin1String("pdf")) *format = ExportFormat::Pdf;
+  else return false;
+  return true;
+}
+
+bool ExportController::mayWrite(const QStringList& paths, QString* error) const {
+  QStringList existing;
+  for (const QString& p : paths)
+    if (QFileInfo::exists(p)) existing << QDir::toNativeSeparators(p);
+  if (existing.isEmpty() || policy_ == OverwritePolicy::Overwrite) return true;
+  if (policy_ == OverwritePolicy::Ask && ask_ && ask_(existing)) return true;
+  *error = tr("refusing to overwrite existing file(s): %1").arg(existing.join(QStringLiteral(", ")));
+  return false;
+}
+
+ExportOutcome ExportController::exportWidget(QWidget* widget, const QString& path) const {
+  ExportFormat format;
+  if (!formatForPath(path, &format)) {
+    ExportOutcome out;
+    out.error = tr("%1: unknown export format (use .png, .svg or .pdf)").arg(path);
+    return out;
+  }
+  return exportWidget(widget, path, format);
+}
+
+ExportOutcome ExportController::exportWidget(QWidget* widget, const QString& path, ExportFormat format) const {
+  ExportOutcome out;
+  if (!widget) {
+    out.error = tr("nothing to export");
+    return out;
+  }
+  const QString abs = QFileInfo(path).absoluteFilePath();
+  if (!mayWrite({abs}, &out.error)) return out;
+  const QDir dir = QFileInfo(abs).absoluteDir();
+  if (!dir.exists() && !QDir().mkpath(dir.absolutePath())) {
+    out.error = tr("%1: cannot create the folder").arg(dir.absolutePath());
+    return out;
+  }
+  bool ok = false;
+  switch (format) {
+    case ExportFormat::Png: ok = writePng(widget, abs, &out.error); break;
+    case ExportFormat::Svg: ok = writeSvg(widget, abs, &out.error); break;
+    case ExportFormat::Pdf: ok = writePdf(widget, abs, &out.error); break;
+  }
+  out.ok = ok;
+  if (ok) out.written << abs;
+  return out;
+}
+
+bool ExportController::writePng(QWidget* widget, const QString& path, QString* error) {
+  const QPixmap pm = widget->grab();
+  // Quality 0 is zlib's strongest compression for PNG: lossless, a few percent smaller.
+  if (pm.isNull() || !pm.save(path, "PNG", 0)) {
+    *error = tr("%1: could not write the PNG").arg(path);
+    return false;
+  }
+  return true;
+}
+
+bool ExportController::writeSvg(QWidget* widget, const QString& path, QString* error) {
+  QSvgGenerator svg;
+  svg.setFileName(path);
+  svg.setSize(widget->size());
+  svg.setViewBox(QRect(QPoint(0, 0), widget->size()));
+  svg.setTitle(QStringLiteral("KV Scope"));
+  svg.setDescription(QStringLiteral("KV Scope inspector export"));
+  QPainter painter;
+  if (!painter.begin(&svg)) {
+    *error = tr("%1: could not write the SVG").arg(path);
+    return false;
+  }
+  widget->render(&painter, QPoint(), QRegion(), QWidget::DrawChildren);
+  painter.end();
+  return QFileInfo(path).size() > 0;
+}
+
+bool ExportController::writePdf(QWidget* widget, const QString& path, QString* error) {
+  QPdfWriter pdf(path);
+  pdf.setTitle(QStringLiteral("KV Scope"));
+  pdf.setCreator(QStringLiteral("KV Scope"));
+  pdf.setResolution(96);
+  // One page the size of the widget (in points at 96 dpi) with a small margin.
+  const QSizeF points(widget->width() * 72.0 / 96.0, widget->height() * 72.0 / 96.0);
+  pdf.setPageSize(QPageSize(points, QPageSize::Point, QString(), QPageSize::ExactMatch));
+  pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+  QPainter painter;
+  if (!painter.begin(&pdf)) {
+    *error = tr("%1: could not write the PDF").arg(path);
+    return false;
+  }
+  const QRect page = painter.viewport();
+  const double scale = std::min(page.width() / double(std::max(1, widget->width())),
+                                page.height() / double(std::max(1, widget->height())));
+  painter.scale(scale, scale);
+  widget->render(&painter, QPoint(), QRegion(), QWidget::DrawChildren);
+  painter.end();
+  return true;
+}
+
+ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutput& output,
+                                             const QString& directory) const {
+  ExportOutcome out;
+  const QDir dir(QFileInfo(directory).absoluteFilePath());
+  QStringList paths;
+  for (const QString& name : bundleFileNames()) paths << dir.filePath(name);
+  if (!mayWrite(paths, &out.error)) return out;
+  if (!dir.exists() && !QDir().mkpath(dir.absolutePath())) {
+    out.error = tr("%1: cannot create the folder").arg(dir.absolutePath());
+    return out;
+  }
+  if (!writePng(window, paths[0], &out.error)) return out;
+  out.written << paths[0];
+  auto writeText = [&out](const QString& path, const std::string& text) {
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) < 0 ||
+        !f.commit()) {
+      out.error = tr("%1: could not write").arg(path);
+      return false;
+    }
+    out.written << path;
+    return true;
+  };
+  if (!writeText(paths[1], output.result.report.toJson().dump(2) + "\n")) return out;
+  if (!writeText(paths[2], output.result.report.toMarkdown())) return out;
+  out.ok = true;
+  return out;
+}
+
+}  // namespace kvscope::ui

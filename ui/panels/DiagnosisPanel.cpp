@@ -1,0 +1,201 @@
+#include "ui/panels/DiagnosisPanel.hpp"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QSplitter>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QTreeView>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "ui/models/FailureMatrixModel.hpp"
+#include "ui/models/FindingsModel.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/models/StageListModel.hpp"
+#include "ui/views/Theme.hpp"
+#include "ui/models/WrappingItemDelegate.hpp"
+
+namespace kvscope::ui {
+
+namespace {
+
+QWidget* titled(const QString& title, QWidget* body, QWidget* parent) {
+  auto* box = new QWidget(parent);
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->setSpacing(1);
+  auto* label = new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), box);
+  layout->addWidget(label);
+  layout->addWidget(body, 1);
+  return box;
+}
+
+}  // namespace
+
+DiagnosisPanel::DiagnosisPanel(SelectionContext* context, QWidget* parent)
+    : QWidget(parent), context_(context) {
+  stages_ = new StageListModel(this);
+  findings_ = new FindingsModel(this);
+  matrix_ = new FailureMatrixModel(this);
+
+  verdict_ = new QLabel(this);
+  verdict_->setWordWrap(true);
+
+  stageView_ = new QTreeView(this);
+  stageView_->setModel(stages_);
+  stageView_->setRootIsDecorated(true);
+  new WrappingItemDelegate(stageView_);  // summaries and checks wrap in a narrow dock
+  stageView_->setIconSize(QSize(18, 18));
+  stageView_->setHeaderHidden(true);
+  stageView_->header()->setStretchLastSection(true);
+  stageView_->header()->setSectionResizeMode(StageListModel::StageColumn, QHeaderView::ResizeToContents);
+  stageView_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  stageView_->setSelectionMode(QAbstractItemView::SingleSelection);
+
+  findingsView_ = new QTableView(this);
+  findingsView_->setModel(findings_);
+  findingsView_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  findingsView_->setSelectionMode(QAbstractItemView::SingleSelection);
+  findingsView_->verticalHeader()->hide();
+  findingsView_->horizontalHeader()->setStretchLastSection(true);
+  findingsView_->setWordWrap(false);
+  // The observation and first check are in the matrix and the evidence below.
+  findingsView_->setColumnHidden(FindingsModel::MatrixRowColumn, true);
+  findingsView_->setColumnHidden(FindingsModel::FirstCheckColumn, true);
+
+  evidence_ = new QTextBrowser(this);
+  evidence_->setOpenLinks(false);
+
+  matrixView_ = new QTableView(this);
+  matrixView_->setModel(matrix_);
+  matrixView_->verticalHeader()->hide();
+  matrixView_->setSelectionMode(QAbstractItemView::NoSelection);
+  matrixView_->setWordWrap(true);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::ObservationColumn, QHeaderView::Stretch);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::FirstCheckColumn, QHeaderView::Stretch);
+  matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::FindingColumn, QHeaderView::ResizeToContents);
+  matrixView_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+
+  auto* split = new QSplitter(Qt::Vertical, this);
+  split->addWidget(titled(tr("Stages (dependency order)"), stageView_, split));
+  split->addWidget(titled(tr("Findings (click to select)"), findingsView_, split));
+  split->addWidget(titled(tr("Evidence"), evidence_, split));
+  split->addWidget(titled(tr("Failure matrix"), matrixView_, split));
+  split->setStretchFactor(0, 4);
+  split->setStretchFactor(1, 2);
+  split->setStretchFactor(2, 3);
+  split->setStretchFactor(3, 4);
+  split->setChildrenCollapsible(false);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 2, 4, 2);
+  layout->addWidget(verdict_);
+  layout->addWidget(split, 1);
+
+  connect(findingsView_, &QAbstractItemView::clicked, this,
+          [this](const QModelIndex& index) { activateFinding(index.row()); });
+  connect(findingsView_, &QAbstractItemView::activated, this,
+          [this](const QModelIndex& index) { activateFinding(index.row()); });
+  connect(context_, &SelectionContext::outputChanged, this, [this] { refresh(); });
+  refresh();
+}
+
+QString DiagnosisPanel::evidenceText() const { return evidence_->toPlainText(); }
+
+void DiagnosisPanel::refresh() {
+  const auto& out = context_->output();
+  report_ = out ? std::shared_ptr<const AuditReport>(out, &out->result.report) : nullptr;
+  stages_->setReport(report_);
+  findings_->setReport(report_);
+  matrix_->setReport(report_);
+  // Checks span both columns under their stage.
+  for (int i = 0; i < stages_->rowCount(); ++i) {
+    const QModelIndex stage = stages_->index(i, 0);
+    for (int j = 0; j < stages_->rowCount(stage); ++j) stageView_->setFirstColumnSpanned(j, stage, true);
+  }
+  stageView_->expandAll();
+  findingsView_->resizeColumnsToContents();
+  // As tall as its rows (a few findings), so the evidence below gets the room.
+  findingsView_->resizeRowsToContents();
+  const int shown = std::clamp(findings_->rowCount(), 1, 6);
+  const int rows = shown * std::max(findingsView_->verticalHeader()->defaultSectionSize(),
+                                    findings_->rowCount() ? findingsView_->rowHeight(0) : 0);
+  findingsView_->setMaximumHeight(findingsView_->horizontalHeader()->sizeHint().height() + rows +
+                                  2 * findingsView_->frameWidth() + 12);
+  if (!report_) {
+    verdict_->setText(tr("<i>No audit yet.</i>"));
+    evidence_->clear();
+    return;
+  }
+  const int root = stages_->rootCauseRow();
+  if (report_->clean()) {
+    verdict_->setText(tr("<b style='color:%1'>Clean</b> — every stage passed.").arg(Theme::ok().name()));
+  } else {
+    const QString rootText = root >= 0 ? tr("root stage: <b>%1</b>")
+                                             .arg(QString::fromStdString(report_->stages[static_cast<size_t>(root)].title).toHtmlEscaped())
+                                       : QString();
+    verdict_->setText(tr("<b style='color:%1'>Divergent</b> — %2 finding(s); %3")
+                          .arg(Theme::alarm().name())
+                          .arg(report_->findings.size())
+                          .arg(rootText));
+  }
+  if (!report_->findings.empty()) {
+    findingsView_->selectRow(0);
+    showEvidence(0);
+  } else {
+    evidence_->setHtml(tr("<p>No findings.</p><p>%1</p>").arg(QString::fromStdString(report_->stopSummary).toHtmlEscaped()));
+  }
+}
+
+void DiagnosisPanel::showEvidence(int row) {
+  const Finding* f = findings_->finding(row);
+  if (!f) return;
+  matrix_->setFocusRow(FailureMatrixModel::rowFor(*f));
+  QString html = QStringLiteral("<p><b style='color:%1'>%2</b> — %3</p>")
+                     .arg(Theme::alarm().name(), QString::fromStdString(f->id).toHtmlEscaped(),
+                          QString::fromStdString(f->explanation).toHtmlEscaped());
+  if (!f->causedBy.empty())
+    html += tr("<p>A consequence of <b>%1</b>, not a separate cause.</p>")
+                .arg(QString::fromStdString(f->causedBy).toHtmlEscaped());
+  html += tr("<p>Observation: <i>%1</i><br>First check: <b>%2</b></p>")
+              .arg(QString::fromStdString(f->matrixRow).toHtmlEscaped(),
+                   QString::fromStdString(f->firstCheck).toHtmlEscaped());
+  QStringList where;
+  if (f->request >= 0) where << tr("request %1").arg(f->request);
+  if (f->step >= 0) where << tr("step %1").arg(f->step);
+  if (f->layer >= 0) where << tr("layer %1").arg(f->layer);
+  if (f->position >= 0) where << tr("position %1").arg(f->position);
+  html += tr("<p>Where: %1 · confidence %2%</p>")
+              .arg(where.isEmpty() ? tr("the whole run") : where.join(QStringLiteral(", ")))
+              .arg(qRound(f->confidence * 100.0));
+  if (!f->evidence.empty()) {
+    html += QStringLiteral("<table cellspacing='0' cellpadding='2'>");
+    for (const auto& [name, value] : f->evidence)
+      html += QStringLiteral("<tr><td>%1</td><td align='right'><tt>%2</tt></td></tr>")
+                  .arg(QString::fromStdString(name).toHtmlEscaped())
+                  .arg(value, 0, 'g', 6);
+    html += QStringLiteral("</table>");
+  }
+  evidence_->setHtml(html);
+}
+
+int DiagnosisPanel::findingRow(const QString& idOrRow) const {
+  const QString key = idOrRow.trimmed();
+  for (int row = 0; row < findings_->rowCount(); ++row)
+    if (QString::fromStdString(findings_->finding(row)->id) == key) return row;
+  bool isNumber = false;
+  const int row = key.toInt(&isNumber);
+  return isNumber && findings_->finding(row) ? row : -1;
+}
+
+void DiagnosisPanel::activateFinding(int row) {
+  const Finding* f = findings_->finding(row);
+  if (!f) return;
+  if (findingsView_->currentIndex().row() != row) findingsView_->selectRow(row);
+  showEvidence(row);
+  context_->selectFinding(*f);
+}
+
+}  // namespace kvscope::ui

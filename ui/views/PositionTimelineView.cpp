@@ -1,0 +1,136 @@
+#include "ui/views/PositionTimelineView.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/Theme.hpp"
+
+namespace kvscope::ui {
+
+PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* parent)
+    : QCustomPlot(parent), context_(context) {
+  setMinimumSize(240, 160);
+  plotLayout()->insertRow(0);
+  title_ = new QCPTextElement(this, tr("Positions and cache length"),
+                              QFont(font().family(), font().pointSize() + 1, QFont::Bold));
+  plotLayout()->addElement(0, 0, title_);
+  xAxis->setLabel(tr("step"));
+  yAxis->setLabel(tr("tokens"));
+  auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+  ticker->setTickStep(1.0);
+  ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+  xAxis->setTicker(ticker);
+
+  expected_ = addGraph();
+  expected_->setName(tr("expected position"));
+  expected_->setPen(QPen(Theme::expected(), 2, Qt::DashLine));
+  recorded_ = addGraph();
+  recorded_->setName(tr("recorded position"));
+  recorded_->setPen(QPen(Theme::selection(), 1.5));
+  recorded_->setLineStyle(QCPGraph::lsNone);
+  recorded_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::selection(), 7));
+  legend->setVisible(true);
+  legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+  legend->setRowSpacing(0);
+  legend->setBrush(QColor(255, 255, 255, 210));
+  // Top left: positions start at the prompt length and grow to the right; event labels
+  // run up from the bottom of their step.
+  axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+
+  cursor_ = new QCPItemStraightLine(this);
+  cursor_->setPen(QPen(Theme::selection(), 2));
+
+  connect(context_, &SelectionContext::outputChanged, this, [this] { rebuild(); });
+  connect(context_, &SelectionContext::selectionChanged, this,
+          [this](const InspectionPoint& cur, const InspectionPoint&) {
+            if (cur.request != request_) rebuild();
+            else moveCursor();
+          });
+  rebuild();
+}
+
+void PositionTimelineView::rebuild() {
+  // Remove everything but the two position graphs and the cursor.
+  while (graphCount() > 2) removeGraph(graphCount() - 1);
+  for (int i = itemCount() - 1; i >= 0; --i)
+    if (item(i) != cursor_) removeItem(i);
+  eventMarkers_ = 0;
+  expected_->data()->clear();
+  recorded_->data()->clear();
+  const AuditResult* r = context_->result();
+  request_ = context_->selection().request;
+  if (!r) {
+    title_->setText(tr("Positions and cache length"));
+    replot(QCustomPlot::rpQueuedReplot);
+    return;
+  }
+  const RequestTimeline& timeline = context_->inspector()->timeline(request_);
+  double top = 1.0;
+  // Cache length per layer and step; collapsed to one line when all layers agree.
+  std::map<int64_t, std::vector<double>> lengths;  // layer -> per step
+  QVector<double> xs;
+  bool layersDisagree = false;
+  for (const TimelineStep& st : timeline.steps) {
+    const auto x = static_cast<double>(st.step);
+    xs << x;
+    expected_->addData(x, static_cast<double>(st.expectedPosition));
+    if (st.recordedPosition >= 0) recorded_->addData(x, static_cast<double>(st.recordedPosition));
+    top = std::max({top, static_cast<double>(st.expectedPosition + 1), static_cast<double>(st.recordedPosition)});
+    std::set<int64_t> distinct;
+    for (size_t l = 0; l < st.cacheLength.size(); ++l) {
+      lengths[static_cast<int64_t>(l)].push_back(static_cast<double>(st.cacheLength[l]));
+      distinct.insert(st.cacheLength[l]);
+      top = std::max(top, static_cast<double>(st.cacheLength[l]));
+    }
+    layersDisagree = layersDisagree || distinct.size() > 1;
+  }
+  const QColor lenColor = Theme::cacheLength();
+  for (const auto& [layer, values] : lengths) {
+    if (!layersDisagree && layer > 0) break;
+    QCPGraph* g = addGraph();
+    g->setName(layersDisagree ? tr("cache length L%1").arg(layer) : tr("cache length"));
+    QColor c = lenColor;
+    if (layersDisagree) c.setHsv((lenColor.hue() + static_cast<int>(layer) * 37) % 360, 200, 220);
+    g->setPen(QPen(c, 2));
+    g->setLineStyle(QCPGraph::lsStepLeft);
+    g->setData(xs.mid(0, static_cast<int>(values.size())), QVector<double>(values.begin(), values.end()), true);
+  }
+  // Events on the way: the step's own, other requests' arrivals, trace-level events.
+  for (const TimelineMarker& m : timeline.markers) {
+    const QColor color = m.alarm ? Theme::alarm() : m.kind == "other_arrival" ? Theme::selection() : Theme::ok();
+    auto* line = new QCPItemStraightLine(this);
+    line->setPen(QPen(color, 1.5, Qt::DotLine));
+    line->point1->setCoords(static_cast<double>(m.step), 0);
+    line->point2->setCoords(static_cast<double>(m.step), 1);
+    auto* label = new QCPItemText(this);
+    label->setText(QString::fromStdString(m.label));
+    label->setColor(color);
+    label->setRotation(-90);
+    label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);  // right of the line, reading up
+    label->position->setCoords(static_cast<double>(m.step), top * 0.05);
+    ++eventMarkers_;
+  }
+  const FirstDivergence& fd = r->report.firstDivergence;
+  if (fd.present && fd.request == request_) {
+    auto* band = new QCPItemRect(this);
+    band->setPen(Qt::NoPen);
+    band->setBrush(QColor(0xD5, 0x00, 0x00, 40));
+    band->topLeft->setCoords(static_cast<double>(fd.step) - 0.5, top * 1.2);
+    band->bottomRight->setCoords(xs.isEmpty() ? fd.step + 0.5 : xs.back() + 0.5, -1.0);
+  }
+  xAxis->setRange(-0.5, xs.isEmpty() ? 1.0 : xs.back() + 0.5);
+  yAxis->setRange(-0.5, top * 1.15 + 1.0);
+  title_->setText(tr("Positions · request %1").arg(request_));
+  moveCursor();
+}
+
+void PositionTimelineView::moveCursor() {
+  const auto x = static_cast<double>(context_->selection().step);
+  cursor_->point1->setCoords(x, 0);
+  cursor_->point2->setCoords(x, 1);
+  replot(QCustomPlot::rpQueuedReplot);
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,38 @@
+// Positions per step for the selected request: the position the audit expects (decode
+// continues from the prompt length) against the position the engine recorded, the cache
+// length per step (one line per layer when layers disagree), and events (arrival, weight
+// update, context limit, ...) as labelled markers. The current step is a vertical line.
+#pragma once
+
+#include <cstdint>
+
+#include "ui/views/QCustomPlotInclude.hpp"
+
+namespace kvscope::ui {
+
+class SelectionContext;
+
+class PositionTimelineView : public QCustomPlot {
+  Q_OBJECT
+
+ public:
+  explicit PositionTimelineView(SelectionContext* context, QWidget* parent = nullptr);
+
+  int eventMarkerCount() const { return eventMarkers_; }
+  QCPGraph* expectedGraph() const { return expected_; }
+  QCPGraph* recordedGraph() const { return recorded_; }
+
+ private:
+  void rebuild();
+  void moveCursor();
+
+  SelectionContext* context_;
+  QCPTextElement* title_;
+  QCPGraph* expected_;
+  QCPGraph* recorded_;
+  QCPItemStraightLine* cursor_;
+  int64_t request_ = -1;
+  int eventMarkers_ = 0;
+};
+
+}  // namespace kvscope::ui
