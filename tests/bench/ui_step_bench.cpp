@@ -1,5 +1,7 @@
 // ui_step_bench: how long "step to the next token" takes with every panel updating, on a
-// synthetic audit of 12 layers x 12 kv heads x 512 positions x d 64 (vocab 32000).
+// real audit of a random-weight GPT-2-small-shaped checkpoint (12 layers x 12 kv heads x
+// d 64, vocab 8192; written to a temporary directory): 256 prompt + 256 generated tokens
+// = 512 positions after the last step, layer 7 reading layer 6's K/V from step 100.
 // Each sample: SelectionContext::nextStep(), wait until the engine thread delivered the
 // step snapshot and the context accepted it, process events (queued replots), then
 // grab() the whole window to force every widget to paint. Prints median and p95 in ms.
@@ -7,13 +9,16 @@
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QPixmap>
+#include <QTemporaryDir>
 #include <QTextStream>
 #include <algorithm>
 #include <cstdio>
 #include <vector>
 
+#include "kvscope/AuditJob.hpp"
+#include "kvscope/CheckpointSpec.hpp"
+#include "kvscope/CheckpointWriter.hpp"
 #include "kvscope/Inspection.hpp"
-#include "ui/SyntheticAuditFactory.hpp"
 #include "ui/bridge/InspectorController.hpp"
 #include "ui/bridge/SelectionContext.hpp"
 #include "ui/panels/InspectorWindow.hpp"
@@ -42,24 +47,26 @@ int main(int argc, char** argv) {
   QApplication app(argc, argv);
   const int samples = argc > 1 ? std::max(5, std::atoi(argv[1])) : 60;
 
-  SyntheticAuditOptions o;
-  o.requests = 1;
-  o.layers = 12;
-  o.kvHeads = 12;
-  o.headDim = 64;
-  o.promptLength = 256;
-  o.steps = 257;  // 256 prompt + 256 decoded = 512 positions after the last step
-  o.vocab = 32000;
-  o.plantRequest = 0;
-  o.plantLayer = 7;
-  o.plantStep = 100;
+  QTemporaryDir dir;
+  const std::string model = dir.filePath(QStringLiteral("gpt2-small")).toStdString();
+  const CheckpointSpec shape = CheckpointSpec::gpt2Small();
+  CheckpointWriter(shape).write(model);
+  AuditJobSpec spec;
+  spec.modelDir = model;
+  spec.promptIds.emplace_back();
+  for (int64_t i = 0; i < 256; ++i)
+    spec.promptIds.back().push_back((i * 37 + 11) % (shape.vocabSize - 1));
+  spec.maxNewTokens = 256;
+  spec.faults = {"wrong_layer:layer=7,source=6,step=100"};
   QElapsedTimer build;
   build.start();
-  auto output = std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(o));
-  std::printf("synthetic audit: %lld layers x %lld heads x %lld positions x d %lld, vocab %lld (built in %lld ms)\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.kvHeads),
-              static_cast<long long>(o.promptLength + o.steps - 1), static_cast<long long>(o.headDim),
-              static_cast<long long>(o.vocab), static_cast<long long>(build.elapsed()));
+  auto output = std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+  std::printf(
+      "audit: %lld layers x %lld heads x 512 positions x d %lld, vocab %lld (generated and audited "
+      "in %lld ms)\n",
+      static_cast<long long>(shape.numLayers), static_cast<long long>(shape.numKvHeads),
+      static_cast<long long>(shape.hiddenSize / shape.numHeads),
+      static_cast<long long>(shape.vocabSize), static_cast<long long>(build.elapsed()));
 
   InspectorWindow window(nullptr, {});
   window.resize(1680, 1050);
@@ -98,7 +105,8 @@ int main(int argc, char** argv) {
   ctx->select(InspectionPoint{0, 190, 7, 3, KvKind::Keys});
   window.controller()->waitUntilSettled(60000);
   for (int i = 0; i < samples; ++i) {
-    if (ctx->selection().step >= o.steps - 1) ctx->setStep(1), window.controller()->waitUntilSettled(60000);
+    if (ctx->selection().step >= spec.maxNewTokens - 1)
+      ctx->setStep(1), window.controller()->waitUntilSettled(60000);
     QElapsedTimer t;
     t.start();
     const int64_t before = ctx->selection().step;

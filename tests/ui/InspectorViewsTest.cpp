@@ -1,4 +1,4 @@
-// The inspector window on the synthetic audit: stepping changes the selection and the
+// The inspector window on a real audit (TestAudit.hpp): stepping changes the selection and the
 // heatmaps' colour-map data (read back cell by cell against cachedKv / referenceKv /
 // |difference|), the first divergence is highlighted and D jumps to it, clicking a layer
 // in the overview or a finding selects it, and settings persist.
@@ -85,7 +85,8 @@ class InspectorViewsTest : public QObject {
     QCOMPARE(s.step, int64_t(3));
     QCOMPARE(s.layer, int64_t(2));
     QCOMPARE(window_->headline()->headline(),
-             QStringLiteral("Divergent: request 0, step 3, layer 2 \u2014 wrong_layer (layer 2 reads layer 1's K/V)"));
+             QStringLiteral("Divergent: request 0, step 3, layer 2 \u2014 wrong_layer (layer 1 "
+                            "matches, layer 2 differs)"));
   }
 
   void steppingUpdatesSelectionAndHeatmapData() {
@@ -99,7 +100,18 @@ class InspectorViewsTest : public QObject {
       QCOMPARE(s.step, step);
       QCOMPARE(s.layer, int64_t(2));
       QCOMPARE(s.head, int64_t(1));
-      const FloatTensor cached = r.cachedKv(0, step, 2, KvKind::Values);
+      // From step 4 on, request 1 overwrote rows of request 0's cache: the inspector shows
+      // the row the engine held (rebuilt, checksum-proven) instead of the own records.
+      const auto& snap = ctx()->snapshot();
+      FloatTensor cached = r.cachedKv(0, step, 2, KvKind::Values);
+      QCOMPARE(snap->cachedFromReplay, step >= 4);
+      if (snap->cachedFromReplay) {
+        QVERIFY(QString::fromStdString(snap->note).contains(QStringLiteral("rebuilt")));
+        for (int64_t p = 0; p < cached.shape[1]; ++p)
+          for (int64_t j = 0; j < cached.shape[2]; ++j)
+            cached.data[static_cast<size_t>((1 * cached.shape[1] + p) * cached.shape[2] + j)] =
+                snap->cached[static_cast<size_t>(p * cached.shape[2] + j)];
+      }
       const FloatTensor ref = r.referenceKv(0, step, 2, KvKind::Values);
       expectMapEquals(maps->cachedView(), cached, 1);
       expectMapEquals(maps->referenceView(), ref, 1);
@@ -177,9 +189,10 @@ class InspectorViewsTest : public QObject {
     QTest::mouseClick(overview, Qt::LeftButton, Qt::NoModifier, overview->layerCenter(1));
     settle();
     QCOMPARE(ctx()->selection().layer, int64_t(1));
+    const FloatTensor cached = output_->result.cachedKv(0, 3, 1, ctx()->selection().kind);
     QCOMPARE(window_->heatmaps()->cachedView()->colorMap()->data()->cell(0, 0),
-             double(output_->result.cachedKv(0, 3, 1, ctx()->selection().kind)
-                        .data[static_cast<size_t>(ctx()->selection().head * 7 * 8)]));
+             double(cached.data[static_cast<size_t>(ctx()->selection().head * cached.shape[1] *
+                                                    cached.shape[2])]));
     QTest::mouseClick(overview, Qt::LeftButton, Qt::NoModifier, overview->layerCenter(0));
     settle();
     QCOMPARE(ctx()->selection().layer, int64_t(0));
@@ -192,11 +205,14 @@ class InspectorViewsTest : public QObject {
     const QRect rect = view->visualRect(diag->findingsModel()->index(1, 0));
     QTest::mouseClick(view->viewport(), Qt::LeftButton, Qt::NoModifier, rect.center());
     settle();
-    QCOMPARE(ctx()->selection().request, int64_t(1));
-    QCOMPARE(ctx()->selection().step, int64_t(2));
+    QCOMPARE(ctx()->selection().request, int64_t(0));
+    QCOMPARE(ctx()->selection().step, int64_t(4));
     QCOMPARE(ctx()->selection().layer, int64_t(0));
     QVERIFY(diag->evidenceText().contains(QStringLiteral("cross_request")));
-    QVERIFY(window_->stepper()->requestSelector()->currentText().startsWith(QStringLiteral("Request 1")));
+    // The jump shows the rows the other request wrote, in the head where they differ most.
+    QVERIFY(ctx()->snapshot()->rowRewritten);
+    QCOMPARE(ctx()->selection().head,
+             ctx()->inspector()->worstHead(0, 4, 0, ctx()->selection().kind));
   }
 
   void tokenClickSelectsStepAndPanelsFollow() {
@@ -208,7 +224,8 @@ class InspectorViewsTest : public QObject {
     // The logit view shows the step's per-token deltas with the top tokens labelled.
     LogitDeltaView* logits = window_->logits();
     QCOMPARE(logits->labelledTokens().size(), size_t(LogitDeltaView::kLabelledTokens));
-    QCOMPARE(logits->tokenPlot()->graph(0)->dataCount(), 48);
+    QCOMPARE(logits->tokenPlot()->graph(0)->dataCount(),
+             int(output_->result.trace.model.vocabSize));
     // Timeline: expected and recorded positions for 6 steps, the arrival marker.
     QCOMPARE(window_->timeline()->expectedGraph()->dataCount(), 6);
     QCOMPARE(window_->timeline()->recordedGraph()->dataCount(), 6);

@@ -1,11 +1,19 @@
 # Runs `kvscope` headless in a fresh folder and checks its exit code and output files.
 #   -DEXE=kvscope -DOUT=folder -DEXPECT=code -DARGS=a|b|%OUT%/x -DFILES=f1|f2 [-DPRECREATE=name]
+#   [-DCLI=kvscope-cli]: writes a demo checkpoint to %MODEL% (= OUT/model) first.
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 if(PRECREATE)
   file(WRITE ${OUT}/${PRECREATE} "existing")
 endif()
-string(REPLACE "%OUT%" "${OUT}" _args "${ARGS}")
+if(CLI)
+  execute_process(COMMAND ${CLI} make-demo ${OUT}/model RESULT_VARIABLE demo_rc OUTPUT_QUIET)
+  if(NOT demo_rc EQUAL 0)
+    message(FATAL_ERROR "kvscope-cli make-demo failed (${demo_rc})")
+  endif()
+endif()
+string(REPLACE "%MODEL%" "${OUT}/model" _args "${ARGS}")
+string(REPLACE "%OUT%" "${OUT}" _args "${_args}")
 string(REPLACE "|" ";" _args "${_args}")
 execute_process(COMMAND ${EXE} ${_args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "kvscope ${_args}\n-> exit ${rc}\nstdout: ${out}\nstderr: ${err}")

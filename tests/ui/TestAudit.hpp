@@ -1,33 +1,59 @@
-// The synthetic audit every UI test inspects: 2 requests, 3 layers, 2 kv heads, d = 8,
-// 6 steps, a wrong_layer plant at layer 2 from step 3 of request 0 (layer 2 reads layer
-// 1's K/V), a cross_request plant in request 1, findings, stages and step numerics that
-// match. Built by the UI library's SyntheticAuditFactory; the real audit never runs.
+// The real audit every UI test inspects: the built-in engine on a random-weight demo
+// checkpoint (CheckpointSpec::demo(): Llama-style, 3 layers, 2 kv heads, d = 16, vocab
+// 512, written once per test process in milliseconds) with two requests of 4 prompt ids
+// and 6 steps each, and two faults the audit must find: layer 2 stores and reads layer
+// 1's K/V from step 3 of request 0 (wrong_layer), and request 1 is written into request
+// 0's cache row when it arrives at tick 4 (cross_request). runAuditJob runs the whole
+// audit: the report, the reference and every number the views show are the real ones.
 #pragma once
 
+#include <QDir>
+#include <QTemporaryDir>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
-#include "ui/SyntheticAuditFactory.hpp"
+#include "kvscope/AuditJob.hpp"
+#include "kvscope/CheckpointSpec.hpp"
+#include "kvscope/CheckpointWriter.hpp"
 
 namespace kvscope::ui::test {
 
-inline SyntheticAuditOptions testAuditOptions() {
-  SyntheticAuditOptions o;
-  o.requests = 2;
-  o.layers = 3;
-  o.kvHeads = 2;
-  o.headDim = 8;
-  o.steps = 6;
-  o.promptLength = 4;
-  o.vocab = 48;
-  o.plantRequest = 0;
-  o.plantLayer = 2;
-  o.plantStep = 3;
-  o.crossRequest = true;
-  return o;
+/// The demo checkpoint's directory (written on first use, removed at exit).
+inline std::string demoModelDir() {
+  static QTemporaryDir dir;
+  static bool written = false;
+  if (!dir.isValid()) throw std::runtime_error("no temporary directory for the demo checkpoint");
+  const std::string path = dir.filePath(QStringLiteral("demo-model")).toStdString();
+  if (!written) {
+    CheckpointWriter(CheckpointSpec::demo()).write(path);
+    written = true;
+  }
+  return path;
+}
+
+/// The audit of the tests: faults as described above unless `faults` says otherwise.
+inline AuditJobSpec testAuditSpec(std::vector<std::string> faults = {
+                                      "wrong_layer:layer=2,source=1,step=3",
+                                      "cross_request:request=1,victim=0"}) {
+  AuditJobSpec spec;
+  spec.modelDir = demoModelDir();
+  spec.promptIds = {{11, 42, 7, 300}, {5, 99, 123, 64}};
+  spec.arrivalTicks = {0, 4};
+  spec.maxNewTokens = 6;
+  spec.faults = std::move(faults);
+  return spec;
 }
 
 inline std::shared_ptr<const AuditJobOutput> makeTestOutput() {
-  return std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(testAuditOptions()));
+  static const auto output = std::make_shared<const AuditJobOutput>(runAuditJob(testAuditSpec()));
+  return output;
+}
+
+/// The same requests without faults: a clean audit.
+inline std::shared_ptr<const AuditJobOutput> makeCleanOutput() {
+  static const auto output = std::make_shared<const AuditJobOutput>(runAuditJob(testAuditSpec({})));
+  return output;
 }
 
 }  // namespace kvscope::ui::test

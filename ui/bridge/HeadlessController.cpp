@@ -11,13 +11,12 @@
 
 #include "kvscope/Error.hpp"
 #include "kvscope/SamplingPolicy.hpp"
-#include "ui/panels/FaultPanel.hpp"
-#include "ui/views/HeadlineView.hpp"
 #include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
+#include "ui/panels/FaultPanel.hpp"
 #include "ui/panels/InspectorWindow.hpp"
 #include "ui/panels/RunSetupPanel.hpp"
-#include "ui/bridge/SelectionContext.hpp"
-#include "ui/SyntheticAuditFactory.hpp"
+#include "ui/views/HeadlineView.hpp"
 
 namespace kvscope::ui {
 
@@ -33,14 +32,6 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
   parser.addOptions({
       {QStringLiteral("audit"),
        QStringLiteral("Headless: run the audit, render the window offscreen, export, exit.")},
-      {QStringLiteral("synthetic"),
-       QStringLiteral("Show built-in synthetic audit data (no model; for screenshots and tests).")},
-      {QStringLiteral("synthetic-clean"),
-       QStringLiteral("With --synthetic: a clean run (no planted faults).")},
-      {QStringLiteral("synthetic-shape"),
-       QStringLiteral(
-           "With --synthetic: layers x kv heads x positions x head dim (default 3x2x9x8)."),
-       QStringLiteral("LxHxTxD")},
       {QStringLiteral("model"), QStringLiteral("Model directory."), QStringLiteral("DIR")},
       {QStringLiteral("trace"), QStringLiteral("Cached trace file."), QStringLiteral("FILE")},
       {QStringLiteral("reference-trace"),
@@ -87,21 +78,6 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
 
 bool HeadlessController::read(const QCommandLineParser& p, HeadlessOptions* o, QString* error) {
   o->audit = p.isSet(QStringLiteral("audit"));
-  o->synthetic = p.isSet(QStringLiteral("synthetic")) || p.isSet(QStringLiteral("synthetic-clean")) ||
-                 p.isSet(QStringLiteral("synthetic-shape"));
-  o->syntheticClean = p.isSet(QStringLiteral("synthetic-clean"));
-  if (p.isSet(QStringLiteral("synthetic-shape"))) {
-    for (const QString& part : p.value(QStringLiteral("synthetic-shape")).split(QLatin1Char('x'))) {
-      bool ok = false;
-      const int v = part.toInt(&ok);
-      if (!ok || v < 1 || v > 4096) break;
-      o->syntheticShape << v;
-    }
-    if (o->syntheticShape.size() != 4 || o->syntheticShape[0] < 2 || o->syntheticShape[2] < 4) {
-      *error = QStringLiteral("--synthetic-shape: expected LxHxTxD with L >= 2 and T >= 4, e.g. 12x12x512x64");
-      return false;
-    }
-  }
   o->modelDir = p.value(QStringLiteral("model"));
   o->traceFile = p.value(QStringLiteral("trace"));
   o->referenceTraceFile = p.value(QStringLiteral("reference-trace"));
@@ -237,7 +213,6 @@ bool HeadlessController::startInteractive(InspectorWindow& window, const Headles
   rest.traceFile = window.setup()->traceFile();
   if (!configure(window, rest, error)) return false;
   window.show();
-  if (o.synthetic) window.showOutput(syntheticOutput(o));
   if (!o.selectFinding.isEmpty()) {
     const QString id = o.selectFinding;
     InspectorWindow* w = &window;
@@ -245,17 +220,13 @@ bool HeadlessController::startInteractive(InspectorWindow& window, const Headles
       QString why;
       if (!w->selectFinding(id, &why)) err(why);
     };
-    if (o.synthetic && !o.run) {
-      select();
-    } else {
-      // Once: the first audit that finishes selects the finding.
-      auto connection = std::make_shared<QMetaObject::Connection>();
-      *connection = QObject::connect(window.controller(), &InspectorController::auditSucceeded,
-                                     &window, [connection, select] {
-                                       QObject::disconnect(*connection);
-                                       select();
-                                     });
-    }
+    // Once: the first audit that finishes selects the finding.
+    auto connection = std::make_shared<QMetaObject::Connection>();
+    *connection = QObject::connect(window.controller(), &InspectorController::auditSucceeded,
+                                   &window, [connection, select] {
+                                     QObject::disconnect(*connection);
+                                     select();
+                                   });
   }
   if (o.run && !window.runAudit()) {
     *error = QStringLiteral("--run: %1").arg(window.headline()->headline());
@@ -264,32 +235,14 @@ bool HeadlessController::startInteractive(InspectorWindow& window, const Headles
   return true;
 }
 
-std::shared_ptr<const AuditJobOutput> HeadlessController::syntheticOutput(const HeadlessOptions& o) {
-  SyntheticAuditOptions so;
-  so.crossRequest = true;
-  so.divergent = !o.syntheticClean;
-  if (o.syntheticShape.size() == 4) {
-    so.layers = o.syntheticShape[0];
-    so.kvHeads = o.syntheticShape[1];
-    so.headDim = o.syntheticShape[3];
-    const int positions = o.syntheticShape[2];
-    so.promptLength = std::max(2, positions / 2);
-    so.steps = positions - so.promptLength + 1;
-    so.vocab = 4096;
-    so.plantLayer = std::max<int64_t>(1, so.layers * 2 / 3);
-    so.plantStep = std::max<int64_t>(1, so.steps / 3);
-  }
-  return std::make_shared<const AuditJobOutput>(SyntheticAuditFactory::make(so));
-}
-
 int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJobFunction job,
                             std::vector<FaultInfo> catalog) {
   if (o.exportPng.isEmpty() && o.exportBundle.isEmpty()) {
     err(QStringLiteral("--audit needs --export-png OUT.png and/or --export-bundle DIR"));
     return InputError;
   }
-  if (!o.synthetic && o.modelDir.isEmpty() && o.traceFile.isEmpty()) {
-    err(QStringLiteral("--audit needs --model DIR and/or --trace FILE (or --synthetic)"));
+  if (o.modelDir.isEmpty() && o.traceFile.isEmpty()) {
+    err(QStringLiteral("--audit needs --model DIR and/or --trace FILE"));
     return InputError;
   }
   InspectorWindow window(std::move(job), std::move(catalog));
@@ -302,12 +255,8 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
 
   std::shared_ptr<const AuditJobOutput> output;
   try {
-    if (o.synthetic) {
-      output = syntheticOutput(o);
-    } else {
-      output = std::make_shared<const AuditJobOutput>(window.engine()->runAuditNow(specFor(o)));
-      window.setup()->setProgress(1.0, QStringLiteral("done"));
-    }
+    output = std::make_shared<const AuditJobOutput>(window.engine()->runAuditNow(specFor(o)));
+    window.setup()->setProgress(1.0, QStringLiteral("done"));
   } catch (const kvscope::InputError& e) {
     err(QString::fromStdString(e.what()));
     return InputError;

@@ -27,10 +27,7 @@ namespace kvscope::ui {
 class InspectorWindow;
 
 struct HeadlessOptions {
-  bool audit = false;            // --audit: headless mode
-  bool synthetic = false;        // --synthetic: built-in synthetic data instead of an audit
-  bool syntheticClean = false;   // --synthetic-clean: ... without planted faults
-  QList<int> syntheticShape;     // --synthetic-shape LxHxTxD (layers, kv heads, positions, dim)
+  bool audit = false;  // --audit: headless mode
   QString modelDir;
   QString traceFile;
   QString referenceTraceFile;
@@ -64,12 +61,10 @@ class HeadlessController {
   /// Fills the window's run setup and fault panel from the options; false with `error`
   /// for a fault the panel's catalog does not know.
   static bool configure(InspectorWindow& window, const HeadlessOptions& options, QString* error);
-  /// Interactive mode: configure(), show the window (with synthetic data when asked) and,
+  /// Interactive mode: configure(), show the window and,
   /// with --run, start the audit; --select-finding then applies when it finishes.
   static bool startInteractive(InspectorWindow& window, const HeadlessOptions& options,
                                QString* error);
-  /// The synthetic output the --synthetic* options describe.
-  static std::shared_ptr<const AuditJobOutput> syntheticOutput(const HeadlessOptions& options);
 
   /// Runs headless mode; prints the headline and written files, errors on stderr.
   static int run(const HeadlessOptions& options, EngineController::AuditJobFunction job,
