@@ -14,6 +14,7 @@ PACKAGES=(
   libxxhash-dev libssl-dev
   python3 python3-numpy python3-torch python3-venv python3-setuptools python3-wheel python3-pip
   xvfb xauth fonts-dejavu-core
+  help2man shared-mime-info
 )
 
 missing=()
