@@ -9,11 +9,7 @@
 #include <random>
 
 #include "TestSupport.hpp"
-#include "kvscope/AuditJob.hpp"
-#include "kvscope/AuditStages.hpp"
-#include "kvscope/Engine.hpp"
-#include "kvscope/FailureMatrix.hpp"
-#include "kvscope/Inspection.hpp"
+#include "kvscope/KvScope.hpp"  // the start-here header: every entry point compiles from it
 
 using namespace kvscope;
 using namespace kvscope::test;
