@@ -151,8 +151,11 @@ TEST(CliBadInput, ConfigLayerCountBeyondTheWeights) {
     json cfg = json::parse(test::readBytes(dir + "/config.json"));
     cfg["num_hidden_layers"] = std::stoll(count);
     test::writeBytes(dir + "/config.json", cfg.dump(2));
-    expectRejected(dir, {dir + "/config.json", "field 'num_hidden_layers'",
-                         "model.layers." + std::to_string(std::stoll(count) - 1)});
+    // A count the weights lack names the missing tensor; one beyond the limit is refused
+    // before anything is sized by it (docs/limits.md).
+    expectRejected(dir,
+                   {dir + "/config.json", "field 'num_hidden_layers'",
+                    std::string(count) == "3" ? "model.layers.2" : "exceeds the limit of 1024"});
   }
 }
 
@@ -221,4 +224,35 @@ TEST(CliBadInput, IdsOutsideTheEmbedding) {
   expectRejected(dir, {"--ids", "300", "300 rows"}, {"--ids", "1,300"});
   expectRejected(dir, {"--ids", "-1"}, {"--ids=1,-1"});
   expectRejected(dir, {"--ids", "'x'"}, {"--ids", "1,x"});
+}
+
+// Issue 12: these segfaulted (stack overflow) before JSON had a nesting-depth limit.
+TEST(CliBadInput, DeeplyNestedTokenizerJsonAndConfigJson) {
+  const int depth = 100000;
+  const std::string tokDir = goodCheckpoint("deep-tokenizer");
+  json tok = json::parse(test::readBytes(tokDir + "/tokenizer.json"));
+  const std::string leaf = tok["pre_tokenizer"].dump();
+  tok["pre_tokenizer"] = "@@";
+  std::string open, close;
+  for (int i = 0; i < depth; ++i) {
+    open += R"({"type":"Sequence","pretokenizers":[)";
+    close += "]}";
+  }
+  std::string text = tok.dump();
+  text.replace(text.find("\"@@\""), 4, open + leaf + close);
+  test::writeBytes(tokDir + "/tokenizer.json", text);
+  expectRejected(
+      tokDir, {tokDir + "/tokenizer.json", "field 'pre_tokenizer.pretokenizers[0]", "128 levels"},
+      {"--prompt", "Hello"});
+
+  for (const char* field : {"num_hidden_layers", "some_unused_field"}) {
+    const std::string dir = goodCheckpoint(std::string("deep-config-") + field);
+    json cfg = json::parse(test::readBytes(dir + "/config.json"));
+    cfg[field] = "@@";
+    std::string c = cfg.dump();
+    c.replace(c.find("\"@@\""), 4, std::string(depth, '[') + std::string(depth, ']'));
+    test::writeBytes(dir + "/config.json", c);
+    expectRejected(dir,
+                   {dir + "/config.json", std::string("field '") + field + "[0]", "128 levels"});
+  }
 }

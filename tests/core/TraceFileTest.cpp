@@ -223,7 +223,9 @@ TEST(TraceFile, MissingTensorAndInconsistentFieldsNameTheField) {
   EXPECT_EQ(fieldOf(rewrite(good, "nov.kvtrace", nullptr, {"layer0.v"})), "layer0.v");
   // Shapes that contradict the model block.
   EXPECT_EQ(fieldOf(rewrite(good, "heads.kvtrace", [](json& d) { d["model"]["num_kv_heads"] = 3; })), "layer0.k");
-  EXPECT_EQ(fieldOf(rewrite(good, "vocab.kvtrace", [](json& d) { d["model"]["vocab_size"] = 1000; })), "logits");
+  EXPECT_EQ(
+      fieldOf(rewrite(good, "vocab.kvtrace", [](json& d) { d["model"]["vocab_size"] = 1300; })),
+      "logits");
   EXPECT_EQ(fieldOf(rewrite(good, "sums.kvtrace", [](json& d) { d["model"]["num_layers"] = 2; })),
             "steps.appended[0]");
   EXPECT_EQ(fieldOf(rewrite(good, "sumrow.kvtrace", [](json& d) { d["steps"]["checksum_row"][0] = 50; })),

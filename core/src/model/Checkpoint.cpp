@@ -8,6 +8,7 @@
 
 #include "kvscope/Error.hpp"
 #include "model/FingerprintCache.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope {
 
@@ -64,13 +65,7 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
   const fs::path single = dir / "model.safetensors";
   if (fs::exists(index)) {
     ck->indexPath_ = index.string();
-    nlohmann::json doc;
-    try {
-      std::ifstream in(index);
-      doc = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(index.string(), "", std::string("invalid JSON: ") + e.what());
-    }
+    const nlohmann::json doc = parseUntrustedJsonFile(index.string());
     if (!doc.contains("weight_map") || !doc["weight_map"].is_object())
       throw InputError(index.string(), "weight_map", "missing or not an object");
     std::map<std::string, size_t> fileIndex;

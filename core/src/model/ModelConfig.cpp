@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvscope/Error.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope {
 
@@ -60,10 +61,15 @@ class ConfigReader {
   const std::string& file() const { return file_; }
 
   int64_t asInt(const json& v, const std::string& key) const {
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-      return static_cast<int64_t>(v.get<double>());
-    throw InputError(file_, key, "expected an integer, found " + v.dump());
+    if (v.is_number_integer()) {
+      if (auto i = jsonInt64(v)) return *i;
+      throw InputError(file_, key, "integer " + v.dump() + " is out of range");
+    }
+    if (v.is_number_float()) {
+      if (auto i = doubleToInt64(v.get<double>())) return *i;
+      throw InputError(file_, key, "expected an integer, found " + jsonPreview(v));
+    }
+    throw InputError(file_, key, "expected an integer, found " + jsonPreview(v));
   }
 
  private:
@@ -73,6 +79,15 @@ class ConfigReader {
 
 void requirePositive(const std::string& file, const char* key, int64_t v) {
   if (v <= 0) throw InputError(file, key, "must be positive, found " + std::to_string(v));
+}
+
+// A size that later allocations and products are computed from: positive and at most
+// `limit` (docs/limits.md), so no product of them overflows.
+void requireSize(const std::string& file, const char* key, int64_t v, int64_t limit) {
+  requirePositive(file, key, v);
+  if (v > limit)
+    throw InputError(file, key,
+                     std::to_string(v) + " exceeds the limit of " + std::to_string(limit));
 }
 
 // rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
@@ -120,7 +135,15 @@ RopeConfig parseRope(const ConfigReader& r) {
   rope.factor = num("factor", 1.0);
   rope.lowFreqFactor = num("low_freq_factor", 1.0);
   rope.highFreqFactor = num("high_freq_factor", 4.0);
-  rope.originalMaxPositions = static_cast<int64_t>(num("original_max_position_embeddings", 0));
+  {
+    const double omp = num("original_max_position_embeddings", 0);
+    const auto asInt = doubleToInt64(omp);
+    if (!asInt || *asInt < 0 || *asInt > limits::kPositions)
+      throw InputError(r.file(), where + ".original_max_position_embeddings",
+                       "expected an integer in [0, " + std::to_string(limits::kPositions) +
+                           "], found " + jsonPreview(json(omp)));
+    rope.originalMaxPositions = *asInt;
+  }
   rope.partialRotaryFactor = num("partial_rotary_factor", rope.partialRotaryFactor);
   if (rope.type != "default" && rope.type != "linear" && rope.type != "dynamic" &&
       rope.type != "llama3") {
@@ -189,7 +212,7 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
   }
   c.dtype = r.stringOr("dtype", r.stringOr("torch_dtype", "float32"));
   c.vocabSize = r.requireInt("vocab_size");
-  requirePositive(file, "vocab_size", c.vocabSize);
+  requireSize(file, "vocab_size", c.vocabSize, limits::kVocab);
   c.eosTokenIds = r.intList("eos_token_id");
   c.bosTokenId = r.optionalInt("bos_token_id");
   c.padTokenId = r.optionalInt("pad_token_id");
@@ -199,16 +222,17 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
     c.numHeads = r.requireInt("n_head");
     c.numLayers = r.requireInt("n_layer");
     c.maxPositions = r.requireInt("n_positions");
-    requirePositive(file, "n_embd", c.hiddenSize);
-    requirePositive(file, "n_head", c.numHeads);
-    requirePositive(file, "n_layer", c.numLayers);
-    requirePositive(file, "n_positions", c.maxPositions);
+    requireSize(file, "n_embd", c.hiddenSize, limits::kHiddenSize);
+    requireSize(file, "n_head", c.numHeads, limits::kHeads);
+    requireSize(file, "n_layer", c.numLayers, limits::kLayers);
+    requireSize(file, "n_positions", c.maxPositions, limits::kPositions);
     if (c.hiddenSize % c.numHeads != 0)
       throw InputError(file, "n_head", "n_embd " + std::to_string(c.hiddenSize) +
                                            " is not divisible by n_head " + std::to_string(c.numHeads));
     c.numKvHeads = c.numHeads;
     c.headDim = c.hiddenSize / c.numHeads;
-    c.intermediateSize = r.intOr("n_inner", 4 * c.hiddenSize);
+    c.intermediateSize = r.intOr("n_inner", 4 * c.hiddenSize);  // hidden <= 2^20: no overflow
+    requireSize(file, "n_inner", c.intermediateSize, limits::kIntermediateSize);
     c.normEps = r.doubleOr("layer_norm_epsilon", 1e-5);
     c.activation = r.stringOr("activation_function", "gelu_new");
     c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", true);
@@ -222,13 +246,13 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
     c.numLayers = r.requireInt("num_hidden_layers");
     c.intermediateSize = r.requireInt("intermediate_size");
     c.maxPositions = r.requireInt("max_position_embeddings");
-    requirePositive(file, "hidden_size", c.hiddenSize);
-    requirePositive(file, "num_attention_heads", c.numHeads);
-    requirePositive(file, "num_hidden_layers", c.numLayers);
-    requirePositive(file, "intermediate_size", c.intermediateSize);
-    requirePositive(file, "max_position_embeddings", c.maxPositions);
+    requireSize(file, "hidden_size", c.hiddenSize, limits::kHiddenSize);
+    requireSize(file, "num_attention_heads", c.numHeads, limits::kHeads);
+    requireSize(file, "num_hidden_layers", c.numLayers, limits::kLayers);
+    requireSize(file, "intermediate_size", c.intermediateSize, limits::kIntermediateSize);
+    requireSize(file, "max_position_embeddings", c.maxPositions, limits::kPositions);
     c.numKvHeads = r.intOr("num_key_value_heads", c.numHeads);
-    requirePositive(file, "num_key_value_heads", c.numKvHeads);
+    requireSize(file, "num_key_value_heads", c.numKvHeads, limits::kHeads);
     if (c.numHeads % c.numKvHeads != 0)
       throw InputError(file, "num_key_value_heads",
                        std::to_string(c.numKvHeads) + " does not divide num_attention_heads " +
@@ -239,7 +263,7 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
         throw InputError(file, "head_dim", "absent and hidden_size is not divisible by heads");
       c.headDim = c.hiddenSize / c.numHeads;
     }
-    requirePositive(file, "head_dim", c.headDim);
+    requireSize(file, "head_dim", c.headDim, limits::kHeadDim);
     c.normEps = r.doubleOr("rms_norm_eps", 1e-6);
     c.activation = r.stringOr("hidden_act", "silu");
     c.rope = parseRope(r);
@@ -293,26 +317,17 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
 }
 
 ModelConfig ModelConfig::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "", "cannot open config file");
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    throw InputError(path, "", std::string("invalid JSON: ") + e.what());
+  {
+    std::ifstream in(path);
+    if (!in) throw InputError(path, "", "cannot open config file");
   }
-  return fromJson(doc, path);
+  return fromJson(parseUntrustedJsonFile(path), path);
 }
 
 void ModelConfig::mergeGenerationConfig(const std::string& path) {
   if (!std::filesystem::exists(path)) return;
-  std::ifstream in(path);
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::exception& e) {
-    throw InputError(path, "", std::string("invalid JSON: ") + e.what());
-  }
+  const json doc = parseUntrustedJsonFile(path);
+  if (!doc.is_object()) throw InputError(path, "", "expected a JSON object");
   ConfigReader r(doc, path);
   for (int64_t id : r.intList("eos_token_id")) {
     if (id < 0 || id >= vocabSize)

@@ -13,6 +13,7 @@
 
 #include "kvscope/Error.hpp"
 #include "kvscope/SafetensorsWriter.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope {
 
@@ -101,12 +102,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
     throw InputError(path, "header length", "header of " + std::to_string(headerLen) +
                                                 " bytes exceeds the 100 MB limit");
   const char* hb = reinterpret_cast<const char*>(f->map_ + 8);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(hb, hb + headerLen);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(path, "header", std::string("invalid JSON: ") + e.what());
-  }
+  const nlohmann::json header =
+      parseUntrustedJson(std::string_view(hb, static_cast<std::size_t>(headerLen)), path, "header");
   if (!header.is_object()) throw InputError(path, "header", "expected a JSON object");
   f->data_ = f->map_ + 8 + headerLen;
   f->dataSize_ = size - 8 - headerLen;
@@ -136,7 +133,9 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
       if (!d.is_number_unsigned())
         throw InputError(path, name + ".shape", "dimensions must be non-negative integers");
       auto v = d.get<uint64_t>();
-      if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / v)
+      // Each dimension must fit an int64 on its own too: a zero elsewhere keeps numel small.
+      if (v > (uint64_t{1} << 62) ||
+          (v != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / v))
         throw InputError(path, name + ".shape", "shape is too large");
       numel *= v;
       e.shape.push_back(static_cast<int64_t>(v));

@@ -149,7 +149,14 @@ void SafetensorsWriter::write(const std::string& path, bool overwrite) const {
                       {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
-  std::string hs = header.dump();
+  std::string hs;
+  try {
+    hs = header.dump();
+  } catch (const nlohmann::json::type_error&) {
+    // A metadata value or tensor name that is not UTF-8: the header could not be read back.
+    throw UsageError(std::string("cannot write ") + path +
+                     ": a tensor name or metadata value is not valid UTF-8");
+  }
   while ((hs.size() + 8) % 8 != 0) hs.push_back(' ');  // align the data buffer to 8 bytes
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {

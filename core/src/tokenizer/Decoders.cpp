@@ -222,6 +222,7 @@ std::unique_ptr<Decoder> makeDecoder(const JsonFields& jf, const Json& spec, con
     const std::string listPath = JsonFields::join(path, "decoders");
     const Json& list = jf.require(spec, path, "decoders");
     jf.requireArray(list, listPath);
+    const JsonFields::Nesting nesting(jf, listPath);
     std::vector<std::unique_ptr<Decoder>> parts;
     for (std::size_t i = 0; i < list.size(); ++i) {
       parts.push_back(makeDecoder(jf, list[i], JsonFields::index(listPath, i)));

@@ -35,8 +35,7 @@ BpeConfig readBpeConfig(const JsonFields& jf, const Json& model) {
   jf.requireObject(vocab, "model.vocab");
   cfg.vocab.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
-    const int64_t v = jf.asInteger(id, "model.vocab." + token);
-    if (v < 0) jf.fail("model.vocab." + token, "token ids must not be negative");
+    const int64_t v = jf.asTokenId(id, "model.vocab." + token);
     cfg.vocab.emplace(token, v);
   }
   const Json* merges = jf.find(model, "merges");
@@ -104,7 +103,7 @@ HfPipeline HfJsonLoader::build(const JsonFields& jf, const Json& root,
       const std::string ap = JsonFields::index("added_tokens", i);
       const Json& a = (*added)[i];
       AddedToken t;
-      t.id = jf.integer(a, ap, "id");
+      t.id = jf.asTokenId(jf.require(a, ap, "id"), JsonFields::join(ap, "id"));
       readAddedTokenSettings(jf, a, ap, t);
       if (t.content.empty()) jf.fail(JsonFields::join(ap, "content"), "an added token cannot be empty");
       p.added.add(t);

@@ -1,47 +1,22 @@
 #include "tokenizer/JsonFields.hpp"
 
-#include <fstream>
-#include <sstream>
-
 #include "kvscope/Error.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope::tok {
 
 namespace {
 std::string typeName(const Json& v) { return v.type_name(); }
 
-// Line and column (1-based) of byte offset `pos` in `text`.
-std::string lineColumn(const std::string& text, std::size_t pos) {
-  std::size_t line = 1, col = 1;
-  for (std::size_t i = 0; i < pos && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return "line " + std::to_string(line) + ", column " + std::to_string(col);
-}
 }  // namespace
 
-Json JsonFields::parseFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  try {
-    return Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    const std::size_t at = e.byte > 0 ? e.byte - 1 : 0;
-    std::string detail = "not valid JSON";
-    if (at >= text.size()) detail += " (file ends early: truncated?)";
-    std::string msg = e.what();
-    const auto colon = msg.find("syntax error");
-    if (colon != std::string::npos) detail += ": " + msg.substr(colon);
-    throw InputError(path, lineColumn(text, at), detail);
-  }
+Json JsonFields::parseFile(const std::string& path) { return parseUntrustedJsonFile(path); }
+
+JsonFields::Nesting::Nesting(const JsonFields& jf, const std::string& path) : jf_(jf) {
+  if (jf_.nesting_ >= limits::kPipelineNesting)
+    jf_.fail(path, "Sequence nested more than " + std::to_string(limits::kPipelineNesting) +
+                       " levels deep (the limit)");
+  ++jf_.nesting_;
 }
 
 void JsonFields::fail(const std::string& field, const std::string& detail) const {
@@ -86,7 +61,18 @@ std::string JsonFields::asString(const Json& v, const std::string& path) const {
 
 int64_t JsonFields::asInteger(const Json& v, const std::string& path) const {
   if (!v.is_number_integer()) fail(path, "expected an integer, found " + typeName(v));
-  return v.get<int64_t>();
+  const auto i = jsonInt64(v);
+  if (!i) fail(path, "integer " + v.dump() + " is out of range");
+  return *i;
+}
+
+int64_t JsonFields::asTokenId(const Json& v, const std::string& path) const {
+  const int64_t id = asInteger(v, path);
+  if (id < 0) fail(path, "token ids must not be negative, found " + std::to_string(id));
+  if (id >= limits::kVocab)
+    fail(path, "token id " + std::to_string(id) + " exceeds the limit of " +
+                   std::to_string(limits::kVocab - 1));
+  return id;
 }
 
 std::string JsonFields::str(const Json& obj, const std::string& path, const std::string& key) const {

@@ -43,12 +43,28 @@ class JsonFields {
   int64_t integer(const Json& obj, const std::string& path, const std::string& key) const;
   int64_t integer(const Json& obj, const std::string& path, const std::string& key,
                   int64_t fallback) const;
+  /// Held while a Sequence builds its parts: more than limits::kPipelineNesting at once is
+  /// an InputError at `path`, so a hostile nesting cannot exhaust the stack.
+  class Nesting {
+   public:
+    Nesting(const JsonFields& jf, const std::string& path);
+    ~Nesting() { --jf_.nesting_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    const JsonFields& jf_;
+  };
+
   /// Value checks for an element already in hand.
   std::string asString(const Json& v, const std::string& path) const;
   int64_t asInteger(const Json& v, const std::string& path) const;
+  /// A token id: an integer in [0, limits::kVocab).
+  int64_t asTokenId(const Json& v, const std::string& path) const;
 
  private:
   std::string file_;
+  mutable int nesting_ = 0;
 };
 
 }  // namespace kvscope::tok

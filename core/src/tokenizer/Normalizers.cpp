@@ -235,6 +235,7 @@ std::unique_ptr<Normalizer> makeNormalizer(const JsonFields& jf, const Json& spe
     const std::string listPath = JsonFields::join(path, "normalizers");
     const Json& list = jf.require(spec, path, "normalizers");
     jf.requireArray(list, listPath);
+    const JsonFields::Nesting nesting(jf, listPath);
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (std::size_t i = 0; i < list.size(); ++i) {
       parts.push_back(makeNormalizer(jf, list[i], JsonFields::index(listPath, i)));

@@ -145,6 +145,7 @@ std::unique_ptr<PostProcessor> makePostProcessor(const JsonFields& jf, const Jso
     const std::string listPath = JsonFields::join(path, "processors");
     const Json& list = jf.require(spec, path, "processors");
     jf.requireArray(list, listPath);
+    const JsonFields::Nesting nesting(jf, listPath);
     std::vector<std::unique_ptr<PostProcessor>> parts;
     for (std::size_t i = 0; i < list.size(); ++i) {
       parts.push_back(makePostProcessor(jf, list[i], JsonFields::index(listPath, i)));

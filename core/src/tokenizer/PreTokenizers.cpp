@@ -325,6 +325,7 @@ std::unique_ptr<PreTokenizer> makePreTokenizer(const JsonFields& jf, const Json&
     const std::string listPath = JsonFields::join(path, "pretokenizers");
     const Json& list = jf.require(spec, path, "pretokenizers");
     jf.requireArray(list, listPath);
+    const JsonFields::Nesting nesting(jf, listPath);
     std::vector<std::unique_ptr<PreTokenizer>> parts;
     for (std::size_t i = 0; i < list.size(); ++i) {
       parts.push_back(makePreTokenizer(jf, list[i], JsonFields::index(listPath, i)));

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "tokenizer/JsonFields.hpp"
+#include "util/InputLimits.hpp"
 
 namespace kvscope::tok {
 
@@ -76,6 +77,9 @@ TokenizerConfig TokenizerConfig::load(const std::string& dir) {
       } catch (const std::exception&) {
         jf.fail(p, "expected an integer token id as the key");
       }
+      if (t.id < 0 || t.id >= limits::kVocab)
+        jf.fail(p, "token id " + std::to_string(t.id) + " is outside [0, " +
+                       std::to_string(limits::kVocab) + ")");
       readAddedTokenSettings(jf, value, p, t);
       cfg.addedTokensDecoder.push_back(t);
     }

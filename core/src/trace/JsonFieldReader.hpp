@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvscope/Error.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope::detail {
 
@@ -24,10 +25,24 @@ class JsonFieldReader {
 
   int64_t integer(const char* k) const {
     if (!has(k)) fail(k, "missing");
-    if (!j_[k].is_number_integer()) fail(k, "expected an integer, found " + j_[k].dump());
-    return j_[k].get<int64_t>();
+    return int64Of(j_[k], k);
   }
   int64_t integerOr(const char* k, int64_t d) const { return has(k) ? integer(k) : d; }
+  /// An integer in [lo, hi]; errors say which range.
+  int64_t integerIn(const char* k, int64_t lo, int64_t hi) const {
+    const int64_t v = integer(k);
+    if (v < lo || v > hi)
+      fail(k, std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                  "]");
+    return v;
+  }
+  /// A non-negative integer up to 2^64 - 1 (counters, seeds, versions).
+  uint64_t unsignedOr(const char* k, uint64_t d) const {
+    if (!has(k)) return d;
+    const auto v = jsonUint64(j_[k]);
+    if (!v) fail(k, "expected an integer >= 0, found " + jsonPreview(j_[k]));
+    return *v;
+  }
   std::string string(const char* k, const std::string& d = "") const {
     if (!has(k)) return d;
     if (!j_[k].is_string()) fail(k, "expected a string");
@@ -54,11 +69,15 @@ class JsonFieldReader {
     if (!v.is_array()) fail(k, "expected an array of integers");
     std::vector<int64_t> out;
     out.reserve(v.size());
-    for (const auto& x : v) {
-      if (!x.is_number_integer()) fail(k, "expected integers, found " + x.dump());
-      out.push_back(x.get<int64_t>());
-    }
+    for (const auto& x : v) out.push_back(int64Of(x, k, "expected integers, found "));
     return out;
+  }
+  int64_t int64Of(const nlohmann::json& v, const char* k,
+                  const char* what = "expected an integer, found ") const {
+    if (!v.is_number_integer()) fail(k, what + jsonPreview(v));
+    const auto i = jsonInt64(v);
+    if (!i) fail(k, "integer " + v.dump() + " is out of range");
+    return *i;
   }
   std::vector<std::string> stringArray(const nlohmann::json& v, const char* k) const {
     if (!v.is_array()) fail(k, "expected an array of strings");

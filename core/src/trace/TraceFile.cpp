@@ -12,6 +12,7 @@
 #include "trace/TraceStepColumns.hpp"
 #include "trace/TraceStepResolver.hpp"
 #include "trace/TraceV1Reader.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope {
 
@@ -44,12 +45,7 @@ Trace TraceFile::read(const std::string& path) {
                          std::to_string(kFormatVersion) + ")");
   auto docIt = meta.find("kvtrace");
   if (docIt == meta.end()) throw InputError(path, "__metadata__.kvtrace", "missing trace document");
-  json doc;
-  try {
-    doc = json::parse(docIt->second);
-  } catch (const json::exception& e) {
-    throw InputError(path, "__metadata__.kvtrace", std::string("invalid JSON: ") + e.what());
-  }
+  const json doc = parseUntrustedJson(docIt->second, path, "__metadata__.kvtrace");
   // The storage dtype of the K/V tensors bounds how exactly two traces can agree.
   std::string tensorDtype = "F32";
   for (const auto& name : file->names())

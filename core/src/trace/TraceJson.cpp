@@ -4,6 +4,7 @@
 
 #include "kvscope/Error.hpp"
 #include "trace/JsonFieldReader.hpp"
+#include "util/InputLimits.hpp"
 
 namespace kvscope::detail {
 
@@ -59,12 +60,14 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
   t.model.fingerprint = m.string("fingerprint");
   t.model.architecture = m.string("architecture");
   t.model.directory = m.string("directory");
-  t.model.numLayers = m.integer("num_layers");
-  t.model.numHeads = m.integerOr("num_heads", 0);
-  t.model.numKvHeads = m.integer("num_kv_heads");
-  t.model.headDim = m.integer("head_dim");
-  t.model.vocabSize = m.integer("vocab_size");
-  t.model.maxPositions = m.integerOr("max_positions", 0);
+  // Sizes are bounded before anything is allocated from them (docs/limits.md).
+  t.model.numLayers = m.integerIn("num_layers", 1, limits::kLayers);
+  t.model.numHeads = m.has("num_heads") ? m.integerIn("num_heads", 0, limits::kHeads) : 0;
+  t.model.numKvHeads = m.integerIn("num_kv_heads", 1, limits::kHeads);
+  t.model.headDim = m.integerIn("head_dim", 1, limits::kHeadDim);
+  t.model.vocabSize = m.integerIn("vocab_size", 1, limits::kVocab);
+  t.model.maxPositions =
+      m.has("max_positions") ? m.integerIn("max_positions", 0, limits::kPositions) : 0;
   t.model.storedDtype = m.string("stored_dtype");
   t.model.computeDtype = m.string("compute_dtype", "float32");
   if (t.model.numLayers <= 0 || t.model.numKvHeads <= 0 || t.model.headDim <= 0 || t.model.vocabSize <= 0)
@@ -92,8 +95,12 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
     tr.stopReason = r.string("stop_reason", "unknown");
     tr.arrivalTick = r.integerOr("arrival_tick", 0);
     tr.batchGroup = r.integerOr("batch_group", -1);
-    for (int64_t id : tr.promptIds)
-      if (id < 0 || id >= t.model.vocabSize) r.fail("prompt_ids", "token id " + std::to_string(id) + " is outside the vocabulary");
+    for (const char* field : {"prompt_ids", "generated", "eos_ids"})
+      for (int64_t id : r.ints(field, false))
+        if (id < 0 || id >= t.model.vocabSize)
+          r.fail(field, "token id " + std::to_string(id) +
+                            " is outside the vocabulary (model.vocab_size " +
+                            std::to_string(t.model.vocabSize) + ")");
     t.requests.push_back(std::move(tr));
   }
   if (top.has("events")) {
@@ -105,13 +112,17 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
       te.tick = e.integerOr("tick", 0);
       te.kind = e.string("kind");
       te.detail = e.string("detail");
-      te.weightsVersion = static_cast<uint64_t>(e.integerOr("weights_version", 0));
+      te.weightsVersion = e.unsignedOr("weights_version", 0);
       te.tensor = e.string("tensor");
       if (e.has("scale")) {
         if (!ev[i]["scale"].is_number()) e.fail("scale", "expected a number");
         te.scale = ev[i]["scale"].get<double>();
       }
-      te.seed = static_cast<uint64_t>(e.integerOr("seed", 0));
+      // A seed is 64 bits: written unsigned, or signed as torch.manual_seed accepts.
+      te.seed = e.has("seed") && e.json()["seed"].is_number_integer() &&
+                        !e.json()["seed"].is_number_unsigned()
+                    ? static_cast<uint64_t>(e.integer("seed"))
+                    : e.unsignedOr("seed", 0);
       t.events.push_back(std::move(te));
     }
   }

@@ -1,6 +1,8 @@
 #include "trace/TraceStepColumns.hpp"
 
 #include "kvscope/Error.hpp"
+#include "util/InputLimits.hpp"
+#include "util/UntrustedJson.hpp"
 
 namespace kvscope::detail {
 
@@ -20,9 +22,10 @@ class Columns {
  public:
   Columns(const json& j, std::string file) : j_(j), file_(std::move(file)) {
     if (!j_.is_object()) throw InputError(file_, "steps", "expected an object of columns (format version 2)");
-    if (!j_.contains("count") || !j_["count"].is_number_integer() || j_["count"].get<int64_t>() < 0)
+    const auto count = j_.contains("count") ? jsonInt64(j_["count"]) : std::nullopt;
+    if (!count || *count < 0)
       throw InputError(file_, "steps.count", "expected the number of steps (an integer >= 0)");
-    n_ = j_["count"].get<size_t>();
+    n_ = static_cast<size_t>(*count);
   }
   size_t count() const { return n_; }
 
@@ -44,19 +47,37 @@ class Columns {
   }
   int64_t integer(const json* c, const char* name, size_t i, int64_t fallback) const {
     if (!c) return fallback;
-    const json& v = (*c)[i];
-    if (!v.is_number_integer()) fail(name, i, "expected an integer, found " + v.dump());
-    return v.get<int64_t>();
+    return int64Of((*c)[i], name, i, "expected an integer, found ");
+  }
+  /// An integer in [lo, hi].
+  int64_t integerIn(const json* c, const char* name, size_t i, int64_t fallback, int64_t lo,
+                    int64_t hi) const {
+    const int64_t v = integer(c, name, i, fallback);
+    if (c && (v < lo || v > hi))
+      fail(name, i,
+           std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) +
+               "]");
+    return v;
+  }
+  /// A non-negative integer up to 2^64 - 1.
+  uint64_t count64(const json* c, const char* name, size_t i) const {
+    if (!c) return 0;
+    const auto v = jsonUint64((*c)[i]);
+    if (!v) fail(name, i, "expected an integer >= 0, found " + jsonPreview((*c)[i]));
+    return *v;
+  }
+  int64_t int64Of(const json& v, const char* name, size_t i, const char* what) const {
+    if (!v.is_number_integer()) fail(name, i, what + jsonPreview(v));
+    const auto n = jsonInt64(v);
+    if (!n) fail(name, i, "integer " + v.dump() + " is out of range");
+    return *n;
   }
   std::vector<int64_t> ints(const json* c, const char* name, size_t i) const {
     const json& v = (*c)[i];
-    if (!v.is_array()) fail(name, i, "expected an array of integers, found " + v.dump());
+    if (!v.is_array()) fail(name, i, "expected an array of integers, found " + jsonPreview(v));
     std::vector<int64_t> out;
     out.reserve(v.size());
-    for (const auto& x : v) {
-      if (!x.is_number_integer()) fail(name, i, "expected integers, found " + x.dump());
-      out.push_back(x.get<int64_t>());
-    }
+    for (const auto& x : v) out.push_back(int64Of(x, name, i, "expected integers, found "));
     return out;
   }
   /// null -> empty; otherwise exactly `layers` entries, each a count >= 0 or null.
@@ -64,15 +85,19 @@ class Columns {
     if (!c || (*c)[i].is_null()) return {};
     const json& v = (*c)[i];
     if (!v.is_array() || static_cast<int64_t>(v.size()) != layers)
-      fail(name, i, "expected null or one entry per layer (" + std::to_string(layers) + "), found " + v.dump());
+      fail(name, i,
+           "expected null or one entry per layer (" + std::to_string(layers) + "), found " +
+               jsonPreview(v));
     std::vector<std::optional<int64_t>> out;
     for (const auto& x : v) {
       if (x.is_null()) {
         out.emplace_back();
-      } else if (x.is_number_integer() && x.get<int64_t>() >= 0) {
-        out.emplace_back(x.get<int64_t>());
+      } else if (const auto n = jsonInt64(x); n && *n >= 0 && *n <= limits::kCacheLength) {
+        out.emplace_back(*n);
       } else {
-        fail(name, i, "expected counts >= 0 or null, found " + x.dump());
+        fail(name, i,
+             "expected counts in [0, " + std::to_string(limits::kCacheLength) +
+                 "] or null, found " + jsonPreview(x));
       }
     }
     return out;
@@ -170,6 +195,12 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
     st.tick = cols.integer(tick, "tick", i, static_cast<int64_t>(i));
     st.slot = cols.integer(slot, "slot", i, st.request);
     st.fedIds = cols.ints(fed, "fed_ids", i);
+    for (int64_t id : st.fedIds)
+      if (id < 0 || id >= trace.model.vocabSize)
+        cols.fail("fed_ids", i,
+                  "token id " + std::to_string(id) +
+                      " is outside the vocabulary (model.vocab_size " +
+                      std::to_string(trace.model.vocabSize) + ")");
     st.positions = cols.ints(positions, "positions", i);
     if (st.positions.size() != st.fedIds.size())
       cols.fail("positions", i,
@@ -178,15 +209,17 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
       for (int64_t m : cols.ints(mask, "fed_mask", i)) st.fedMask.push_back(m ? 1 : 0);
       if (st.fedMask.size() != st.fedIds.size()) cols.fail("fed_mask", i, "one entry per fed token expected");
     }
-    st.chosenToken = cols.integer(chosen, "chosen", i, -1);
-    st.rngDrawsBefore = static_cast<uint64_t>(cols.integer(drawsBefore, "rng_draws_before", i, 0));
-    st.rngDrawsAfter = static_cast<uint64_t>(cols.integer(drawsAfter, "rng_draws_after", i, 0));
-    st.weightsVersion = static_cast<uint64_t>(cols.integer(version, "weights_version", i, 0));
+    // -1: no token chosen; otherwise a row index of the step's logits.
+    st.chosenToken = cols.integerIn(chosen, "chosen", i, -1, -1, trace.model.vocabSize - 1);
+    st.rngDrawsBefore = cols.count64(drawsBefore, "rng_draws_before", i);
+    st.rngDrawsAfter = cols.count64(drawsAfter, "rng_draws_after", i);
+    st.weightsVersion = cols.count64(version, "weights_version", i);
     if (events) {
       const json& e = (*events)[i];
-      if (!e.is_array()) cols.fail("events", i, "expected an array of strings, found " + e.dump());
+      if (!e.is_array())
+        cols.fail("events", i, "expected an array of strings, found " + jsonPreview(e));
       for (const auto& x : e) {
-        if (!x.is_string()) cols.fail("events", i, "expected strings, found " + x.dump());
+        if (!x.is_string()) cols.fail("events", i, "expected strings, found " + jsonPreview(x));
         st.events.push_back(x.get<std::string>());
       }
     }
@@ -202,6 +235,11 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
       declared = cols.ints(lengths, "cache_lengths", i);
       if (static_cast<int64_t>(declared.size()) != L)
         cols.fail("cache_lengths", i, "one entry per layer expected (" + std::to_string(L) + ")");
+      for (int64_t n : declared)
+        if (n < 0 || n > limits::kCacheLength)
+          cols.fail("cache_lengths", i,
+                    "cache length " + std::to_string(n) + " is outside [0, " +
+                        std::to_string(limits::kCacheLength) + "]");
     }
     if (!declared.empty() || at.checksumRow >= 0 || at.hasLayerData()) {
       st.layers.resize(static_cast<size_t>(L));

@@ -4,6 +4,7 @@
 #include "trace/JsonFieldReader.hpp"
 #include "trace/TraceJson.hpp"
 #include "trace/TraceStepResolver.hpp"
+#include "util/InputLimits.hpp"
 
 namespace kvscope::detail {
 
@@ -49,6 +50,15 @@ class PerStepTensors : public TraceTensorSource {
  private:
   std::optional<KeyValuePair> pair(size_t i, size_t l, const char* k, const char* v) const {
     if (!file_.contains(layerKey(i, l, k))) return std::nullopt;
+    // Keys and values are read with one width later: they must agree.
+    const auto& ke = file_.entry(layerKey(i, l, k));
+    const auto& ve = file_.entry(layerKey(i, l, v));
+    checkRecordShape(file_.path(), ke.name, ke.shape, model_);
+    checkRecordShape(file_.path(), ve.name, ve.shape, model_);
+    if (ke.shape != ve.shape)
+      throw InputError(file_.path(), ve.name,
+                       "shape " + shapeString(ve.shape) + " but " + ke.name + " is " +
+                           shapeString(ke.shape) + " (keys and values must have the same shape)");
     return KeyValuePair{load(layerKey(i, l, k)), load(layerKey(i, l, v))};
   }
   FloatTensor load(const std::string& key) const {
@@ -59,6 +69,15 @@ class PerStepTensors : public TraceTensorSource {
   const TraceModelInfo& model_;
 };
 
+void checkTokenIds(const JsonFieldReader& s, const char* field, const std::vector<int64_t>& ids,
+                   int64_t vocab) {
+  for (int64_t id : ids)
+    if (id < 0 || id >= vocab)
+      s.fail(field, "token id " + std::to_string(id) +
+                        " is outside the vocabulary (model.vocab_size " + std::to_string(vocab) +
+                        ")");
+}
+
 TraceStep stepFromJson(const json& j, size_t i, const Trace& t, const std::string& file) {
   JsonFieldReader s(j, file, "steps[" + std::to_string(i) + "]");
   TraceStep st;
@@ -68,19 +87,24 @@ TraceStep stepFromJson(const json& j, size_t i, const Trace& t, const std::strin
   st.tick = s.integerOr("tick", static_cast<int64_t>(i));
   st.slot = s.integerOr("slot", st.request);
   st.fedIds = s.ints("fed_ids");
+  checkTokenIds(s, "fed_ids", st.fedIds, t.model.vocabSize);
   st.positions = s.ints("positions");
   if (st.positions.size() != st.fedIds.size())
     s.fail("positions", std::to_string(st.positions.size()) + " positions for " + std::to_string(st.fedIds.size()) + " fed tokens");
   for (int64_t m : s.ints("fed_mask", false)) st.fedMask.push_back(m ? 1 : 0);
   if (!st.fedMask.empty() && st.fedMask.size() != st.fedIds.size()) s.fail("fed_mask", "one entry per fed token expected");
-  st.chosenToken = s.integerOr("chosen", -1);
-  st.rngDrawsBefore = static_cast<uint64_t>(s.integerOr("rng_draws_before", 0));
-  st.rngDrawsAfter = static_cast<uint64_t>(s.integerOr("rng_draws_after", 0));
-  st.weightsVersion = static_cast<uint64_t>(s.integerOr("weights_version", 0));
+  st.chosenToken = s.has("chosen") ? s.integerIn("chosen", -1, t.model.vocabSize - 1) : -1;
+  st.rngDrawsBefore = s.unsignedOr("rng_draws_before", 0);
+  st.rngDrawsAfter = s.unsignedOr("rng_draws_after", 0);
+  st.weightsVersion = s.unsignedOr("weights_version", 0);
   st.events = s.strings("events");
   auto lengths = s.ints("cache_lengths", false);
   if (!lengths.empty() && static_cast<int64_t>(lengths.size()) != t.model.numLayers)
     s.fail("cache_lengths", "one entry per layer expected (" + std::to_string(t.model.numLayers) + ")");
+  for (int64_t n : lengths)
+    if (n < 0 || n > limits::kCacheLength)
+      s.fail("cache_lengths", "cache length " + std::to_string(n) + " is outside [0, " +
+                                  std::to_string(limits::kCacheLength) + "]");
   auto ck = s.strings("checksums_k"), cv = s.strings("checksums_v");
   if ((!ck.empty() && ck.size() != lengths.size()) || ck.size() != cv.size())
     s.fail("checksums_k", "one checksum per layer for keys and values expected");

@@ -1,0 +1,207 @@
+"""The trace writer: builds a trace step by step (or from a Trace) and writes it as
+version 2 (docs/trace-format.md). Part of kvscope_trace.trace's interface; the data model,
+the reader and the derivations both format versions share are in trace.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import format_v2
+from .container import STORE_DTYPES, _float32, _is_int, write_safetensors
+from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_layers,
+                    cache_checksum, normalize_policy)
+
+
+class TraceWriter:
+    """Builds a trace step by step and writes it (docs/trace-format.md).
+
+    `model` needs num_layers, num_kv_heads, head_dim and vocab_size; architecture,
+    num_heads, max_positions, fingerprint, directory, stored_dtype and compute_dtype are
+    optional. `dtype` is the tensor storage type (F32, F16 or BF16)."""
+
+    def __init__(self, model: Dict[str, Any], engine: str = "kvscope_trace", mode: str = "cached",
+                 dtype: str = "F32"):
+        if mode not in ("cached", "uncached"):
+            raise ValueError(f'mode must be "cached" or "uncached", not {mode!r}')
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"dtype must be one of {STORE_DTYPES}, not {dtype!r}")
+        self.model = dict(model)
+        self.engine, self.mode, self.dtype = engine, mode, dtype
+        self.requests: List[Dict[str, Any]] = []
+        self.steps: List[Step] = []
+        self.events: List[Dict[str, Any]] = []
+        self.faults: List[str] = []
+        self.extra: Dict[str, Any] = {}
+        self._check_model()
+
+    def _check_model(self):
+        for k, v in self.model.items():  # numpy scalars -> JSON-serialisable Python numbers
+            if isinstance(v, np.generic):
+                self.model[k] = v.item()
+        for k in ("num_layers", "num_kv_heads", "head_dim", "vocab_size"):
+            v = self.model.get(k)
+            if not _is_int(v) or v <= 0:
+                raise ValueError(f"model.{k} must be a positive integer, found {v!r}")
+
+    @classmethod
+    def from_trace(cls, trace: Trace, dtype: str = "F32") -> "TraceWriter":
+        w = cls(trace.model, engine=trace.engine, mode=trace.mode, dtype=dtype)
+        w.requests = copy.deepcopy(trace.requests)
+        w.steps = list(trace.steps)
+        w.events = copy.deepcopy(trace.events)
+        w.faults = list(trace.faults)
+        w.extra = dict(trace.extra)
+        return w
+
+    def add_request(self, id: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
+                    prompt_text: str = "", policy: Optional[Dict[str, Any]] = None,
+                    max_new_tokens: int = 0, eos_ids: Sequence[int] = (),
+                    stop_reason: str = "unknown", arrival_tick: int = 0,
+                    batch_group: int = -1) -> Dict[str, Any]:
+        if self.request(id) is not None:
+            raise ValueError(f"request {id} was already added")
+        V = self.model["vocab_size"]
+        prompt_ids = [int(t) for t in prompt_ids]
+        bad = [t for t in prompt_ids if not 0 <= t < V]
+        if bad:
+            raise ValueError(f"request {id}: prompt token {bad[0]} is outside the vocabulary ({V})")
+        req = {"id": int(id), "prompt_ids": prompt_ids, "prompt_text": prompt_text,
+               "policy": normalize_policy(policy, "", f"request {id} policy"),
+               "max_new_tokens": int(max_new_tokens), "eos_ids": [int(t) for t in eos_ids],
+               "generated": [int(t) for t in generated], "stop_reason": stop_reason,
+               "arrival_tick": int(arrival_tick), "batch_group": int(batch_group)}
+        self.requests.append(req)
+        return req
+
+    def request(self, rid: int) -> Optional[Dict[str, Any]]:
+        return next((r for r in self.requests if r["id"] == rid), None)
+
+    def update_request(self, rid: int, **fields) -> None:
+        """E.g. update_request(0, generated=[...], stop_reason="eos") when a request ends."""
+        r = self.request(rid)
+        if r is None:
+            raise ValueError(f"no request {rid}")
+        for k, v in fields.items():
+            if k == "policy":
+                v = normalize_policy(v, "", f"request {rid} policy")
+            elif k in ("generated", "prompt_ids", "eos_ids"):
+                v = [int(t) for t in v]
+            r[k] = v
+
+    def add_event(self, kind: str, tick: int = 0, detail: str = "", weights_version: int = 0,
+                  tensor: str = "", scale: float = 0.0, seed: int = 0) -> None:
+        self.events.append({"tick": int(tick), "kind": kind, "detail": detail,
+                            "weights_version": int(weights_version), "tensor": tensor,
+                            "scale": float(scale), "seed": int(seed)})
+
+    def add_step(self, request: int, step: int, fed_ids: Sequence[int], positions: Sequence[int],
+                 chosen: int = -1, logits=None, keys=None, values=None, cache_keys=None,
+                 cache_values=None, fed_mask: Optional[Sequence[int]] = None,
+                 rng_draws_before: int = 0, rng_draws_after: int = 0, weights_version: int = 0,
+                 events: Sequence[str] = (), tick: Optional[int] = None, slot: Optional[int] = None,
+                 cache_lengths: Optional[Sequence[int]] = None,
+                 checksums_k: Optional[Sequence[str]] = None,
+                 checksums_v: Optional[Sequence[str]] = None) -> Step:
+        """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
+        cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
+        Checksums are computed from the snapshots when xxhash is available and none are
+        given. cache_lengths default to what the records imply (as the reader derives)."""
+        m = self.model
+        L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+        if self.request(request) is None:
+            raise ValueError(f"step names request {request}, which was not added")
+        fed_ids, positions = [int(t) for t in fed_ids], [int(p) for p in positions]
+        if len(positions) != len(fed_ids):
+            raise ValueError(f"{len(positions)} positions for {len(fed_ids)} fed tokens")
+        if fed_mask is not None and len(fed_mask) != len(fed_ids):
+            raise ValueError("fed_mask needs one entry per fed token")
+        if (keys is None) != (values is None) or (cache_keys is None) != (cache_values is None):
+            raise ValueError("give keys with values and cache_keys with cache_values")
+        st = Step(request=int(request), step=int(step), fed_ids=fed_ids, positions=positions,
+                  tick=len(self.steps) if tick is None else int(tick),
+                  slot=int(request) if slot is None else int(slot),
+                  fed_mask=[1 if x else 0 for x in fed_mask] if fed_mask is not None else None,
+                  chosen=int(chosen), rng_draws_before=int(rng_draws_before),
+                  rng_draws_after=int(rng_draws_after), weights_version=int(weights_version),
+                  events=list(events))
+        if logits is not None:
+            st.logits = _float32(logits, "logits").reshape(-1)
+            if st.logits.shape != (V,):
+                raise ValueError(f"logits: {st.logits.size} values, model.vocab_size is {V}")
+        elif st.chosen >= 0:
+            raise ValueError("a step that chose a token needs its logits row")
+        k = _stack_layers(keys, L, H, D, "keys")
+        v = _stack_layers(values, L, H, D, "values")
+        ck = _stack_layers(cache_keys, L, H, D, "cache_keys")
+        cv = _stack_layers(cache_values, L, H, D, "cache_values")
+        if k is not None or ck is not None:
+            for l in range(L):
+                rec = LayerRecord()
+                if k is not None:
+                    rec.keys, rec.values = k[l], v[l]
+                    if rec.keys.shape != rec.values.shape:
+                        raise ValueError(f"layer {l}: keys {list(rec.keys.shape)} and values "
+                                         f"{list(rec.values.shape)} differ")
+                if ck is not None:
+                    rec.cache_keys, rec.cache_values = ck[l], cv[l]
+                    if rec.cache_keys.shape != rec.cache_values.shape:
+                        raise ValueError(f"layer {l}: cache_keys and cache_values shapes differ")
+                    rec.checksum_k = cache_checksum(rec.cache_keys)
+                    rec.checksum_v = cache_checksum(rec.cache_values)
+                if cache_lengths is not None:
+                    rec.cache_length = int(cache_lengths[l])
+                if checksums_k is not None and checksums_v is not None:
+                    rec.checksum_k, rec.checksum_v = str(checksums_k[l]), str(checksums_v[l])
+                st.layers.append(rec)
+            if cache_lengths is not None and len(cache_lengths) != L:
+                raise ValueError(f"cache_lengths needs {L} entries")
+        self.steps.append(st)
+        return st
+
+    def _fill_lengths(self) -> None:
+        """Cache lengths the records imply, exactly as the reader derives them."""
+        last: Dict[int, List[int]] = {}
+        L = self.model["num_layers"]
+        for s in self.steps:
+            if not s.layers or all(l.keys is None and l.cache_keys is None for l in s.layers):
+                continue
+            prev = last.setdefault(s.request, [0] * L)
+            if "cache_reset" in s.events:
+                prev[:] = [0] * L
+            for l, rec in enumerate(s.layers):
+                if rec.cache_length <= 0:
+                    if rec.cache_keys is not None:
+                        rec.cache_length = rec.cache_keys.shape[1]
+                    else:
+                        rec.cache_length = prev[l] + rec.keys.shape[1]
+                prev[l] = rec.cache_length
+
+    def to_trace(self) -> Trace:
+        self._check_model()
+        self._fill_lengths()
+        model = dict(self.model)
+        model.setdefault("fingerprint", "")
+        model.setdefault("architecture", "")
+        model.setdefault("directory", "")
+        model.setdefault("num_heads", 0)
+        model.setdefault("max_positions", 0)
+        model.setdefault("stored_dtype", "")
+        model.setdefault("compute_dtype", "float32")
+        return Trace(model=model, requests=self.requests, steps=self.steps, engine=self.engine,
+                     mode=self.mode, events=self.events, faults=self.faults, extra=self.extra)
+
+    def save(self, path: str, overwrite: bool = True) -> None:
+        """Writes the trace as version 2: the step columns and the packed tensors."""
+        trace = self.to_trace()
+        steps, tensors = format_v2.pack(trace, self.dtype)
+        meta = {"format": "kvtrace", "kvtrace_version": str(FORMAT_VERSION),
+                "kvtrace": json.dumps(_document(trace, steps), separators=(",", ":"), allow_nan=False)}
+        write_safetensors(path, tensors, meta, overwrite=overwrite)
+
+
+def write_trace(trace: Trace, path: str, dtype: str = "F32", overwrite: bool = True) -> None:
+    TraceWriter.from_trace(trace, dtype=dtype).save(path, overwrite=overwrite)
