@@ -21,5 +21,8 @@ void registerReferenceCommand(CLI::App& app, CliContext& ctx);
 /// `generate`: the built-in cached engine with faults, recording a trace
 /// (commands/GenerateCommand.cpp).
 void registerGenerateCommand(CLI::App& app, CliContext& ctx);
+/// `inspect`: one step of the audit drawn in the terminal from kvscope::Inspector
+/// (commands/InspectCommand.cpp).
+void registerInspectCommand(CLI::App& app, CliContext& ctx);
 
 }  // namespace kvscope::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   cli::registerAuditCommand(app, ctx);
   cli::registerReferenceCommand(app, ctx);
   cli::registerGenerateCommand(app, ctx);
+  cli::registerInspectCommand(app, ctx);
 
   // Start-up check: LibTorch's Debian build falls back to the reference BLAS without
   // libopenblas0-pthread, and matrix products then run ~45x slower.

@@ -1,11 +1,8 @@
 #include "ui/panels/InspectorWindow.hpp"
 
-#include <algorithm>
-
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
-#include <QShowEvent>
 #include <QDockWidget>
 #include <QDragEnterEvent>
 #include <QDropEvent>
@@ -16,23 +13,26 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QSettings>
+#include <QShowEvent>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 
+#include "ui/bridge/InspectorController.hpp"
+#include "ui/bridge/SelectionContext.hpp"
 #include "ui/panels/DiagnosisPanel.hpp"
 #include "ui/panels/FaultPanel.hpp"
-#include "ui/views/HeadlineView.hpp"
-#include "ui/bridge/InspectorController.hpp"
 #include "ui/panels/KvHeatmapPanel.hpp"
+#include "ui/panels/RunSetupPanel.hpp"
+#include "ui/panels/StepKeyFilter.hpp"
+#include "ui/panels/TokenStepperPanel.hpp"
+#include "ui/views/HeadlineView.hpp"
 #include "ui/views/LayerOverviewView.hpp"
 #include "ui/views/LogitDeltaView.hpp"
 #include "ui/views/PositionTimelineView.hpp"
 #include "ui/views/QCustomPlotInclude.hpp"
-#include "ui/panels/RunSetupPanel.hpp"
-#include "ui/bridge/SelectionContext.hpp"
-#include "ui/panels/TokenStepperPanel.hpp"
 
 namespace kvscope::ui {
 
@@ -64,6 +64,7 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
   buildCentre();
   buildDocks();
   buildMenus();
+  qApp->installEventFilter(new StepKeyFilter(this));  // stepping keys wherever the focus is
   statusBar()->showMessage(tr("Open a model directory or a trace, then Run audit (Ctrl+R)."));
 
   connect(controller_, &InspectorController::auditStarted, this, [this] {
@@ -211,7 +212,7 @@ void InspectorWindow::buildMenus() {
   auto* kind = nav->addAction(tr("Toggle keys / values"), QKeySequence(Qt::Key_V), this, [this] {
     context_->setKind(context_->selection().kind == KvKind::Keys ? KvKind::Values : KvKind::Keys);
   });
-  for (QAction* a : {layerUp, layerDown, kind}) a->setShortcutContext(Qt::WindowShortcut);
+  for (QAction* a : {layerUp, layerDown, kind}) a->setShortcutContext(Qt::ApplicationShortcut);
 
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(setupDock_->toggleViewAction());

@@ -35,8 +35,9 @@ TokenStepperPanel::TokenStepperPanel(SelectionContext* context, QWidget* parent)
   next_->setShortcuts({QKeySequence(Qt::Key_Right), QKeySequence(Qt::Key_N)});
   divergence_ = new QAction(tr("Jump to first divergence"), this);
   divergence_->setShortcuts({QKeySequence(Qt::Key_D), QKeySequence(Qt::CTRL | Qt::Key_D)});
+  // Wherever the focus is (StepKeyFilter keeps spin boxes from claiming the keys).
   for (QAction* a : {previous_, next_, divergence_}) {
-    a->setShortcutContext(Qt::WindowShortcut);
+    a->setShortcutContext(Qt::ApplicationShortcut);
     addAction(a);
   }
   connect(previous_, &QAction::triggered, context_, &SelectionContext::previousStep);
