@@ -27,8 +27,7 @@ void AuditInputArgs::addTo(CLI::App& cmd, AuditJobSpec& spec) {
   sampling_.addTo(cmd, 0.0);
   cmd.add_flag("--per-step-reference", spec.options.perStepReference,
                "cross-check: also recompute every step uncached (slower)");
-  cmd.add_option("--tolerance-scale", spec.options.toleranceScale,
-                 "multiply the dtype tolerance");
+  cmd.add_option("--tolerance-scale", spec.options.toleranceScale, "multiply the dtype tolerance");
   cmd.footer(FaultSpec::helpText());
 }
 

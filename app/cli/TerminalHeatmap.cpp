@@ -116,8 +116,7 @@ int displayWidth(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == 0x1b) {  // CSI ... final byte
-      while (i + 1 < s.size() && !(s[i + 1] >= 0x40 && s[i + 1] <= 0x7e && s[i + 1] != '['))
-        ++i;
+      while (i + 1 < s.size() && !(s[i + 1] >= 0x40 && s[i + 1] <= 0x7e && s[i + 1] != '[')) ++i;
       ++i;
       continue;
     }
@@ -175,7 +174,8 @@ std::vector<std::string> drawHeatmaps(const std::vector<HeatmapMap>& maps, const
   const int mapWidth = static_cast<int>(std::max<int64_t>(cols, 1));
   if (dimsNote) {
     *dimsNote = "head dims 0-" + std::to_string(dims - 1) + " across";
-    if (group > 1) *dimsNote += ", " + std::to_string(group) +
+    if (group > 1)
+      *dimsNote += ", " + std::to_string(group) +
                    " per column (the mean of values, the max of |difference|)";
   }
 
@@ -244,7 +244,8 @@ std::string heatmapLegend(const HeatmapMap& m, const Style& style) {
   return os.str();
 }
 
-std::string logBar(double value, double floor, double lo, double hi, int width, const Style& style) {
+std::string logBar(double value, double floor, double lo, double hi, int width,
+                   const Style& style) {
   auto cell = [&](double x) {
     if (!(x > 0) || !(hi > lo) || lo <= 0) return 0;
     if (std::isinf(x)) return width;

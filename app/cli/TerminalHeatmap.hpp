@@ -55,14 +55,14 @@ struct HeatmapMap {
   const std::vector<float>* data = nullptr;  // nullptr or empty: `missing` is shown instead
   int64_t positions = 0;
   int64_t dims = 0;
-  double lo = 0.0, hi = 1.0;   // colour range
-  bool diverging = false;      // blue-white-red (signed values) instead of dark-to-bright
-  bool poolMax = false;        // downsampled dims: the group's max (else its mean)
-  std::string missing;         // why there is nothing to draw
+  double lo = 0.0, hi = 1.0;  // colour range
+  bool diverging = false;     // blue-white-red (signed values) instead of dark-to-bright
+  bool poolMax = false;       // downsampled dims: the group's max (else its mean)
+  std::string missing;        // why there is nothing to draw
 };
 
 struct HeatmapRows {
-  int64_t first = 0, last = -1;  // positions drawn, inclusive
+  int64_t first = 0, last = -1;     // positions drawn, inclusive
   std::vector<std::string> labels;  // per drawn position: the left margin, same width each
 };
 

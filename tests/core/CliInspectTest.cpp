@@ -30,12 +30,14 @@ const std::string& demoModel() {
 // scripts/demo-args.sh: two requests, layer 2 stores layer 1's K/V, the second request
 // overwrites the first one's cache row when it arrives at tick 3.
 std::vector<std::string> demoArgs() {
-  return {"--model", demoModel(),
-          "--prompt", "The cache must hold exactly one record per layer and position.",
-          "--prompt", "A second request arrives.",
-          "--arrival", "0", "--arrival", "3", "--max-new", "12",
-          "--fault", "wrong_layer:layer=2,source=1",
-          "--fault", "cross_request:request=1,victim=0"};
+  return {"--model",   demoModel(),
+          "--prompt",  "The cache must hold exactly one record per layer and position.",
+          "--prompt",  "A second request arrives.",
+          "--arrival", "0",
+          "--arrival", "3",
+          "--max-new", "12",
+          "--fault",   "wrong_layer:layer=2,source=1",
+          "--fault",   "cross_request:request=1,victim=0"};
 }
 
 CliRun inspect(std::vector<std::string> args, const std::vector<std::string>& more = {}) {
@@ -75,7 +77,8 @@ TEST(CliInspect, DemoShowsTheDivergentLayerAndHeadAtOnce) {
   // 1. Header: the verdict, the first divergence and the point shown.
   EXPECT_TRUE(has(r.out, "verdict: DIVERGENT")) << r;
   EXPECT_TRUE(has(r.out, "first divergence: request 0, step 0, layer 2")) << r;
-  EXPECT_TRUE(has(lineWith(r.out, "shown: "), "request 0, step 0 (prefill), layer 2, kv head ")) << r;
+  EXPECT_TRUE(has(lineWith(r.out, "shown: "), "request 0, step 0 (prefill), layer 2, kv head "))
+      << r;
   const std::string head = shownHead(r.out);
   ASSERT_FALSE(head.empty()) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "(differs most)")) << r;
@@ -94,7 +97,9 @@ TEST(CliInspect, DemoShowsTheDivergentLayerAndHeadAtOnce) {
   EXPECT_TRUE(has(r.out, "reference | cached | |difference|")) << r;
   EXPECT_TRUE(has(r.out, "new records: positions 0-")) << r;
   EXPECT_TRUE(has(lineWith(r.out, "  pos "), "\u25B6")) << r;
-  EXPECT_TRUE(has(r.out, "scale  reference and cached: ' '")) << "plain shading with its numeric range\n" << r;
+  EXPECT_TRUE(has(r.out, "scale  reference and cached: ' '"))
+      << "plain shading with its numeric range\n"
+      << r;
   EXPECT_TRUE(has(r.out, "|difference|: ' ' 0")) << r;
   // 5. Logits, 6. findings here and where the others are.
   EXPECT_TRUE(has(r.out, "max |\u0394logit| ")) << r;
@@ -112,13 +117,16 @@ TEST(CliInspect, DemoShowsTheDivergentLayerAndHeadAtOnce) {
 
 TEST(CliInspect, ChosenPointIsShownAsAsked) {
   // The step where request 1 arrives in request 0's cache row: the event, the finding.
-  const CliRun r = inspect(demoArgs(), {"--step", "3", "--layer", "0", "--head", "0", "--kind", "v"});
+  const CliRun r =
+      inspect(demoArgs(), {"--step", "3", "--layer", "0", "--head", "0", "--kind", "v"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "request 0, step 3, layer 0, kv head 0 of 2")) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "V (values)")) << r;
   EXPECT_TRUE(has(r.out, "K/V cache \u2014 layer 0, kv head 0, V (values) after step 3")) << r;
   EXPECT_TRUE(has(r.out, "Layers \u2014 max |cached \u2212 reference| of V")) << r;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex("  \\[[^\\] ]+\\]  "))) << "the step's one token is bracketed\n" << r;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("  \\[[^\\] ]+\\]  ")))
+      << "the step's one token is bracketed\n"
+      << r;
   EXPECT_TRUE(has(r.out, "cached, rebuilt")) << "the overwritten row is rebuilt\n" << r;
   EXPECT_TRUE(has(r.out, "note: the engine's cache row was overwritten")) << r;
   EXPECT_TRUE(has(r.out, "req 1 arrives (tick 3), same row")) << r;
@@ -135,7 +143,8 @@ TEST(CliInspect, ColourOnlyWhenAskedOrOnATerminal) {
   const CliRun r = inspect(demoArgs(), {"--color", "always", "--rows", "4"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_TRUE(has(r.out, "\x1b[48;")) << "heatmap cells are coloured\n" << r;
-  EXPECT_EQ(lineWith(r.out, "scale  reference and cached: ' '"), "") << "a gradient, not glyphs\n" << r;
+  EXPECT_EQ(lineWith(r.out, "scale  reference and cached: ' '"), "") << "a gradient, not glyphs\n"
+                                                                     << r;
   // Four of the prefill's 36 rows: a window around the largest difference.
   EXPECT_TRUE(has(r.out, " down (of 0-35; --rows for more)")) << r;
   EXPECT_FALSE(has(r.out, "is outside the rows shown")) << r;
@@ -170,7 +179,8 @@ TEST(CliInspect, PointsTheAuditLacksExitTwoSayingWhatExists) {
   const CliRun kind = inspect(demoArgs(), {"--kind", "q"});
   EXPECT_TRUE(kind.exitedWith(2)) << kind;
   // The audit's own input checks apply as they do to `audit`.
-  const CliRun fault = inspect({"--model", demoModel(), "--prompt", "x", "--fault", "no_such_fault"});
+  const CliRun fault =
+      inspect({"--model", demoModel(), "--prompt", "x", "--fault", "no_such_fault"});
   EXPECT_TRUE(fault.exitedWith(2)) << fault;
 }
 
@@ -181,8 +191,9 @@ TEST(CliInspect, TransformersScenarioShowsTheReplacedLayer) {
   fs::create_directories(dir);
   const auto trace = (dir / "wrong_layer.kvtrace").string();
   const auto repo = toolsDir().parent_path();
-  const auto convert = run(std::string(kPython) + " " + quote((repo / "tests/scenarios/scenario_to_trace.py").string()) +
-                           " " + quote(fixture("hf/scenarios/gpt2.wrong_layer.json")) + " " +
+  const auto convert = run(std::string(kPython) + " " +
+                           quote((repo / "tests/scenarios/scenario_to_trace.py").string()) + " " +
+                           quote(fixture("hf/scenarios/gpt2.wrong_layer.json")) + " " +
                            quote(hfModel("gpt2")) + " " + quote(trace));
   ASSERT_EQ(convert.status, 0) << convert.output;
   const CliRun r = inspect({"--model", hfModel("gpt2"), "--trace", trace, "--width", "120"});

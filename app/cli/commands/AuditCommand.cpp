@@ -9,8 +9,8 @@
 #include <optional>
 #include <sstream>
 
-#include "CliCommands.hpp"
 #include "AuditInputArgs.hpp"
+#include "CliCommands.hpp"
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/TraceFile.hpp"

@@ -75,18 +75,20 @@ InspectionPoint resolvePoint(const Inspector& insp, const InspectArgs& a) {
   }
   if (a.requestOpt->count() && a.request != p.request) {
     if (std::find(requests.begin(), requests.end(), a.request) == requests.end())
-      throw UsageError("--request " + std::to_string(a.request) + ": the trace has no such request (requests: " +
-                       rangeList(requests) + ")");
+      throw UsageError("--request " + std::to_string(a.request) +
+                       ": the trace has no such request (requests: " + rangeList(requests) + ")");
     p.request = a.request;
     const auto steps = insp.steps(p.request);
     const int64_t divergent = insp.timeline(p.request).divergentStep;
     p.step = divergent >= 0 ? divergent : (steps.empty() ? 0 : steps.front());
   }
   const auto steps = insp.steps(p.request);
-  if (steps.empty()) throw UsageError("request " + std::to_string(p.request) + " has no recorded steps");
+  if (steps.empty())
+    throw UsageError("request " + std::to_string(p.request) + " has no recorded steps");
   if (a.stepOpt->count()) {
     if (std::find(steps.begin(), steps.end(), a.step) == steps.end())
-      throw UsageError("--step " + std::to_string(a.step) + ": request " + std::to_string(p.request) +
+      throw UsageError("--step " + std::to_string(a.step) + ": request " +
+                       std::to_string(p.request) +
                        " has no such step (its steps: " + rangeList(steps) + ")");
     p.step = a.step;
   }
@@ -112,16 +114,20 @@ InspectionPoint resolvePoint(const Inspector& insp, const InspectArgs& a) {
 
 // ---- 1. header --------------------------------------------------------------------------
 
-void printHeader(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st, int width) {
+void printHeader(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st,
+                 int width) {
   const AuditReport& rep = insp.output().result.report;
   std::string verdict = rep.clean() ? st.ok("clean") : st.alarm("DIVERGENT");
   std::string line = "verdict: " + verdict;
   if (!rep.mode.empty() || !rep.inputDescription.empty())
-    line += "  (" + rep.mode + (rep.inputDescription.empty() ? "" : "; " + rep.inputDescription) + ")";
-  for (const auto& l : wrapText(st.bold("KV Scope inspect") + " \u2014 " + line, width, "")) os << l << "\n";
+    line +=
+        "  (" + rep.mode + (rep.inputDescription.empty() ? "" : "; " + rep.inputDescription) + ")";
+  for (const auto& l : wrapText(st.bold("KV Scope inspect") + " \u2014 " + line, width, ""))
+    os << l << "\n";
   const FirstDivergence& fd = rep.firstDivergence;
   if (fd.present) {
-    std::string where = "request " + std::to_string(fd.request) + ", step " + std::to_string(fd.step);
+    std::string where =
+        "request " + std::to_string(fd.request) + ", step " + std::to_string(fd.step);
     if (fd.layer >= 0) where += ", layer " + std::to_string(fd.layer);
     if (fd.position >= 0) where += ", position " + std::to_string(fd.position);
     os << "first divergence: " << st.alarm(where) << "\n";
@@ -131,13 +137,15 @@ void printHeader(std::ostream& os, const Inspector& insp, const StepView& v, con
   if (!rep.findings.empty()) {
     std::string ids;
     for (const Finding& f : rep.findings)
-      ids += (ids.empty() ? "" : ", ") + f.id + (f.causedBy.empty() ? "" : " (caused by " + f.causedBy + ")");
+      ids += (ids.empty() ? "" : ", ") + f.id +
+             (f.causedBy.empty() ? "" : " (caused by " + f.causedBy + ")");
     for (const auto& l : wrapText("findings: " + ids, width, "")) os << l << "\n";
   }
   const InspectionPoint& p = v.point;
   std::string shown = "request " + std::to_string(p.request) + ", step " + std::to_string(p.step) +
-                      (p.step == 0 ? " (prefill)" : "") + ", layer " + std::to_string(p.layer) + ", kv head " +
-                      std::to_string(p.head) + " of " + std::to_string(insp.kvHeads());
+                      (p.step == 0 ? " (prefill)" : "") + ", layer " + std::to_string(p.layer) +
+                      ", kv head " + std::to_string(p.head) + " of " +
+                      std::to_string(insp.kvHeads());
   if (v.requested.autoHead && v.worstHead == p.head)
     shown += " (differs most)";
   else if (v.worstHead >= 0 && v.worstHead != p.head)
@@ -164,7 +172,8 @@ std::string tokenText(const TimelineToken& t) {
   return out;
 }
 
-void printTokenStrip(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st, int width) {
+void printTokenStrip(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st,
+                     int width) {
   const RequestTimeline& tl = insp.timeline(v.point.request);
   size_t shown = tl.steps.size();
   for (size_t i = 0; i < tl.steps.size(); ++i)
@@ -180,9 +189,11 @@ void printTokenStrip(std::ostream& os, const Inspector& insp, const StepView& v,
 
   std::vector<int64_t> stepNumbers;
   for (const auto& s : tl.steps) stepNumbers.push_back(s.step);
-  std::string legend = "Tokens \u2014 request " + std::to_string(tl.request) + ", steps " + rangeList(stepNumbers) +
-                       ";  [ ] step " + std::to_string(v.point.step) + " (shown)";
-  if (tl.divergentStep >= 0) legend += ",  ! step " + std::to_string(tl.divergentStep) + " (first divergent)";
+  std::string legend = "Tokens \u2014 request " + std::to_string(tl.request) + ", steps " +
+                       rangeList(stepNumbers) + ";  [ ] step " + std::to_string(v.point.step) +
+                       " (shown)";
+  if (tl.divergentStep >= 0)
+    legend += ",  ! step " + std::to_string(tl.divergentStep) + " (first divergent)";
   legend += ",  <pad> padding,  \u00B7 a space,  \u2192 generated, not fed back";
   os << "\n";
   for (const auto& l : wrapText(st.bold(legend), width, "")) os << l << "\n";
@@ -247,10 +258,13 @@ void printTokenStrip(std::ostream& os, const Inspector& insp, const StepView& v,
                     std::to_string(real) + (real == 1 ? " token" : " tokens") + " fed";
     if (pads) d += " (+" + std::to_string(pads) + " pads)";
     if (real) {
-      std::string pos = "at position" + std::string(real > 1 ? "s " + rangeOf(lowPos, s.recordedPosition) : " " + std::to_string(s.recordedPosition));
-      d += " " + (s.recordedPosition != s.expectedPosition
-                      ? st.alarm(pos + " (expected up to " + std::to_string(s.expectedPosition) + ")")
-                      : pos);
+      std::string pos =
+          "at position" + std::string(real > 1 ? "s " + rangeOf(lowPos, s.recordedPosition)
+                                               : " " + std::to_string(s.recordedPosition));
+      d += " " +
+           (s.recordedPosition != s.expectedPosition
+                ? st.alarm(pos + " (expected up to " + std::to_string(s.expectedPosition) + ")")
+                : pos);
     }
     if (!s.cacheLength.empty()) {
       const bool same = std::all_of(s.cacheLength.begin(), s.cacheLength.end(),
@@ -283,20 +297,24 @@ void printTokenStrip(std::ostream& os, const Inspector& insp, const StepView& v,
 
 // ---- 3. layer overview ------------------------------------------------------------------
 
-void printLayers(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st, int width) {
+void printLayers(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st,
+                 int width) {
   const InspectionPoint& p = v.point;
   const FirstDivergence& fd = insp.output().result.report.firstDivergence;
   os << "\n";
-  for (const auto& l : wrapText(st.bold("Layers \u2014 max |cached \u2212 reference| of " + kindLetter(p.kind) +
-                                        " over the whole cache after step " + std::to_string(p.step) +
-                                        ", against the audit's tolerance (tol, \u2506 on the log-scale bar)"),
-                                width, ""))
+  for (const auto& l :
+       wrapText(st.bold("Layers \u2014 max |cached \u2212 reference| of " + kindLetter(p.kind) +
+                        " over the whole cache after step " + std::to_string(p.step) +
+                        ", against the audit's tolerance (tol, \u2506 on the log-scale bar)"),
+                width, ""))
     os << l << "\n";
   if (v.layerMaxDiff.empty()) {
     os << "  no layer to compare\n";
     return;
   }
-  auto floorAt = [&](size_t l) { return l < v.layerNoiseFloor.size() ? v.layerNoiseFloor[l] : 0.0; };
+  auto floorAt = [&](size_t l) {
+    return l < v.layerNoiseFloor.size() ? v.layerNoiseFloor[l] : 0.0;
+  };
   double lo = INFINITY, hi = 0.0;
   for (size_t l = 0; l < v.layerMaxDiff.size(); ++l)
     for (double x : {v.layerMaxDiff[l], floorAt(l)})
@@ -312,8 +330,10 @@ void printLayers(std::ostream& os, const Inspector& insp, const StepView& v, con
   for (size_t l = 0; l < v.layerMaxDiff.size(); ++l) {
     const double d = v.layerMaxDiff[l], f = floorAt(l);
     std::string& t = tags[l];
-    if (f > 0 && d > f) t = std::isinf(d / f) ? "over tol" : "\u00D7" + shortNumber(d / f) + " over tol";
-    if (fd.present && fd.request == p.request && fd.step == p.step && fd.layer == static_cast<int64_t>(l))
+    if (f > 0 && d > f)
+      t = std::isinf(d / f) ? "over tol" : "\u00D7" + shortNumber(d / f) + " over tol";
+    if (fd.present && fd.request == p.request && fd.step == p.step &&
+        fd.layer == static_cast<int64_t>(l))
       t += std::string(t.empty() ? "" : ", ") + "first divergence";
     tagWidth = std::max(tagWidth, displayWidth(t));
   }
@@ -332,7 +352,8 @@ void printLayers(std::ostream& os, const Inspector& insp, const StepView& v, con
     line += "  tol " + padRight(f > 0 ? shortNumber(f) : "n/a", 9) + "  ";
     line += logBar(d, f, lo, hi, bar, st);
     if (!tags[l].empty())
-      line += "  \u25C0 " + (fd.present && fd.layer == static_cast<int64_t>(l) ? st.alarm(tags[l]) : tags[l]);
+      line += "  \u25C0 " +
+              (fd.present && fd.layer == static_cast<int64_t>(l) ? st.alarm(tags[l]) : tags[l]);
     os << line << "\n";
   }
   if (v.layerNoiseFloor.empty()) os << "  (this step was not audited: no tolerance)\n";
@@ -343,9 +364,10 @@ void printLayers(std::ostream& os, const Inspector& insp, const StepView& v, con
 void printHeatmaps(std::ostream& os, const StepView& v, const Style& st, int width, int maxRows) {
   const InspectionPoint& p = v.point;
   os << "\n";
-  const std::string heading = "K/V cache \u2014 layer " + std::to_string(p.layer) + ", kv head " + std::to_string(p.head) +
-                              ", " + kindLetter(p.kind) + " (" + kindWord(p.kind) + ") after step " +
-                              std::to_string(p.step) + ": reference | cached | |difference|";
+  const std::string heading = "K/V cache \u2014 layer " + std::to_string(p.layer) + ", kv head " +
+                              std::to_string(p.head) + ", " + kindLetter(p.kind) + " (" +
+                              kindWord(p.kind) + ") after step " + std::to_string(p.step) +
+                              ": reference | cached | |difference|";
   for (const auto& l : wrapText(st.bold(heading), width, "")) os << l << "\n";
 
   const int64_t t = std::max(v.cachedPositions, v.referencePositions);
@@ -358,13 +380,16 @@ void printHeatmaps(std::ostream& os, const StepView& v, const Style& st, int wid
     info = "no new records at this step";
   const size_t layer = static_cast<size_t>(p.layer);
   const double m = std::max(1e-6, static_cast<double>(v.valueAbsMax));
-  const double floor = layer < v.layerNoiseFloor.size() && v.layerNoiseFloor[layer] > 0 ? v.layerNoiseFloor[layer]
-                                                                                         : 1e-4 * std::max(1.0, m);
+  const double floor = layer < v.layerNoiseFloor.size() && v.layerNoiseFloor[layer] > 0
+                           ? v.layerNoiseFloor[layer]
+                           : 1e-4 * std::max(1.0, m);
   const bool beyond = v.diffMax > floor;
   if (!v.absDiff.empty())
     info += beyond ? "; max |difference| " + shortNumber(v.diffMax) + " at position " +
-                         std::to_string(v.diffArgPosition) + ", dim " + std::to_string(v.diffArgDim) + " (\u25C0)"
-                   : "; max |difference| " + shortNumber(v.diffMax) + " (noise, under " + shortNumber(floor) + ")";
+                         std::to_string(v.diffArgPosition) + ", dim " +
+                         std::to_string(v.diffArgDim) + " (\u25C0)"
+                   : "; max |difference| " + shortNumber(v.diffMax) + " (noise, under " +
+                         shortNumber(floor) + ")";
   for (const auto& l : wrapText(info, width, "  ")) os << l << "\n";
   if (t == 0 || v.headDim == 0) {
     os << "  nothing to draw" << (v.note.empty() ? "" : ": " + v.note) << "\n";
@@ -387,21 +412,31 @@ void printHeatmaps(std::ostream& os, const StepView& v, const Style& st, int wid
   for (int64_t q = rows.first; q <= rows.last; ++q) {
     std::string num = std::to_string(q);
     const bool isNew = q >= v.appendedFirst && q <= newLast;
-    const bool rewritten =
-        std::find(v.rewrittenPositions.begin(), v.rewrittenPositions.end(), q) != v.rewrittenPositions.end();
+    const bool rewritten = std::find(v.rewrittenPositions.begin(), v.rewrittenPositions.end(), q) !=
+                           v.rewrittenPositions.end();
     std::string mark = isNew ? "\u25B6" : rewritten ? "r" : " ";
     if (isNew) mark = st.ok(mark);
     if (rewritten) mark = st.alarm(isNew ? "\u25B6" : "r");
-    rows.labels.push_back("  pos " + std::string(static_cast<size_t>(digits) - num.size(), ' ') + num + " " + mark +
-                          " ");
+    rows.labels.push_back("  pos " + std::string(static_cast<size_t>(digits) - num.size(), ' ') +
+                          num + " " + mark + " ");
   }
-  HeatmapMap ref{"reference", &v.reference, v.referencePositions, v.headDim, -m, m, true, false, "no reference"};
+  HeatmapMap ref{"reference", &v.reference, v.referencePositions, v.headDim, -m, m,
+                 true,        false,        "no reference"};
   HeatmapMap cached{v.cachedFromReplay ? "cached, rebuilt" : "cached",
-                    &v.cached, v.cachedPositions, v.headDim, -m, m, true, false, "no records"};
-  HeatmapMap diff{"|difference|", &v.absDiff, std::min(v.cachedPositions, v.referencePositions), v.headDim, 0.0,
-                  std::max(static_cast<double>(v.diffMax), floor), false, true, "no comparison"};
+                    &v.cached,
+                    v.cachedPositions,
+                    v.headDim,
+                    -m,
+                    m,
+                    true,
+                    false,
+                    "no records"};
+  HeatmapMap diff{"|difference|", &v.absDiff, std::min(v.cachedPositions, v.referencePositions),
+                  v.headDim,      0.0,        std::max(static_cast<double>(v.diffMax), floor),
+                  false,          true,       "no comparison"};
   std::string dimsNote;
-  std::vector<std::string> lines = drawHeatmaps({ref, cached, diff}, rows, width - 2, st, &dimsNote);
+  std::vector<std::string> lines =
+      drawHeatmaps({ref, cached, diff}, rows, width - 2, st, &dimsNote);
   std::string where = "positions " + rangeOf(rows.first, rows.last) + " down";
   if (rows.first > 0 || rows.last < t - 1)
     where += " (of 0-" + std::to_string(t - 1) + "; --rows for more)";
@@ -413,7 +448,8 @@ void printHeatmaps(std::ostream& os, const StepView& v, const Style& st, int wid
     os << l << "\n";
   }
   if (beyond && (v.diffArgPosition < rows.first || v.diffArgPosition > rows.last))
-    os << "  (the largest difference, at position " << v.diffArgPosition << ", is outside the rows shown)\n";
+    os << "  (the largest difference, at position " << v.diffArgPosition
+       << ", is outside the rows shown)\n";
   HeatmapMap values = ref;
   values.title = "reference and cached";
   os << "  scale  " << heatmapLegend(values, st) << "\n";
@@ -429,8 +465,12 @@ void printHeatmaps(std::ostream& os, const StepView& v, const Style& st, int wid
 
 // ---- 5. logits --------------------------------------------------------------------------
 
-void printLogits(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st, int width) {
-  os << "\n" << st.bold("Logits \u2014 step " + std::to_string(v.point.step) + "'s row, cached \u2212 reference") << "\n";
+void printLogits(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st,
+                 int width) {
+  os << "\n"
+     << st.bold("Logits \u2014 step " + std::to_string(v.point.step) +
+                "'s row, cached \u2212 reference")
+     << "\n";
   if (v.logitDelta.empty()) {
     os << "  no logits to compare (no reference row, or the trace recorded none for this step)\n";
     return;
@@ -439,8 +479,9 @@ void printLogits(std::ostream& os, const Inspector& insp, const StepView& v, con
   if (v.logitNoiseFloor > 0) {
     const bool over = v.maxAbsLogitDelta > v.logitNoiseFloor;
     line += ", tolerance " + shortNumber(v.logitNoiseFloor) + ": ";
-    line += over ? st.alarm("over (\u00D7" + shortNumber(v.maxAbsLogitDelta / v.logitNoiseFloor) + ")")
-                 : st.ok("within");
+    line +=
+        over ? st.alarm("over (\u00D7" + shortNumber(v.maxAbsLogitDelta / v.logitNoiseFloor) + ")")
+             : st.ok("within");
   } else {
     line += ", tolerance n/a (step not audited)";
   }
@@ -448,14 +489,16 @@ void printLogits(std::ostream& os, const Inspector& insp, const StepView& v, con
   std::vector<size_t> order(v.logitDelta.size());
   std::iota(order.begin(), order.end(), size_t(0));
   const size_t top = std::min<size_t>(5, order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
-                    [&](size_t a, size_t b) { return std::abs(v.logitDelta[a]) > std::abs(v.logitDelta[b]); });
+  std::partial_sort(
+      order.begin(), order.begin() + static_cast<std::ptrdiff_t>(top), order.end(),
+      [&](size_t a, size_t b) { return std::abs(v.logitDelta[a]) > std::abs(v.logitDelta[b]); });
   std::string tops;
   for (size_t k = 0; k < top; ++k) {
     const float d = v.logitDelta[order[k]];
     if (!(std::abs(d) > 0)) break;
-    tops += std::string(k ? ",  " : "") + printable(insp.tokenLabel(v.point.request, static_cast<int64_t>(order[k]))) +
-            " " + (d >= 0 ? "+" : "") + shortNumber(d);
+    tops += std::string(k ? ",  " : "") +
+            printable(insp.tokenLabel(v.point.request, static_cast<int64_t>(order[k]))) + " " +
+            (d >= 0 ? "+" : "") + shortNumber(d);
   }
   if (tops.empty()) tops = "none (the rows are equal)";
   for (const auto& l : wrapText("largest |\u0394|: " + tops, width, "  ")) os << l << "\n";
@@ -463,16 +506,21 @@ void printLogits(std::ostream& os, const Inspector& insp, const StepView& v, con
 
 // ---- 6. findings ------------------------------------------------------------------------
 
-void printFindings(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st, int width) {
+void printFindings(std::ostream& os, const Inspector& insp, const StepView& v, const Style& st,
+                   int width) {
   const InspectionPoint& p = v.point;
   os << "\n"
-     << st.bold("Findings at request " + std::to_string(p.request) + ", step " + std::to_string(p.step)) << "\n";
+     << st.bold("Findings at request " + std::to_string(p.request) + ", step " +
+                std::to_string(p.step))
+     << "\n";
   if (v.findings.empty()) os << "  none here\n";
   for (const Finding& f : v.findings) {
     std::string where;
     if (f.layer >= 0) where += "layer " + std::to_string(f.layer);
-    if (f.position >= 0) where += std::string(where.empty() ? "" : ", ") + "position " + std::to_string(f.position);
-    where += std::string(where.empty() ? "" : ", ") + (f.causedBy.empty() ? "root" : "caused by " + f.causedBy);
+    if (f.position >= 0)
+      where += std::string(where.empty() ? "" : ", ") + "position " + std::to_string(f.position);
+    where += std::string(where.empty() ? "" : ", ") +
+             (f.causedBy.empty() ? "root" : "caused by " + f.causedBy);
     os << "  " << st.alarm("[" + f.id + "]") << " " << where << "\n";
     for (const auto& l : wrapText(f.explanation, width, "      ")) os << l << "\n";
   }
@@ -480,15 +528,17 @@ void printFindings(std::ostream& os, const Inspector& insp, const StepView& v, c
   for (const Finding& f : insp.output().result.report.findings) {
     if (f.request == p.request && f.step == p.step) continue;
     const InspectionPoint at = insp.locate(f);
-    elsewhere += (elsewhere.empty() ? "" : "; ") + f.id + " at --request " + std::to_string(at.request) + " --step " +
-                 std::to_string(at.step) + " --layer " + std::to_string(at.layer);
+    elsewhere += (elsewhere.empty() ? "" : "; ") + f.id + " at --request " +
+                 std::to_string(at.request) + " --step " + std::to_string(at.step) + " --layer " +
+                 std::to_string(at.layer);
   }
   if (!elsewhere.empty())
     for (const auto& l : wrapText("elsewhere: " + elsewhere, width, "  ")) os << l << "\n";
 }
 
 void run(InspectArgs& a, CliContext& ctx) {
-  if (a.width != 0 && a.width < 40) throw UsageError("--width " + std::to_string(a.width) + ": give at least 40");
+  if (a.width != 0 && a.width < 40)
+    throw UsageError("--width " + std::to_string(a.width) + ": give at least 40");
   a.inputs.apply(a.spec);
   showProgressOnTerminal(a.spec);
   auto output = std::make_shared<AuditJobOutput>(runAuditJob(a.spec));
@@ -515,20 +565,25 @@ void run(InspectArgs& a, CliContext& ctx) {
 
 void registerInspectCommand(CLI::App& app, CliContext& ctx) {
   auto args = std::make_shared<InspectArgs>();
-  auto* cmd = app.add_subcommand(
-      "inspect",
-      "Show one step of the audit in the terminal: verdict, tokens, layers, the K/V heatmaps of one layer and kv "
-      "head, logits, findings (exit 0 clean, 1 divergent, 2 error)");
+  auto* cmd = app.add_subcommand("inspect",
+                                 "Show one step of the audit in the terminal: verdict, tokens, "
+                                 "layers, the K/V heatmaps of one layer and kv "
+                                 "head, logits, findings (exit 0 clean, 1 divergent, 2 error)");
   args->inputs.addTo(*cmd, args->spec);
-  args->requestOpt = cmd->add_option("--request", args->request, "request id (default: the first divergence's)");
-  args->stepOpt = cmd->add_option("--step", args->step,
-                                  "step of that request, 0 = prefill (default: its first divergent step, else 0)");
-  args->layerOpt = cmd->add_option("--layer", args->layer, "layer (default: the first divergence's, else 0)");
-  args->headOpt = cmd->add_option("--head", args->head, "kv head (default: the one whose cache differs most)");
+  args->requestOpt =
+      cmd->add_option("--request", args->request, "request id (default: the first divergence's)");
+  args->stepOpt = cmd->add_option(
+      "--step", args->step,
+      "step of that request, 0 = prefill (default: its first divergent step, else 0)");
+  args->layerOpt =
+      cmd->add_option("--layer", args->layer, "layer (default: the first divergence's, else 0)");
+  args->headOpt =
+      cmd->add_option("--head", args->head, "kv head (default: the one whose cache differs most)");
   cmd->add_option("--kind", args->kind, "k or v (default: whichever is further past its tolerance)")
       ->check(CLI::IsMember({"k", "v", "K", "V"}));
   cmd->add_option("--width", args->width, "columns to draw in (default: the terminal's, else 100)");
-  cmd->add_option("--rows", args->rows, "cache positions drawn at most (default 32)")->check(CLI::PositiveNumber);
+  cmd->add_option("--rows", args->rows, "cache positions drawn at most (default 32)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--color", args->color, "auto (a terminal without NO_COLOR), always or never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->callback([args, &ctx]() { run(*args, ctx); });
