@@ -541,9 +541,9 @@ void run(InspectArgs& a, CliContext& ctx) {
     throw UsageError("--width " + std::to_string(a.width) + ": give at least 40");
   a.inputs.apply(a.spec);
   showProgressOnTerminal(a.spec);
-  auto output = std::make_shared<AuditJobOutput>(runAuditJob(a.spec));
-  // Trace+trace mode: a reference side for every request even when stage 1 stopped early.
-  output->result.addReferencesFromTrace();
+  // (Trace+trace mode: auditTraces gives every request a reference side, also when stage
+  // 1 stopped early.)
+  auto output = std::make_shared<const AuditJobOutput>(runAuditJob(a.spec));
   Inspector insp(output);
   const InspectionPoint point = resolvePoint(insp, a);
   const StepView view = insp.view(point);
