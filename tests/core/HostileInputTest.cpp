@@ -410,3 +410,10 @@ TEST(HostileInput, WriterRefusesMetadataThatIsNotUtf8) {
   EXPECT_THROW(w.write(path, true), UsageError);
   EXPECT_FALSE(fs::exists(path));
 }
+
+TEST(HostileInput, PolicyTopKAboveInt64IsRefusedNotWrapped) {
+  const auto path = traceCopy(v2Trace(), "topk.kvtrace", nullptr, [](json& d) {
+    d["requests"][0]["policy"]["top_k"] = 18446744073709551615ull;
+  });
+  EXPECT_EQ(traceRefused(path).field(), "requests[0].policy.top_k");
+}

@@ -109,8 +109,10 @@ void from_json(const nlohmann::json& j, SamplingPolicy& p) {
   out.temperature = it->get<double>();
 
   if ((it = j.find("top_k")) != j.end() && !it->is_null()) {
-    if (!it->is_number_integer())
-      throw InputError("", "top_k", "expected an integer or null");
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() &&
+         it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())))
+      throw InputError("", "top_k", "expected an integer (at most 2^63 - 1) or null");
     out.topK = it->get<int64_t>();
   }
   if ((it = j.find("top_p")) != j.end() && !it->is_null()) {
