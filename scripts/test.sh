@@ -11,6 +11,19 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
   QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}" ctest --output-on-failure -j "${KVSCOPE_TEST_JOBS:-2}" --timeout 600
 )
 
+# Sanitizers on the parsers of untrusted input (issue 12, docs/limits.md): the torch-free
+# parser sources alone, built with ASan + UBSan (GCC), replaying every fuzz corpus and
+# regression input. About 5 CPU-minutes to build; the replay takes under a second.
+# KVSCOPE_SKIP_SANITIZERS=1 skips it.
+if [[ "${KVSCOPE_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  (
+    cd "$ROOT"
+    cmake --preset parsers-asan >/dev/null
+    cmake --build --preset parsers-asan
+    ctest --preset parsers-asan
+  )
+fi
+
 # The demo audit, rendered by the app itself in a real X server (Xvfb).
 GUI="$BUILD_DIR/app/gui/kvscope"
 if [[ -x "$GUI" ]]; then
