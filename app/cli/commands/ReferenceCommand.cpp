@@ -3,6 +3,8 @@
 // One uncached pass over a prompt (audit stage 1's reference): the next-token logits, the
 // top candidates, and optionally every position's logits, hidden states and per-layer K/V
 // in a safetensors file.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -106,6 +108,15 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
 
   const ModelSession session = ModelSession::open(o.model, /*requireTokenizer=*/havePrompt);
   const Model& model = *session.model();
+  if (isatty(STDERR_FILENO)) {  // the first run of a large checkpoint hashes every byte
+    bool shown = false;
+    model.fingerprint([&shown](uint64_t done, uint64_t total) {
+      std::cerr << "\rfingerprinting the checkpoint: " << done / 1000000 << " of "
+                << total / 1000000 << " MB (cached for the next run)" << std::flush;
+      shown = true;
+    });
+    if (shown) std::cerr << "\n";
+  }
   std::vector<std::string> tokens;
   if (havePrompt) {
     Encoding enc = session.encode(o.prompt);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ class Model {
   const ModelConfig& config() const;
   const Checkpoint& checkpoint() const;
   const std::string& fingerprint() const;
+  /// fingerprint(), calling `progress(bytes hashed, total bytes)` about five times a second
+  /// while the content hash still runs (not at all when it came from the cache).
+  const std::string& fingerprint(const std::function<void(uint64_t, uint64_t)>& progress) const;
   /// "F32", "F16", "BF16" or "mixed": what the checkpoint stores (compute is float32).
   const std::string& storedDtype() const;
   int64_t embeddingRows() const;  // rows of the input embedding (>= config vocab_size)

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "audit/NumberText.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Tokenizer.hpp"
 #include "kvscope/TraceFile.hpp"
@@ -39,6 +40,18 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     return out;
   }
   auto model = Model::load(spec.modelDir);
+  // The content hash of a large checkpoint takes a while on its first run (then it is
+  // cached): say so instead of sitting silent, and let Cancel stop the wait.
+  if (spec.options.progress)
+    model->fingerprint([&](uint64_t done, uint64_t total) {
+      if (spec.options.cancelled && spec.options.cancelled()) throw AuditCancelled();
+      const double gb = 1e-9;
+      spec.options.progress(0.0, "fingerprinting the checkpoint: " +
+                                     detail::numberText(static_cast<double>(done) * gb, 3) +
+                                     " of " +
+                                     detail::numberText(static_cast<double>(total) * gb, 3) +
+                                     " GB (cached for the next run)");
+    });
   auto tokenizer = tryTokenizer(spec.modelDir);
   AuditOptions options = spec.options;
   if (tokenizer && options.tokenizerVocabSize == 0) options.tokenizerVocabSize = tokenizer->vocabSize();

@@ -1,5 +1,6 @@
 #include "kvscope/Model.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -83,6 +84,17 @@ Model::~Model() = default;
 const ModelConfig& Model::config() const { return impl_->config; }
 const Checkpoint& Model::checkpoint() const { return *impl_->checkpoint; }
 const std::string& Model::fingerprint() const { return impl_->checkpoint->fingerprint(); }
+
+const std::string& Model::fingerprint(
+    const std::function<void(uint64_t, uint64_t)>& progress) const {
+  const Checkpoint& c = *impl_->checkpoint;
+  while (progress && !c.fingerprintReady()) {
+    const auto [done, total] = c.fingerprintProgress();
+    if (total > 0) progress(done, total);  // 0 until the hash has sized its files
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return c.fingerprint();
+}
 const std::string& Model::storedDtype() const { return impl_->checkpoint->storedDtype(); }
 int64_t Model::embeddingRows() const { return impl_->embed.size(0); }
 uint64_t Model::weightsVersion() const { return impl_->weightsVersion; }
