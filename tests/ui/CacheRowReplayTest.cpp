@@ -113,6 +113,14 @@ class CacheRowReplayTest : public QObject {
     QVERIFY(CacheRowReplay::replay(wrong.result.trace, 0, 1, 0, KvKind::Keys).empty());
   }
 
+  void anUntrustedCacheLengthIsNeitherRebuiltNorAllocated() {
+    // A damaged trace declares a cache of 2^40 entries after request 1's prefill: the row
+    // would need terabytes; nothing longer than what was written into the slot is rebuilt.
+    Fixture f = overwrittenRow(true);
+    f.result.trace.steps[1].layers[0].cacheLength = int64_t{1} << 40;
+    QVERIFY(CacheRowReplay::replay(f.result.trace, 0, 1, 0, KvKind::Keys).empty());
+  }
+
   void recordsThatMatchTheChecksumAreNotRewritten() {
     Fixture f = overwrittenRow(false);
     TraceStep& decode = f.result.trace.steps.back();

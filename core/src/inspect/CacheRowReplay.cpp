@@ -68,6 +68,15 @@ FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t 
     }
     if (&st == target) break;
   }
+  // Declared cache lengths are untrusted: a row longer than every record written into the
+  // slot could not reproduce a checksum of written values, so it is not rebuilt (and never
+  // allocated).
+  int64_t written = 0;
+  for (const TraceStep* st : writes) {
+    const FloatTensor& r = recordsOf(st->layers[static_cast<size_t>(layer)], kind);
+    written += r.shape.size() == 3 ? r.shape[1] : 0;
+  }
+  if (capacity > written) return {};
   std::vector<float> row(static_cast<size_t>(h * capacity * d), 0.0f);  // [h, capacity, d]
   for (const TraceStep* st : writes) {
     const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
