@@ -23,7 +23,8 @@ VERSION = 2
 # step columns of version 2 (docs/trace-format.md, "Step columns"); others are kept in Step.extra
 STEP_COLUMNS = ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
                 "rng_draws_before", "rng_draws_after", "weights_version", "events", "logits_row",
-                "appended", "snapshot_lengths", "cache_lengths", "checksum_row")
+                "appended", "snapshot_lengths", "cache_lengths", "checksum_row", "draft_count",
+                "accepted_count")
 REQUIRED_COLUMNS = ("request", "step", "fed_ids", "positions")
 
 
@@ -210,6 +211,8 @@ def columns_of(trace: Any):
     for k in ("chosen", "rng_draws_before", "rng_draws_after", "weights_version"):
         c[k] = [getattr(s, k) for s in steps]
     c["events"] = [list(s.events) for s in steps]
+    c["draft_count"] = [int(s.draft_count) for s in steps]   # speculative decoding; left out
+    c["accepted_count"] = [int(s.accepted_count) for s in steps]  # when no step has drafts
     logits, kv, snaps, sums = [], [([], []) for _ in range(L)], [([], []) for _ in range(L)], []
     for k in ("logits_row", "appended", "snapshot_lengths", "cache_lengths", "checksum_row"):
         c[k] = []
@@ -240,7 +243,7 @@ def columns_of(trace: Any):
                 "chosen": [-1] * n, "rng_draws_before": [0] * n, "rng_draws_after": [0] * n,
                 "weights_version": [0] * n, "events": [[]] * n, "logits_row": [-1] * n,
                 "appended": [None] * n, "snapshot_lengths": [None] * n, "cache_lengths": [None] * n,
-                "checksum_row": [-1] * n}
+                "checksum_row": [-1] * n, "draft_count": [0] * n, "accepted_count": [0] * n}
     for k, d in defaults.items():
         if c[k] == d:
             del c[k]

@@ -75,12 +75,21 @@ class Step:
     rng_draws_after: int = 0
     weights_version: int = 0
     events: List[str] = dataclasses.field(default_factory=list)
+    # speculative decoding: the last draft_count fed entries are drafts, the first
+    # accepted_count of them accepted (stream tokens); the rest are rolled back
+    draft_count: int = 0
+    accepted_count: int = 0
     logits: Optional[np.ndarray] = None        # float32 [V]
     layers: List[LayerRecord] = dataclasses.field(default_factory=list)
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
 
+    def rejected_count(self) -> int:
+        return max(0, self.draft_count - self.accepted_count)
+
     def real_fed_count(self) -> int:
-        return len(self.fed_ids) if not self.fed_mask else int(sum(1 for m in self.fed_mask if m))
+        """Fed entries that are stream tokens: not padding, not rejected drafts."""
+        kept = len(self.fed_ids) - self.rejected_count()
+        return kept if not self.fed_mask else int(sum(1 for m in self.fed_mask[:kept] if m))
 
 
 @dataclasses.dataclass
@@ -312,6 +321,12 @@ def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
     st.rng_draws_after = s.integer("rng_draws_after", 0)
     st.weights_version = s.integer("weights_version", 0)
     st.events = s.strings("events")
+    st.draft_count = s.integer("draft_count", 0)
+    if not 0 <= st.draft_count <= len(st.fed_ids):
+        s.fail("draft_count", f"{st.draft_count} is outside [0, {len(st.fed_ids)}] (the fed tokens)")
+    st.accepted_count = s.integer("accepted_count", 0)
+    if not 0 <= st.accepted_count <= st.draft_count:
+        s.fail("accepted_count", f"{st.accepted_count} is outside [0, {st.draft_count}] (draft_count)")
     lengths = s.ints("cache_lengths", False)
     if lengths and len(lengths) != L:
         s.fail("cache_lengths", f"one entry per layer expected ({L})")
@@ -402,8 +417,9 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
                 rec.cache_length = declared[l].cache_length
             elif ck is not None:
                 rec.cache_length = ck.shape[1]
-            else:
-                rec.cache_length = prev[l] + rec.keys.shape[1]
+            else:  # a speculative step rolled its rejected drafts back
+                rolled = s.rejected_count() if rec.keys.shape[1] >= len(s.fed_ids) else 0
+                rec.cache_length = prev[l] + rec.keys.shape[1] - rolled
             prev[l] = rec.cache_length
             s.layers.append(rec)
 

@@ -105,11 +105,16 @@ class TraceWriter:
                  events: Sequence[str] = (), tick: Optional[int] = None, slot: Optional[int] = None,
                  cache_lengths: Optional[Sequence[int]] = None,
                  checksums_k: Optional[Sequence[str]] = None,
-                 checksums_v: Optional[Sequence[str]] = None) -> Step:
+                 checksums_v: Optional[Sequence[str]] = None,
+                 draft_count: int = 0, accepted_count: int = 0) -> Step:
         """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
         cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
         Checksums are computed from the snapshots when xxhash is available and none are
-        given. cache_lengths default to what the records imply (as the reader derives)."""
+        given. cache_lengths default to what the records imply (as the reader derives).
+        Speculative decoding: the last draft_count fed tokens are drafts the step verified,
+        the first accepted_count of them accepted (they belong in the request's generated
+        tokens, before chosen); the default cache lengths assume the rejected ones were
+        rolled back."""
         m = self.model
         L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
@@ -119,6 +124,9 @@ class TraceWriter:
             raise ValueError(f"{len(positions)} positions for {len(fed_ids)} fed tokens")
         if fed_mask is not None and len(fed_mask) != len(fed_ids):
             raise ValueError("fed_mask needs one entry per fed token")
+        if not 0 <= int(draft_count) <= len(fed_ids) or not 0 <= int(accepted_count) <= int(draft_count):
+            raise ValueError(f"draft_count {draft_count} / accepted_count {accepted_count}: need "
+                             f"0 <= accepted_count <= draft_count <= {len(fed_ids)} fed tokens")
         if (keys is None) != (values is None) or (cache_keys is None) != (cache_values is None):
             raise ValueError("give keys with values and cache_keys with cache_values")
         st = Step(request=int(request), step=int(step), fed_ids=fed_ids, positions=positions,
@@ -127,7 +135,8 @@ class TraceWriter:
                   fed_mask=[1 if x else 0 for x in fed_mask] if fed_mask is not None else None,
                   chosen=int(chosen), rng_draws_before=int(rng_draws_before),
                   rng_draws_after=int(rng_draws_after), weights_version=int(weights_version),
-                  events=list(events))
+                  events=list(events), draft_count=int(draft_count),
+                  accepted_count=int(accepted_count))
         if logits is not None:
             st.logits = _float32(logits, "logits").reshape(-1)
             if st.logits.shape != (V,):
@@ -176,8 +185,9 @@ class TraceWriter:
                 if rec.cache_length <= 0:
                     if rec.cache_keys is not None:
                         rec.cache_length = rec.cache_keys.shape[1]
-                    else:
-                        rec.cache_length = prev[l] + rec.keys.shape[1]
+                    else:  # rejected drafts rolled back
+                        rolled = s.rejected_count() if rec.keys.shape[1] >= len(s.fed_ids) else 0
+                        rec.cache_length = prev[l] + rec.keys.shape[1] - rolled
                 prev[l] = rec.cache_length
 
     def to_trace(self) -> Trace:

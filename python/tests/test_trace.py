@@ -107,7 +107,8 @@ def assert_same_trace(test, a, b, versions=True):
     test.assertEqual(len(a.steps), len(b.steps))
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         for f in ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
-                  "rng_draws_before", "rng_draws_after", "weights_version", "events", "extra"):
+                  "rng_draws_before", "rng_draws_after", "weights_version", "events", "extra",
+                  "draft_count", "accepted_count"):
             test.assertEqual(getattr(x, f), getattr(y, f), f"step {i} {f}")
         test.assertEqual(x.logits is None, y.logits is None, f"step {i} logits")
         if x.logits is not None:
@@ -235,10 +236,12 @@ class RoundTrip(TempDir, unittest.TestCase):
         self.assertEqual(st["events"], [["arrival"], ["arrival"], [], [], ["cache_reset"]])
         # all-default optional columns are left out (tick == i, slot == request, no masks,
         # no snapshots, no checksums)
-        for k in ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row"):
+        for k in ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
+                  "accepted_count"):
             self.assertNotIn(k, st)
         self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - {"tick", "slot", "fed_mask",
-                                                                           "snapshot_lengths", "checksum_row"})
+                                                                           "snapshot_lengths", "checksum_row",
+                                                                           "draft_count", "accepted_count"})
 
     def test_writer_packs_as_the_spec_says(self):
         for snapshots in (False, True):

@@ -33,7 +33,16 @@ struct Case {
   int64_t secondArrival = 2;
   bool batch = false;
   double temperature = 0.0;
+  int64_t speculative = 0;      // draft tokens per step (speculative decoding)
+  std::vector<int64_t> prompt;  // request 0's prompt instead of the golden one
 };
+
+// Prompts whose prompt-lookup drafts are partly accepted (3 drafts: accepted 2 of 3 at step 1
+// on gpt2, 1 of 3 at step 3 on llama), so the rollback keeps accepted rows and drops the rest.
+std::vector<int64_t> speculativePrompt(const std::string& model) {
+  return model == "gpt2" ? std::vector<int64_t>{324, 86, 78, 422, 324, 86, 78}
+                         : std::vector<int64_t>{138, 494, 478, 121, 138, 494, 478};
+}
 
 struct Row {
   std::string name, model, expected, got;
@@ -60,7 +69,7 @@ AuditResult runCase(const Case& c) {
   std::vector<RequestSpec> specs;
   for (int i = 0; i < c.requests; ++i) {
     RequestSpec s;
-    s.promptIds = goldenPrompt(golden, i);
+    s.promptIds = i == 0 && !c.prompt.empty() ? c.prompt : goldenPrompt(golden, i);
     for (auto& id : s.promptIds) id %= model->config().vocabSize;
     s.maxNewTokens = 8;
     s.stopAtEos = false;
@@ -72,6 +81,7 @@ AuditResult runCase(const Case& c) {
   }
   EngineOptions o;
   for (const auto& f : c.faults) o.faults.push_back(FaultSpec::parse(f));
+  o.speculativeDrafts = c.speculative;
   Trace trace = Engine(model).run(specs, o);
   auto fresh = Model::load(dir);
   return Auditor::audit(*fresh, trace);
@@ -160,6 +170,21 @@ std::vector<Case> faultCases(const std::string& m) {
     reseed.temperature = 1.5;
     cs.push_back(reseed);
   }
+  // KV Scope's additions.
+  for (int64_t layer : {0, 2})
+    for (int64_t step : {1, 3}) {
+      Case c{
+          "speculative_rollback layer=" + std::to_string(layer) + " step=" + std::to_string(step),
+          m,
+          {"speculative_rollback:draft=3,layer=" + std::to_string(layer) +
+           ",step=" + std::to_string(step)},
+          {"speculative_rollback"},
+          0,
+          step,
+          layer};
+      c.prompt = speculativePrompt(m);
+      cs.push_back(c);
+    }
   Case both{"wrong_layer + cross_request (worked case)", m, {"wrong_layer:layer=2,source=1", "cross_request:request=1,victim=0"},
             {"wrong_layer", "cross_request"}, 0, 0, 2, 2};
   cs.push_back(both);
@@ -182,6 +207,13 @@ std::vector<Case> allCases() {
     Case batch{"clean left-padded batch", m, {}, {}, 0, -1, -2, 2};
     batch.batch = true;
     cs.push_back(batch);
+    Case speculative{"clean speculative decoding (3 drafts, rollback)", m, {}, {}};
+    speculative.speculative = 3;
+    speculative.prompt = speculativePrompt(m);
+    cs.push_back(speculative);
+    Case specTwo{"clean speculative decoding, two requests", m, {}, {}, 0, -1, -2, 2};
+    specTwo.speculative = 3;
+    cs.push_back(specTwo);
     for (auto& c : faultCases(m)) cs.push_back(c);
   }
   return cs;

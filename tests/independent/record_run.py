@@ -58,7 +58,8 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
                    chosen=s.chosen, logits=s.logits, cache_keys=s.cache_keys,
                    cache_values=s.cache_values, weights_version=s.weights_version,
                    events=s.events, tick=i, slot=s.slot, rng_draws_before=s.rng_before,
-                   rng_draws_after=s.rng_after)
+                   rng_draws_after=s.rng_after, draft_count=s.draft_count,
+                   accepted_count=s.accepted_count)
     if len(run.weights_dirs) > 1:  # the engine swapped checkpoints (stale_cache)
         w.extra["weights_checkpoints"] = [
             {"weights_version": v, "directory": os.path.abspath(d), "fingerprint": kvtrace.model_fingerprint(d)}

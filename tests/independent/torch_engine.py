@@ -19,6 +19,13 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         the old cache kept (weights_version 1 from S)
   tie_rule                              greedy ties broken toward the highest id
   rng_extra_draw:step=S                 one extra torch.rand draw before each sample from S
+  speculative:draft=K                   not a bug: greedy speculative decoding with
+                                        prompt-lookup drafts (transformers' algorithm: the
+                                        earliest match of the last 2, else 1, tokens), K drafts
+                                        verified per step, the rejected ones cropped
+  speculative_rollback:draft=K,step=S   the same, but from step S the cache's crop() is a
+                                        no-op (a cache type whose trim does nothing): the
+                                        rejected drafts' rows stay
 """
 
 from __future__ import annotations
@@ -46,8 +53,10 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "stale_cache": {"step": 5},
     "tie_rule": {},
     "rng_extra_draw": {"step": 0},
+    "speculative": {"draft": 3},
+    "speculative_rollback": {"draft": 3, "step": 1},
 }
-CACHE_BUGS = ("wrong_layer", "duplicate_append")
+CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback")
 POLICY_BUGS = ("tie_rule", "rng_extra_draw")
 
 
@@ -136,6 +145,43 @@ class DuplicateAppendCache(KVCache):
         return super().update(layer_idx, k_new, v_new)
 
 
+class NoCropCache(KVCache):
+    """From the `from_step`-th crop() call on (counting verification steps from 1), crop()
+    does nothing: the rejected drafts' rows stay while the engine counts only accepted
+    tokens."""
+
+    def __init__(self, num_layers: int, from_step: int):
+        super().__init__(num_layers)
+        self.from_step = from_step
+        self.step = 0          # set by the engine before each crop
+        self.skipped: List[int] = []
+
+    def crop(self, max_length: int) -> None:
+        if self.step >= self.from_step:
+            if self.get_seq_length() > max_length:
+                self.skipped.append(self.step)
+            return
+        super().crop(max_length)
+
+
+def prompt_lookup(stream: List[int], count: int, max_ngram: int = 2) -> List[int]:
+    """Draft tokens as transformers' prompt lookup decoding proposes them: for the last
+    `max_ngram`, then fewer, tokens of the stream, the EARLIEST earlier match whose
+    continuation is not empty; up to `count` tokens of that continuation ([] without a
+    match)."""
+    n = len(stream)
+    for size in range(max_ngram, 0, -1):
+        if n <= size:
+            continue
+        tail = stream[n - size:]
+        for start in range(0, n - size):
+            if stream[start:start + size] == tail:
+                out = stream[start + size:min(start + size + count, n)]
+                if out:
+                    return out
+    return []
+
+
 # ----------------------------------------------------------------------------- choosing
 
 class TokenChooser:
@@ -192,6 +238,8 @@ class StepLog:
         self.events: List[str] = list(kw.get("events", ()))
         self.rng_before: int = kw.get("rng_before", 0)
         self.rng_after: int = kw.get("rng_after", 0)
+        self.draft_count: int = kw.get("draft_count", 0)
+        self.accepted_count: int = kw.get("accepted_count", 0)
         top = float(self.logits.max())
         self.tied: List[int] = [int(i) for i in np.flatnonzero(self.logits == top)]
 
@@ -230,7 +278,16 @@ class DecodeEngine:
             return WrongLayerCache(L, b["layer"], b["source"], b["step"])
         if "duplicate_append" in self.bugs:
             return DuplicateAppendCache(L, self.bugs["duplicate_append"]["step"])
+        if "speculative_rollback" in self.bugs:
+            return NoCropCache(L, self.bugs["speculative_rollback"]["step"])
         return KVCache(L)
+
+    def drafts_per_step(self) -> int:
+        """Speculative decoding: draft tokens per step (0 = off)."""
+        for name in ("speculative", "speculative_rollback"):
+            if name in self.bugs:
+                return int(self.bugs[name]["draft"])
+        return 0
 
     def new_chooser(self, temperature: float, seed: int) -> TokenChooser:
         """The request's token chooser, patched by tie_rule / rng_extra_draw."""
@@ -252,9 +309,9 @@ class DecodeEngine:
             return list(range(n))
         return [past + i for i in range(n)]
 
-    def _log(self, run: RunLog, cache: KVCache, logits: torch.Tensor, **kw) -> StepLog:
+    def _log(self, run: RunLog, cache: KVCache, logits: torch.Tensor, row: int = -1, **kw) -> StepLog:
         ks, vs = cache.snapshot()
-        st = StepLog(logits=logits[-1].numpy().copy(), cache_keys=ks, cache_values=vs, **kw)
+        st = StepLog(logits=logits[row].numpy().copy(), cache_keys=ks, cache_values=vs, **kw)
         run.steps.append(st)
         return st
 
@@ -273,8 +330,13 @@ class DecodeEngine:
         fed = list(prompt_ids)
         run.requests.append({"id": 0, "prompt_ids": list(prompt_ids), "generated": tokens,
                              "policy": chooser.policy(), "max_new_tokens": max_new})
+        drafts_per_step = self.drafts_per_step()
+        if drafts_per_step and temperature > 0:
+            raise ValueError("speculative decoding here verifies greedily: use temperature 0")
         try:
-            for step in range(max_new):
+            step = -1
+            while len(tokens) < max_new:
+                step += 1
                 b = self.bugs.get("stale_cache")
                 if b and step == b["step"]:
                     model.load_weights(self.second_model)  # new weights, the old cache kept
@@ -286,18 +348,38 @@ class DecodeEngine:
                     self._reuse_slot(run, cache, b, list(prompt_ids) + tokens[:step - 1],
                                      temperature, seed, version)
                 past = cache.get_seq_length()
+                draft: List[int] = []
+                if drafts_per_step and step > 0:
+                    budget = min(drafts_per_step, max_new - len(tokens) - 1)
+                    draft = prompt_lookup(list(prompt_ids) + tokens, budget) if budget > 0 else []
+                fed = fed + draft
                 pos = self.positions(past, len(fed), step)
                 logits = model.forward(fed, pos, cache)
-                tok, before, after = chooser.choose(logits[-1], step)
-                self._log(run, cache, logits, request=0, step=step, fed_ids=fed, positions=pos,
+                accepted = 0  # greedy verification: draft j stands while row j chooses it
+                while accepted < len(draft) and chooser.choose(logits[len(fed) - len(draft) - 1 + accepted], step)[0] == draft[accepted]:
+                    accepted += 1
+                row = len(fed) - len(draft) - 1 + accepted
+                tok, before, after = chooser.choose(logits[row], step)
+                if draft:  # drop the rejected drafts' rows: past + fed token + accepted ones
+                    if isinstance(cache, NoCropCache):
+                        cache.step = step
+                    cache.crop(past + len(fed) - len(draft) + accepted)
+                self._log(run, cache, logits, row=row, request=0, step=step, fed_ids=fed, positions=pos,
                           chosen=tok, weights_version=version, slot=0,
-                          events=["arrival"] if step == 0 else [], rng_before=before, rng_after=after)
+                          events=["arrival"] if step == 0 else [], rng_before=before, rng_after=after,
+                          draft_count=len(draft), accepted_count=accepted)
+                tokens.extend(draft[:accepted])
                 tokens.append(tok)
                 fed = [tok]
         finally:
             if model.directory != original_dir:
                 model.load_weights(original_dir)
         self._note_injections(run)
+        if isinstance(cache, NoCropCache):
+            b = self.bugs["speculative_rollback"]
+            run.injected.append({"bug": "speculative_rollback", "draft": b["draft"], "from_step": b["step"],
+                                 "step": cache.skipped[0] if cache.skipped else None,
+                                 "skipped_steps": list(cache.skipped)})
         return run
 
     def _reuse_slot(self, run: RunLog, cache: KVCache, bug: dict, stream0: List[int],
@@ -321,7 +403,7 @@ class DecodeEngine:
     def _note_injections(self, run: RunLog) -> None:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
-                     "rng_extra_draw"):
+                     "rng_extra_draw", "speculative"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:

@@ -169,6 +169,14 @@ class KVCache:
         k = self.keys[layer_idx]
         return 0 if k is None else int(k.shape[2])
 
+    def crop(self, max_length: int) -> None:
+        """Keeps the first `max_length` entries of every layer (transformers'
+        DynamicCache.crop: how speculative decoding drops the rejected drafts)."""
+        for l in range(self.num_layers):
+            if self.keys[l] is not None and self.keys[l].shape[2] > max_length:
+                self.keys[l] = self.keys[l][:, :, :max_length, :]
+                self.values[l] = self.values[l][:, :, :max_length, :]
+
     def reset(self) -> None:
         """Empties every layer (what a scheduler does before reusing the slot)."""
         self.keys = [None] * self.num_layers

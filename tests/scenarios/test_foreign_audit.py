@@ -228,6 +228,36 @@ class IndependentEngineTest(unittest.TestCase):
                     check(self, f"engine {model} float16", name, "model+trace", expect,
                           fr.audit(trace, model=os.path.join(MODELS, model)))
 
+    def test_speculative_decoding(self):
+        """KV Scope's addition: greedy speculative decoding with prompt-lookup drafts, the
+        rejected ones cropped (clean), and a cache whose crop() is a no-op from step 2
+        (speculative_rollback at the first step that left rows; its positions come from the
+        inflated cache length, a consequence linked to it)."""
+        for model in PROMPTS:
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(model=model, dtype=dtype):
+                    trace, _ = self._record(model, dtype, "speculative", "speculative:draft=3")
+                    check(self, f"engine {model} {dtype}", "speculative clean (3 drafts)", "model+trace",
+                          fr.Expectation([]), fr.audit(trace, model=os.path.join(MODELS, model)))
+                    trace, info = self._record(model, dtype, "speculative_rollback",
+                                               "speculative_rollback:draft=3,step=2")
+                    skipped = [i for i in info["injected"] if i["bug"] == "speculative_rollback"][0]
+                    self.assertIsNotNone(skipped["step"], "a step should have rejected drafts")
+                    out = fr.audit(trace, model=os.path.join(MODELS, model))
+                    check(self, f"engine {model} {dtype}", "speculative_rollback from s2", "model+trace",
+                          fr.Expectation(["speculative_rollback"], skipped["step"], 0), out)
+                    if dtype == "float32":
+                        self.assertIn("position", out.consequences)
+        # Partly accepted drafts (2 proposed, 1 accepted at one step): the crop keeps the right rows.
+        prompt = PROMPTS["gpt2"][:6] * 2 + PROMPTS["gpt2"][:2]
+        out_path = os.path.join(self.tmp, "gpt2.speculative-partial.kvtrace")
+        record_run.record(os.path.join(MODELS, "gpt2"), out_path, prompt, 10, bug="speculative:draft=3")
+        import kvscope_trace as kvtrace
+        accepted = [s.accepted_count for s in kvtrace.read_trace(out_path).steps]
+        self.assertTrue(any(a > 0 for a in accepted), accepted)
+        check(self, "engine gpt2 float32", "speculative clean, drafts partly accepted", "model+trace",
+              fr.Expectation([]), fr.audit(out_path, model=os.path.join(MODELS, "gpt2")))
+
     def test_bfloat16_tolerances_are_the_ones_exercised(self):
         trace, _ = self._record("llama", "bfloat16", "clean")
         out = fr.audit(trace, model=os.path.join(MODELS, "llama"))

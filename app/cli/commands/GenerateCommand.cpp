@@ -1,6 +1,7 @@
 // kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch] [--snapshots] [--uncached]
+//     [--speculative K]
 //     [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
@@ -40,6 +41,7 @@ struct GenerateOptions {
   bool batch = false;
   bool snapshots = false;
   bool uncached = false;
+  int64_t speculative = 0;
   std::vector<std::string> weightUpdates;
 };
 
@@ -165,6 +167,9 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   for (const auto& w : o.weightUpdates) options.weightUpdates.push_back(parseWeightUpdate(w));
   options.recordSnapshots = o.snapshots;
   options.uncached = o.uncached;
+  if (o.speculative < 0 || o.speculative > 16)
+    throw UsageError("--speculative must be in 0..16, got " + std::to_string(o.speculative));
+  options.speculativeDrafts = o.speculative;
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
@@ -255,6 +260,10 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                 "Record full per-step cache copies in the trace (O(T^2))");
   cmd->add_flag("--uncached", o->uncached,
                 "Recompute the full prefix every step (the reference engine)");
+  cmd->add_option("--speculative", o->speculative,
+                  "Speculative decoding: propose K prompt-lookup draft tokens per decode step and "
+                  "verify them in one forward, rolling the rejected ones back (greedy requests "
+                  "decoding alone; 0 = off)");
   cmd->add_option(
          "--weight-update", o->weightUpdates,
          "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "

@@ -41,6 +41,10 @@ struct EngineOptions {
   bool recordSnapshots = false;  // full per-step cache copies (O(T^2)); off by default
   bool recordChecksums = true;
   bool uncached = false;         // full-prefix recompute every step (the reference engine)
+  // Speculative decoding: > 0 proposes that many draft tokens per decode step (prompt-lookup
+  // n-gram drafts) and verifies them in one forward; greedy requests decoding alone only.
+  // Rejected drafts are rolled back from the cache (the speculative_rollback fault skips it).
+  int64_t speculativeDrafts = 0;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

@@ -20,6 +20,8 @@ inline constexpr const char* StaleCache = "stale_cache";
 inline constexpr const char* ContextLimit = "context_limit";
 inline constexpr const char* SlidingWindow = "sliding_window";
 inline constexpr const char* Drift = "drift";
+// KV Scope's additions to the method's failure matrix.
+inline constexpr const char* SpeculativeRollback = "speculative_rollback";
 }  // namespace finding
 
 struct FailureMatrixRow {

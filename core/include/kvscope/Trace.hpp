@@ -73,8 +73,17 @@ struct TraceStep {
   uint64_t weightsVersion = 0;   // weights the forward used
   std::vector<TraceLayerRecord> layers;  // one per layer (empty when not recorded)
   std::vector<std::string> events;       // arrival, weight_update, cache_rebuilt, context_limit, eos
+  // Speculative decoding: the last `draftCount` fed entries are draft tokens the step's
+  // forward verified; the first `acceptedCount` of them were accepted (they are stream
+  // tokens, in the request's `generated` before `chosenToken`), the rest were rejected: not
+  // part of the stream, and rolled back from the cache after the step.
+  int64_t draftCount = 0;
+  int64_t acceptedCount = 0;
   bool operator==(const TraceStep& o) const;
-  /// The one rule for padding. Fed entry i is a real token unless the mask marks it 0.
+  /// Fed entries that are rejected draft tokens (draftCount - acceptedCount).
+  int64_t rejectedCount() const;
+  /// The one rule for padding. Fed entry i is a real token unless the mask marks it 0 or it
+  /// is one of the trailing rejected draft tokens.
   bool isRealEntry(size_t i) const;
   int64_t realFedCount() const;
   /// Which of a layer's `records` appended entries are real tokens: the mask applies when

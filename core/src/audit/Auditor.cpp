@@ -170,7 +170,7 @@ class AuditRun {
       for (const auto& a : steps) {
         records += static_cast<int>(a.step->layers.size());
         if (a.firstBadLayer >= 0) ++badRecords;
-        if (a.lengthMismatchLayer >= 0 || a.duplicateLayer >= 0) ++lengthBad;
+        if (a.lengthMismatchLayer >= 0 || a.duplicateLayer >= 0 || a.rollbackLayer >= 0) ++lengthBad;
         for (const auto& l : a.step->layers)
           checksums += l.keyChecksum || !l.snapshotKeys.empty() ? 1 : 0;
       }
@@ -218,8 +218,8 @@ class AuditRun {
                         std::to_string(checksums) +
                         " layer checksums or snapshots verified against the rebuilt cache)"
                   : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
-    const bool cacheFail =
-        f.has(finding::DuplicateAppend) || f.has(finding::WrongLayer) || lengthBad > 0;
+    const bool cacheFail = f.has(finding::DuplicateAppend) || f.has(finding::WrongLayer) ||
+                           f.has(finding::SpeculativeRollback) || lengthBad > 0;
     cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
     cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
                     : badRecords ? "structure ok; record values differ (explained by a later stage)"

@@ -1,6 +1,7 @@
 #include "audit/Diagnosis.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "audit/NumberText.hpp"
@@ -119,8 +120,111 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
             .evidence(ev));
 }
 
+void Diagnosis::speculativeRollback(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
+  if (f.hasFor(finding::SpeculativeRollback, r)) return;  // the onset carries the evidence
+  const TraceStep& st = *a.step;
+  const auto l = static_cast<size_t>(a.rollbackLayer);
+  const auto fed = static_cast<int64_t>(st.fedIds.size());
+  const int64_t firstRejected = fed - a.rejected;  // fed entry of the first rejected draft
+  // Stream position right after the last accepted token: where the first rejected draft sat.
+  const int64_t at = a.cacheRealBefore + static_cast<int64_t>(st.realColumns().size());
+  std::map<std::string, double> ev{
+      {"draft_tokens", static_cast<double>(st.draftCount)},
+      {"accepted", static_cast<double>(st.acceptedCount)},
+      {"rejected", static_cast<double>(a.rejected)},
+      {"cache_length_before", static_cast<double>(a.lengthBefore[l])},
+      {"cache_length_after", static_cast<double>(a.lengthAfter[l])},
+      {"expected_cache_length", static_cast<double>(a.lengthBefore[l] + fed - a.rejected)},
+      {"extra_rows",
+       static_cast<double>(a.lengthAfter[l] - (a.lengthBefore[l] + fed - a.rejected))},
+      {"first_rejected_position", static_cast<double>(at)},
+      {"layers_not_rolled_back", static_cast<double>(a.rollbackLayers.size())}};
+  std::string layers;
+  for (int x : a.rollbackLayers) layers += (layers.empty() ? "" : ", ") + std::to_string(x);
+  std::string ex = "the step verified " + std::to_string(st.draftCount) +
+                   " draft token(s) and accepted " + std::to_string(st.acceptedCount) +
+                   ", but layer " + std::to_string(l) + "'s cache length went from " +
+                   std::to_string(a.lengthBefore[l]) + " to " + std::to_string(a.lengthAfter[l]) +
+                   " instead of " + std::to_string(a.lengthBefore[l] + fed - a.rejected) +
+                   ": the " + std::to_string(a.rejected) +
+                   " rejected draft(s) were not rolled back (layers " + layers + ")";
+  // Whose rows are the extra ones? The rejected drafts' own projections at those positions,
+  // from an uncached pass over the accepted stream followed by the rejected drafts.
+  double vsDraft = 0, vsStream = 0, tolerance = 0;
+  bool checked = false, streamCompared = false;
+  const TraceRequest* req = trace_.findRequest(r);
+  const TraceLayerRecord& rec = st.layers[l];
+  if (req && rec.keys.shape.size() == 3 && rec.keys.shape[1] >= fed) {
+    const std::vector<int64_t> stream = req->stream();
+    std::vector<int64_t> ids(
+        stream.begin(),
+        stream.begin() + std::min<int64_t>(at, static_cast<int64_t>(stream.size())));
+    ids.insert(ids.end(), st.fedIds.begin() + firstRejected, st.fedIds.end());
+    if (static_cast<int64_t>(ids.size()) == at + a.rejected) {
+      if (auto run = refs_.branch(ids, a.version)) {
+        const RequestReference* own = refs_.get(r, a.version, stream);
+        const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim, A = rec.keys.shape[1];
+        for (int64_t j = 0; j < a.rejected; ++j) {
+          const int64_t col = firstRejected + j, p = at + j;
+          for (int kind = 0; kind < 2; ++kind) {
+            const FloatTensor& mine = kind ? rec.values : rec.keys;
+            const FloatTensor& draft = kind ? run->values[l] : run->keys[l];
+            const int64_t T = draft.shape[1];
+            const FloatTensor* next =
+                own && own->keys.size() > l ? (kind ? &own->values[l] : &own->keys[l]) : nullptr;
+            const bool inStream = next && p < next->shape[1];
+            double mag = 0;
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t k = 0; k < d; ++k) {
+                const double x = mine.data[static_cast<size_t>((h * A + col) * d + k)];
+                const double y = draft.data[static_cast<size_t>((h * T + p) * d + k)];
+                vsDraft = std::max(vsDraft, std::fabs(x - y));
+                mag = std::max(mag, std::fabs(y));
+                if (inStream) {
+                  const double z =
+                      next->data[static_cast<size_t>((h * next->shape[1] + p) * d + k)];
+                  vsStream = std::max(vsStream, std::fabs(x - z));
+                }
+              }
+            streamCompared = streamCompared || inStream;
+            tolerance = std::max(tolerance, tol_.forRecord(static_cast<int64_t>(l), p, mag));
+          }
+        }
+        checked = true;
+      }
+    }
+  }
+  if (checked) {
+    ev["extra_rows_vs_draft_projection"] = vsDraft;
+    ev["tolerance"] = tolerance;
+    ex += "; the extra rows equal the rejected drafts' projections at positions " +
+          std::to_string(at) + ".." + std::to_string(at + a.rejected - 1) + " (max diff " +
+          numberText(vsDraft) + ")";
+    if (streamCompared) {
+      ev["extra_rows_vs_stream_reference"] = vsStream;
+      ex += ", not the stream's tokens there (" + numberText(vsStream) + ")";
+    }
+  } else {
+    ex +=
+        "; their values were not compared with the drafts' projections (no model: trace+trace "
+        "mode)";
+  }
+  ex += "; later steps attend over them";
+  const bool valuesAgree = checked && vsDraft <= tolerance;
+  f.add(FindingDraft(finding::SpeculativeRollback)
+            .request(r)
+            .step(st.step)
+            .tick(st.tick)
+            .layer(a.rollbackLayer)
+            .position(at)
+            .confidence(valuesAgree ? 0.99 : 0.9)
+            .explanation(ex)
+            .evidence(ev));
+}
+
 void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
+  if (a.rollbackLayer >= 0) speculativeRollback(r, a, f);
   if (a.duplicatedPrevious) {
     f.add(FindingDraft(finding::DuplicateAppend)
               .request(r)
@@ -185,6 +289,13 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       pos.causedBy = finding::DuplicateAppend;
       pos.explanation += "; the offset equals the " + std::to_string(excess) +
                          " extra cache entries the duplicate append left: the engine takes "
+                         "positions from the cache length";
+      pos.evidence["extra_cache_entries"] = static_cast<double>(excess);
+    } else if (excess > 0 && a.positionOffset == excess &&
+               f.hasFor(finding::SpeculativeRollback, r)) {
+      pos.causedBy = finding::SpeculativeRollback;
+      pos.explanation += "; the offset equals the " + std::to_string(excess) +
+                         " rejected drafts' rows the skipped rollback left: the engine takes "
                          "positions from the cache length";
       pos.evidence["extra_cache_entries"] = static_cast<double>(excess);
     }

@@ -27,6 +27,7 @@ class Diagnosis {
  private:
   void structural(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   void rewritten(int64_t request, const StepAnalysis& a, FindingBuilder& f);
+  void speculativeRollback(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   void valueBased(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   void driftAndTies(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   /// Another request whose steps ran between this request's previous step and `a`.

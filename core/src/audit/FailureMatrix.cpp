@@ -24,6 +24,11 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "window trimming and its off-by-one"},
       {finding::Drift, "cached and uncached logits differ within the dtype's precision noise",
        "nothing: precision drift, not a cache bug"},
+      // KV Scope's additions (docs/audit.md).
+      {finding::SpeculativeRollback,
+       "after speculative decoding the cache length exceeds the accepted tokens by the rejected "
+       "drafts",
+       "the rollback (cache trim) after draft verification"},
   };
   return table;
 }

@@ -110,6 +110,14 @@ RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int6
   return ref;
 }
 
+std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& ids,
+                                                   uint64_t version) {
+  if (!model_ || ids.empty()) return nullptr;
+  const Model* m = modelFor(version);
+  if (!m || static_cast<int64_t>(ids.size()) > m->config().maxPositions) return nullptr;
+  return std::make_unique<ReferenceRun>(m->reference(ids));
+}
+
 FloatTensor ReferenceSet::probeLayer0(int64_t token, int64_t count, uint64_t version) {
   if (!model_) return {};
   const Model* m = modelFor(version);

@@ -138,7 +138,14 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   if (appended > a.fedCount && a.duplicateLayer < 0) a.duplicateLayer = static_cast<int>(l);
   const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : length_[l] + appended;
   a.lengthAfter[l] = after;
-  if (after != length_[l] + a.fedCount && a.lengthMismatchLayer < 0) a.lengthMismatchLayer = static_cast<int>(l);
+  // A speculative step's rejected drafts leave the cache after it: it keeps the rest.
+  const int64_t expected = length_[l] + a.fedCount - a.rejected;
+  if (a.rejected > 0 && after == expected + a.rejected && appended >= a.fedCount) {
+    if (a.rollbackLayer < 0) a.rollbackLayer = static_cast<int>(l);
+    a.rollbackLayers.push_back(static_cast<int>(l));
+  } else if (after != expected && a.lengthMismatchLayer < 0) {
+    a.lengthMismatchLayer = static_cast<int>(l);
+  }
   // Rebuild the cache from the appended records, keeping each column's stream index and
   // weights version.
   const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim;
@@ -155,6 +162,15 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     columnVersion_[l].push_back(a.version);
   }
   length_[l] += appended;
+  // The rolled-back drafts (appended last) leave the rebuilt cache as they left the engine's.
+  const int64_t trim = a.rejected > 0 ? std::clamp<int64_t>(length_[l] - after, 0, a.rejected) : 0;
+  if (trim > 0) {
+    for (auto& h : keys_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
+    for (auto& h : values_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
+    columnStream_[l].resize(columnStream_[l].size() - static_cast<size_t>(trim));
+    columnVersion_[l].resize(columnVersion_[l].size() - static_cast<size_t>(trim));
+    length_[l] -= trim;
+  }
   const auto& vs = columnVersion_[l];
   if (std::any_of(vs.begin(), vs.end(), [&](uint64_t v) { return v != a.version; })) {
     a.versionMix = true;
@@ -315,6 +331,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
     const std::vector<int64_t> real = st->realColumns();
     a.cacheRealBefore = cacheReal;
     a.fedCount = static_cast<int64_t>(st->fedIds.size());
+    a.rejected = st->rejectedCount();
     alignStream(a, real, streamPos);
     checkPositions(a, real);
     a.appended.assign(L, 0);

@@ -30,6 +30,11 @@ struct StepAnalysis {
   int64_t fedCount = 0;              // entries fed (padding included)
   int duplicateLayer = -1;           // first layer whose append exceeds the fed entries
   int lengthMismatchLayer = -1;      // cache length != entries consumed
+  // Speculative decoding: rejected drafts fed last; a layer whose cache length after the
+  // step still counts them skipped the rollback.
+  int64_t rejected = 0;
+  int rollbackLayer = -1;            // first layer that kept its rejected drafts' rows
+  std::vector<int> rollbackLayers;   // every such layer
   int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed (first layer)
   std::vector<int64_t>
       rewrittenColumns;  // with snapshots: which cache entries of that layer changed
@@ -61,7 +66,7 @@ struct StepAnalysis {
 
   bool structural() const {
     return streamMismatch || duplicatedPrevious || !positionsOk || duplicateLayer >= 0 ||
-           rewrittenLayer >= 0 || versionMix || beyondContext;
+           rewrittenLayer >= 0 || versionMix || beyondContext || rollbackLayer >= 0;
   }
   bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
   int64_t lastRealStreamIndex() const;

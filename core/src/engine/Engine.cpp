@@ -37,7 +37,10 @@ class EngineRun {
   EngineRun(Model& model, const std::vector<RequestSpec>& specs, const EngineOptions& options)
       : model_(model), impl_(model.impl()), cfg_(impl_.config), options_(options),
         faults_(options.faults, cfg_.numLayers) {
-    int64_t longest = 0;
+    int64_t longest = 0, longestNew = 0;
+    specDrafts_ =
+        options.speculativeDrafts > 0 ? options.speculativeDrafts : faults_.speculativeDrafts();
+    if (specDrafts_ > 16) throw UsageError("at most 16 speculative draft tokens per step");
     for (size_t i = 0; i < specs.size(); ++i) {
       const auto& s = specs[i];
       if (s.promptIds.empty()) throw UsageError("request " + std::to_string(i) + " has an empty prompt");
@@ -52,6 +55,7 @@ class EngineRun {
       r.lengths.assign(static_cast<size_t>(cfg_.numLayers), 0);
       requests_.push_back(std::move(r));
       longest = std::max<int64_t>(longest, static_cast<int64_t>(s.promptIds.size()) + s.maxNewTokens);
+      longestNew = std::max(longestNew, s.maxNewTokens);
     }
     for (auto& r : requests_) {
       r.slot = r.id;
@@ -59,7 +63,10 @@ class EngineRun {
       if (victim >= 0 && victim < static_cast<int64_t>(requests_.size())) r.slot = victim;
     }
     // Preallocated once: appends along t never reallocate. Slack covers duplicate appends.
-    const int64_t capacity = std::min(longest, cfg_.maxPositions) * 2 + 8;
+    // Speculative steps append their drafts before rolling the rejected ones back (a skipped
+    // rollback keeps them all).
+    const int64_t capacity =
+        std::min(longest, cfg_.maxPositions) * 2 + 8 + specDrafts_ * (longestNew + 1);
     checkMemory(specs, options, capacity);
     cache_ = std::make_unique<detail::KvCache>(cfg_.numLayers, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())),
                                                cfg_.numKvHeads, capacity, cfg_.headDim);
@@ -225,6 +232,7 @@ class EngineRun {
     std::vector<std::vector<int64_t>> fed(B), pos(B);
     std::vector<std::vector<uint8_t>> mask(B);
     std::vector<std::vector<std::string>> events(B);
+    std::vector<std::vector<int64_t>> drafts(B);  // speculative decoding: draft tokens fed last
     size_t width = 0;
     for (size_t b = 0; b < B; ++b) {
       RequestState& r = *group[b];
@@ -247,6 +255,10 @@ class EngineRun {
         fed[b] = {r.spec.promptIds.back(), r.generated.back()};
       } else {
         fed[b] = {r.generated.back()};
+        if (B == 1 && speculates(r)) {
+          drafts[b] = proposeDrafts(r);
+          fed[b].insert(fed[b].end(), drafts[b].begin(), drafts[b].end());
+        }
       }
       width = std::max(width, fed[b].size());
     }
@@ -285,6 +297,7 @@ class EngineRun {
     auto idsT = torch::tensor(flatIds, torch::kLong).view({static_cast<int64_t>(B), W});
     auto posT = torch::tensor(flatPos, torch::kLong).view({static_cast<int64_t>(B), W});
     std::vector<std::vector<TraceLayerRecord>> records(B);
+    std::vector<int64_t> accepted(B, 0);
     torch::Tensor logits;
     if (options_.uncached) {
       KvTapCollector taps;
@@ -302,9 +315,18 @@ class EngineRun {
     } else {
       detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows);
       logits = impl_.forward(idsT, posT, attention, nullptr);
+      std::vector<std::vector<int64_t>> appendedUntil(B);
+      for (size_t b = 0; b < B; ++b) {
+        if (drafts[b].empty()) continue;
+        appendedUntil[b] = group[b]->lengths;
+        accepted[b] = verifyDrafts(*group[b], logits.select(0, static_cast<int64_t>(b)),
+                                   fed[b].size(), drafts[b]);
+        rollBack(*group[b], static_cast<int64_t>(drafts[b].size()) - accepted[b]);
+      }
       if (options_.recordCache) {
         detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
-        for (size_t b = 0; b < B; ++b) records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b]);
+        for (size_t b = 0; b < B; ++b)
+          records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b], appendedUntil[b]);
       }
     }
     for (size_t b = 0; b < B; ++b) {
@@ -324,18 +346,95 @@ class EngineRun {
         st.fedIds = {fed[b].back()};
         st.positions = {pos[b].back()};
       }
-      auto row = logits.select(0, static_cast<int64_t>(b)).select(0, W - 1).contiguous();
+      // A speculative step chooses its next token from the row of its last accepted entry;
+      // the accepted drafts join the stream before it, the rejected ones not at all.
+      const auto rejected = static_cast<int64_t>(drafts[b].size()) - accepted[b];
+      st.draftCount = static_cast<int64_t>(drafts[b].size());
+      st.acceptedCount = accepted[b];
+      r.generated.insert(r.generated.end(), drafts[b].begin(), drafts[b].begin() + accepted[b]);
+      auto row = logits.select(0, static_cast<int64_t>(b)).select(0, W - 1 - rejected).contiguous();
       std::vector<float> lr(row.data_ptr<float>(), row.data_ptr<float>() + cfg_.vocabSize);
       st.logits = FloatTensor({cfg_.vocabSize}, lr);
       choose(r, st, lr);
-      for (size_t j = 0; j < fed[b].size(); ++j)
+      for (size_t j = 0; j + static_cast<size_t>(rejected) < fed[b].size(); ++j)
         if (mask[b][j]) r.consumed.push_back(fed[b][j]);
-      r.nextPosition += std::count(mask[b].begin(), mask[b].end(), uint8_t{1});
+      r.nextPosition += std::count(mask[b].begin(), mask[b].end(), uint8_t{1}) - rejected;
       if (prefill) r.cacheVersion = model_.weightsVersion();
       ++r.step;
       finishIfDone(r, st);
       trace_->steps.push_back(std::move(st));
     }
+  }
+
+  // Speculative decoding runs for greedy requests decoding alone, when switched on.
+  bool speculates(const RequestState& r) const {
+    return specDrafts_ > 0 && !options_.uncached && r.spec.policy.greedy() &&
+           r.spec.batchGroup < 0 && !r.leftBatch && draftBudget(r) > 0;
+  }
+
+  // Drafts a step may propose: the step emits up to drafts + 1 tokens, all within max new
+  // tokens and the context.
+  int64_t draftBudget(const RequestState& r) const {
+    const int64_t tokens = r.spec.maxNewTokens - static_cast<int64_t>(r.generated.size()) - 1;
+    const int64_t positions = cfg_.maxPositions - 1 - r.nextPosition;
+    return std::max<int64_t>(0, std::min({specDrafts_, tokens, positions}));
+  }
+
+  // The draft source: prompt lookup (n-gram) decoding. The tokens that followed the latest
+  // earlier occurrence of the stream's last two (else last one) tokens; without a match, the
+  // last token repeated.
+  std::vector<int64_t> proposeDrafts(const RequestState& r) const {
+    std::vector<int64_t> s = r.consumed;
+    s.push_back(r.generated.back());
+    const auto k = static_cast<size_t>(draftBudget(r));
+    const size_t n = s.size();
+    for (size_t gram : {size_t{2}, size_t{1}}) {
+      if (n <= gram) continue;
+      for (size_t end = n - 1; end >= gram; --end) {  // candidate occurrence s[end-gram, end)
+        if (!std::equal(s.begin() + static_cast<std::ptrdiff_t>(end - gram),
+                        s.begin() + static_cast<std::ptrdiff_t>(end),
+                        s.end() - static_cast<std::ptrdiff_t>(gram)))
+          continue;
+        std::vector<int64_t> out;
+        for (size_t j = end; j < n && out.size() < k; ++j) out.push_back(s[j]);
+        while (out.size() < k) out.push_back(out.back());
+        return out;
+      }
+    }
+    return std::vector<int64_t>(k, s.back());
+  }
+
+  // Greedy verification: draft j is accepted while it is the token row j (the entry before
+  // it) chooses; an EOS is chosen, never accepted. Returns the number accepted.
+  int64_t verifyDrafts(const RequestState& r, const torch::Tensor& rows, size_t width,
+                       const std::vector<int64_t>& drafts) const {
+    SamplingPolicy effective = r.spec.policy;
+    if (faults_.tieRuleLast(r.id)) effective.tieRule = SamplingPolicy::TieRule::Highest;
+    const auto& eos = cfg_.eosTokenIds;
+    const auto first = static_cast<int64_t>(width - drafts.size()) - 1;  // row of the fed token
+    int64_t accepted = 0;
+    for (const int64_t d : drafts) {
+      auto row = rows.select(0, first + accepted).contiguous();
+      std::vector<float> lr(row.data_ptr<float>(), row.data_ptr<float>() + cfg_.vocabSize);
+      RequestRng unused(0);
+      const int64_t t = Sampler::choose(lr, effective, unused).token;
+      if (t != d || (r.spec.stopAtEos && std::find(eos.begin(), eos.end(), t) != eos.end())) break;
+      ++accepted;
+    }
+    return accepted;
+  }
+
+  // The rejected drafts' rows leave the cache (their records were appended last), except
+  // where the speculative_rollback fault skips it.
+  void rollBack(RequestState& r, int64_t rejected) {
+    if (rejected <= 0) return;
+    int64_t longest = 0;
+    for (int64_t l = 0; l < cfg_.numLayers; ++l) {
+      auto& length = r.lengths[static_cast<size_t>(l)];
+      if (!faults_.skipRollback(r.id, r.step, l)) length -= rejected;
+      longest = std::max(longest, length);
+    }
+    r.valid.resize(static_cast<size_t>(longest));
   }
 
   void choose(RequestState& r, TraceStep& st, const std::vector<float>& logits) {
@@ -390,6 +489,7 @@ class EngineRun {
   bool keepStale_ = false;
   int64_t staleLayer_ = 0;
   int64_t padId_ = 0;
+  int64_t specDrafts_ = 0;  // speculative decoding: draft tokens per step (0 = off)
   Trace* trace_ = nullptr;
 };
 

@@ -22,6 +22,10 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
     } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
                f.name == "window_off_by_one") {
       checkLayer(f, "layer", true);
+    } else if (f.name == "speculative_rollback") {
+      checkLayer(f, "layer", true);
+      if (f.get("draft") < 1 || f.get("draft") > 16)
+        throw UsageError("fault '" + f.toString() + "': draft must be in 1..16");
     } else if (f.name == "stale_cache") {
       checkLayer(f, "layer", false);
     } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
@@ -113,6 +117,19 @@ bool FaultPlan::rngReseed(int64_t request, int64_t step) const {
 int64_t FaultPlan::windowExtra(int64_t layer) const {
   for (const auto* f : all("window_off_by_one"))
     if (f->get("layer") < 0 || f->get("layer") == layer) return 1;
+  return 0;
+}
+
+bool FaultPlan::skipRollback(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("speculative_rollback"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer))
+      return true;
+  return false;
+}
+
+int64_t FaultPlan::speculativeDrafts() const {
+  if (const auto* f = find("speculative_rollback")) return f->get("draft");
   return 0;
 }
 

@@ -30,7 +30,11 @@ class FaultPlan {
   bool tieRuleLast(int64_t request) const;
   bool rngExtraDraw(int64_t request, int64_t step) const;
   bool rngReseed(int64_t request, int64_t step) const;
-  int64_t windowExtra(int64_t layer) const;  // 1 when the sliding window keeps one key too many
+  int64_t windowExtra(int64_t layer) const;
+  /// speculative_rollback: the rejected drafts' rows of (request, step, layer) stay cached.
+  bool skipRollback(int64_t request, int64_t step, int64_t layer) const;
+  /// Draft tokens per step the speculative_rollback fault asks for (0 without it).
+  int64_t speculativeDrafts() const;  // 1 when the sliding window keeps one key too many
   /// The stale_cache fault: a weight update at a tick whose cache is kept.
   struct StaleUpdate {
     int64_t tick;

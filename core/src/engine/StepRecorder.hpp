@@ -15,9 +15,13 @@ class StepRecorder {
   StepRecorder(const KvCache& cache, bool checksums, bool snapshots)
       : cache_(cache), checksums_(checksums), snapshots_(snapshots) {}
 
-  /// Layer records for `r` after a forward that started at `lengthsBefore`.
+  /// Layer records for `r` after a forward that started at `lengthsBefore`. `appendedUntil`
+  /// (per layer, optional) is where the forward's appends ended when a speculative rollback
+  /// shortened the cache since: the records are [lengthsBefore, appendedUntil), the cache
+  /// length, checksum and snapshot those of the cache after the rollback.
   std::vector<TraceLayerRecord> layers(const RequestState& r,
-                                       const std::vector<int64_t>& lengthsBefore) const;
+                                       const std::vector<int64_t>& lengthsBefore,
+                                       const std::vector<int64_t>& appendedUntil = {}) const;
 
  private:
   const KvCache& cache_;

@@ -30,12 +30,19 @@ bool TraceLayerRecord::operator==(const TraceLayerRecord& o) const {
 bool TraceStep::operator==(const TraceStep& o) const {
   return request == o.request && step == o.step && tick == o.tick && slot == o.slot &&
          fedIds == o.fedIds && positions == o.positions && fedMask == o.fedMask &&
-         logits == o.logits && chosenToken == o.chosenToken &&
-         rngDrawsBefore == o.rngDrawsBefore && rngDrawsAfter == o.rngDrawsAfter &&
-         weightsVersion == o.weightsVersion && layers == o.layers && events == o.events;
+         logits == o.logits && chosenToken == o.chosenToken && rngDrawsBefore == o.rngDrawsBefore &&
+         rngDrawsAfter == o.rngDrawsAfter && weightsVersion == o.weightsVersion &&
+         layers == o.layers && events == o.events && draftCount == o.draftCount &&
+         acceptedCount == o.acceptedCount;
+}
+
+int64_t TraceStep::rejectedCount() const {
+  return std::max<int64_t>(0, draftCount - acceptedCount);
 }
 
 bool TraceStep::isRealEntry(size_t i) const {
+  if (static_cast<int64_t>(i) >= static_cast<int64_t>(fedIds.size()) - rejectedCount())
+    return false;
   return fedMask.empty() || (i < fedMask.size() && fedMask[i] != 0);
 }
 
@@ -44,8 +51,12 @@ int64_t TraceStep::realFedCount() const { return static_cast<int64_t>(realColumn
 std::vector<int64_t> TraceStep::realColumns(int64_t records) const {
   std::vector<int64_t> real;
   const bool masked = static_cast<size_t>(std::max<int64_t>(records, 0)) == fedMask.size();
+  // Rejected drafts are the last fed entries; a layer that appended one record per fed entry
+  // holds them last too.
+  const int64_t rejectedFrom =
+      records == static_cast<int64_t>(fedIds.size()) ? records - rejectedCount() : records;
   for (int64_t j = 0; j < records; ++j)
-    if (!masked || fedMask[static_cast<size_t>(j)]) real.push_back(j);
+    if ((!masked || fedMask[static_cast<size_t>(j)]) && j < rejectedFrom) real.push_back(j);
   return real;
 }
 
@@ -98,7 +109,9 @@ std::ostream& operator<<(std::ostream& os, const TraceStep& s) {
   for (size_t i = 0; i < s.fedIds.size(); ++i) os << (i ? "," : "") << s.fedIds[i];
   os << "] at [";
   for (size_t i = 0; i < s.positions.size(); ++i) os << (i ? "," : "") << s.positions[i];
-  return os << "], chose " << s.chosenToken << ", weights v" << s.weightsVersion << "}";
+  os << "], chose " << s.chosenToken;
+  if (s.draftCount > 0) os << ", drafts " << s.draftCount << " accepted " << s.acceptedCount;
+  return os << ", weights v" << s.weightsVersion << "}";
 }
 
 uint64_t traceChecksum(const float* data, size_t count) {

@@ -47,7 +47,7 @@ Trace cutWith(const Trace& t, const Keep& keep) {
   out.model = t.model;
   out.faults = t.faults;
   out.tensorDtype = t.tensorDtype;
-  std::map<int64_t, int64_t> lastStep, kept, total;
+  std::map<int64_t, int64_t> lastStep, kept, total, keptTokens;
   for (const TraceStep& s : t.steps) {
     ++total[s.request];
     if (!keep.step(s)) continue;
@@ -70,13 +70,16 @@ Trace cutWith(const Trace& t, const Keep& keep) {
     lastStep[s.request] =
         std::max(lastStep.count(s.request) ? lastStep[s.request] : int64_t{-1}, s.step);
     ++kept[s.request];
+    // A step chooses one token, plus its accepted drafts under speculative decoding.
+    if (s.chosenToken >= 0) keptTokens[s.request] += 1 + s.acceptedCount;
     out.steps.push_back(std::move(c));
   }
   for (const TraceRequest& r : t.requests) {
     if (!kept.count(r.id)) continue;
     TraceRequest c = r;
     if (kept[r.id] < total[r.id]) {  // later steps cut: a shorter run of the same request
-      const size_t n = std::min(c.generated.size(), static_cast<size_t>(lastStep[r.id] + 1));
+      const size_t n = std::min(
+          c.generated.size(), static_cast<size_t>(std::max(lastStep[r.id] + 1, keptTokens[r.id])));
       c.generated.resize(n);
       c.maxNewTokens = static_cast<int64_t>(n);
       c.stopReason = "max_new_tokens";

@@ -117,7 +117,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
   for (const char* k : {"request", "step", "tick", "slot", "fed_ids", "positions", "chosen", "rng_draws_before",
                         "rng_draws_after", "weights_version", "events", "logits_row", "cache_lengths"})
     c[k] = json::array();
-  bool masks = false, appended = false, snapshots = false, checksums = false;
+  bool masks = false, appended = false, snapshots = false, checksums = false, drafts = false;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     const StepLayout& at = layouts[i];
@@ -140,6 +140,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     }
     c["cache_lengths"].push_back(std::move(lengths));
     masks = masks || !s.fedMask.empty();
+    drafts = drafts || s.draftCount > 0;
     appended = appended || !at.appended.empty();
     snapshots = snapshots || !at.snapshot.empty();
     checksums = checksums || at.checksumRow >= 0;
@@ -147,6 +148,14 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
   if (masks) {
     c["fed_mask"] = json::array();
     for (const auto& s : trace.steps) c["fed_mask"].push_back(s.fedMask.empty() ? json(nullptr) : json(s.fedMask));
+  }
+  if (drafts) {  // speculative decoding; written only when a step verified drafts
+    c["draft_count"] = json::array();
+    c["accepted_count"] = json::array();
+    for (const auto& s : trace.steps) {
+      c["draft_count"].push_back(s.draftCount);
+      c["accepted_count"].push_back(s.acceptedCount);
+    }
   }
   if (appended) {
     c["appended"] = json::array();
@@ -183,6 +192,8 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
   const json* snapshot = cols.column("snapshot_lengths", false);
   const json* lengths = cols.column("cache_lengths", false);
   const json* checksumRow = cols.column("checksum_row", false);
+  const json* draftCount = cols.column("draft_count", false);
+  const json* acceptedCount = cols.column("accepted_count", false);
 
   std::vector<StepLayout> layouts(cols.count());
   trace.steps.resize(cols.count());
@@ -209,6 +220,11 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
       for (int64_t m : cols.ints(mask, "fed_mask", i)) st.fedMask.push_back(m ? 1 : 0);
       if (st.fedMask.size() != st.fedIds.size()) cols.fail("fed_mask", i, "one entry per fed token expected");
     }
+    // Speculative decoding: the last draft_count fed entries are drafts, accepted_count of
+    // them (a prefix) accepted.
+    st.draftCount =
+        cols.integerIn(draftCount, "draft_count", i, 0, 0, static_cast<int64_t>(st.fedIds.size()));
+    st.acceptedCount = cols.integerIn(acceptedCount, "accepted_count", i, 0, 0, st.draftCount);
     // -1: no token chosen; otherwise a row index of the step's logits.
     st.chosenToken = cols.integerIn(chosen, "chosen", i, -1, -1, trace.model.vocabSize - 1);
     st.rngDrawsBefore = cols.count64(drawsBefore, "rng_draws_before", i);

@@ -68,9 +68,13 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
                          "layer " + std::to_string(l) + " of steps[" + std::to_string(i) +
                              "] has neither appended records nor a snapshot (truncated trace?)");
       }
+      // Undeclared: a speculative step rolled its rejected drafts back (when it appended them).
+      const int64_t rolledBack =
+          rec.keys.shape[1] >= static_cast<int64_t>(s.fedIds.size()) ? s.rejectedCount() : 0;
       rec.cacheLength = l < declared.size() && declared[l] > 0
                             ? declared[l]
-                            : (hasSnapshot ? rec.snapshotKeys.shape[1] : prev[l] + rec.keys.shape[1]);
+                            : (hasSnapshot ? rec.snapshotKeys.shape[1]
+                                           : prev[l] + rec.keys.shape[1] - rolledBack);
       prev[l] = rec.cacheLength;
     }
   }
