@@ -66,7 +66,8 @@ class ItemModelsTest : public QObject {
     QCOMPARE(model.index(0, 0).data(StageListModel::StatusRole).toString(), QStringLiteral("pass"));
     QVERIFY(model.rowCount(cache) >= 1);
     const QModelIndex check = model.index(model.rowCount(cache) - 1, 0, cache);
-    QVERIFY(check.data().toString().startsWith(QStringLiteral("FAIL")));
+    QVERIFY(check.data().toString().startsWith(QStringLiteral("Failed")));
+    QCOMPARE(check.data(StageListModel::StatusRole).toString(), QStringLiteral("fail"));
     QCOMPARE(model.parent(check), cache);
     QCOMPARE(model.rowCount(check), 0);
     model.setReport(nullptr);

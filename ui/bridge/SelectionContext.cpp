@@ -17,6 +17,14 @@ void SelectionContext::setOutput(std::shared_ptr<const AuditJobOutput> output) {
   Q_EMIT outputChanged();
   if (!selectFirstDivergence()) Q_EMIT selectionChanged(selection_, previous);
   Q_EMIT snapshotChanged();
+  setStale(QString());
+}
+
+void SelectionContext::setStale(const QString& reason) {
+  const QString shown = output_ ? reason : QString();  // nothing shown, nothing stale
+  if (shown == staleReason_) return;
+  staleReason_ = shown;
+  Q_EMIT staleChanged();
 }
 
 const AuditResult* SelectionContext::result() const { return output_ ? &output_->result : nullptr; }

@@ -7,7 +7,7 @@
 #pragma once
 
 #include <QObject>
-
+#include <QString>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -35,6 +35,13 @@ class SelectionContext : public QObject {
   const std::shared_ptr<Inspector>& inspector() const { return inspector_; }
   /// Index of the current output, incremented by every setOutput (snapshots carry it).
   uint64_t outputSerial() const { return outputSerial_; }
+
+  /// Marks the shown output as no longer answering the run setup (another model or trace
+  /// opened, an input error, a new run under way): every view keeps it, visibly marked
+  /// with `reason`, until the next setOutput clears the mark. Empty reason: current.
+  void setStale(const QString& reason);
+  bool stale() const { return !staleReason_.isEmpty(); }
+  const QString& staleReason() const { return staleReason_; }
 
   const InspectionPoint& selection() const { return selection_; }
   void select(InspectionPoint s);  // clamps every field to the data, emits selectionChanged
@@ -72,6 +79,7 @@ class SelectionContext : public QObject {
   void selectionChanged(const kvscope::InspectionPoint& current,
                         const kvscope::InspectionPoint& previous);
   void snapshotChanged();
+  void staleChanged();
 
  private:
   InspectionPoint clamp(InspectionPoint s) const;
@@ -80,6 +88,7 @@ class SelectionContext : public QObject {
   std::shared_ptr<const AuditJobOutput> output_;
   std::shared_ptr<Inspector> inspector_;
   uint64_t outputSerial_ = 0;
+  QString staleReason_;
   InspectionPoint selection_;
   std::shared_ptr<const StepSnapshot> snapshot_;
 };

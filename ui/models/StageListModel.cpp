@@ -65,6 +65,22 @@ QIcon StageListModel::statusIcon(StageStatus status) {
   return QIcon(pm);
 }
 
+QString StageListModel::checkText(const QString& check) {
+  // "FAIL: records equal the reference" reads as if the equality had failed: say that the
+  // expectation does not hold. A statement of what was found ("3 of 5 rows ...", "first
+  // divergence at ...") is said as it is.
+  if (check.startsWith(QLatin1String("FAIL"))) {
+    QString rest = check.mid(4);
+    if (rest.startsWith(QLatin1Char(':'))) rest = rest.mid(1);
+    rest = rest.trimmed();
+    const bool finding =
+        rest.isEmpty() || rest.front().isDigit() || rest.startsWith(QLatin1String("first "));
+    return finding ? tr("Failed: %1").arg(rest) : tr("Failed — expected, but not so: %1").arg(rest);
+  }
+  if (check.startsWith(QLatin1String("ok:"))) return check.mid(3).trimmed();
+  return check;
+}
+
 QModelIndex StageListModel::index(int row, int column, const QModelIndex& parent) const {
   if (!hasIndex(row, column, parent)) return {};
   if (!parent.isValid()) return createIndex(row, column, kStageRow);
@@ -92,9 +108,20 @@ QVariant StageListModel::data(const QModelIndex& index, int role) const {
     const auto& stage = report_->stages[static_cast<size_t>(index.internalId() - 1)];
     const std::string& check = stage.checks[static_cast<size_t>(index.row())];
     const bool failed = check.rfind("FAIL", 0) == 0;
-    if (role == Qt::DisplayRole && index.column() == StageColumn) return QString::fromStdString(check);
+    if (role == Qt::DisplayRole && index.column() == StageColumn)
+      return checkText(QString::fromStdString(check));
+    // Each check its own mark, so a failed check never sits beside a passing stage's tick.
+    if (role == Qt::DecorationRole && index.column() == StageColumn)
+      return statusIcon(failed                               ? StageStatus::Fail
+                        : check.rfind("ok", 0) == 0          ? StageStatus::Pass
+                        : check.rfind("not checked", 0) == 0 ? StageStatus::Skipped
+                                                             : StageStatus::NotRun);
     if (role == Qt::ForegroundRole && failed) return QColor(0xC6, 0x28, 0x28);
     if (role == Qt::ToolTipRole) return QString::fromStdString(check);
+    if (role == StatusRole)
+      return failed                      ? QStringLiteral("fail")
+             : check.rfind("ok", 0) == 0 ? QStringLiteral("pass")
+                                         : QStringLiteral("other");
     return {};
   }
   const auto& stage = report_->stages[static_cast<size_t>(index.row())];

@@ -12,6 +12,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QShowEvent>
 #include <QSplitter>
@@ -33,6 +36,7 @@
 #include "ui/views/LogitDeltaView.hpp"
 #include "ui/views/PositionTimelineView.hpp"
 #include "ui/views/QCustomPlotInclude.hpp"
+#include "ui/views/StaleOverlay.hpp"
 
 namespace kvscope::ui {
 
@@ -42,6 +46,22 @@ const QString kRecentKey = QStringLiteral("recentFiles");
 const QString kGeometryKey = QStringLiteral("window/geometry");
 const QString kStateKey = QStringLiteral("window/state");
 const QString kGradientKey = QStringLiteral("view/colourMap");
+constexpr int kNarrowWindow = 1500;  // below: the setup shares the right dock with the diagnosis
+
+// At most the screen's available area (a laptop's 1366x768 gets no 1680x1050 window, and
+// a geometry saved on a larger screen is cut down), and on it.
+void fitIntoScreen(QWidget* window) {
+  const QScreen* screen = window->screen();
+  if (!screen) return;
+  const QRect available = screen->availableGeometry();
+  const QSize frame = window->frameGeometry().size() - window->geometry().size();
+  const QSize room = available.size() - frame.expandedTo(QSize(0, window->isVisible() ? 0 : 30));
+  if (window->width() > room.width() || window->height() > room.height())
+    window->resize(window->size().boundedTo(room));
+  if (!available.contains(window->frameGeometry().topLeft()) ||
+      !available.contains(window->frameGeometry().bottomRight()))
+    window->move(available.topLeft());
+}
 }  // namespace
 
 InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
@@ -63,6 +83,9 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
 
   buildCentre();
   buildDocks();
+  for (QWidget* panel : std::initializer_list<QWidget*>{stepper_, heatmaps_, overview_, timeline_,
+                                                        logits_, diagnosis_})
+    new StaleOverlay(context_, panel);  // marks old results when the inputs change
   buildMenus();
   qApp->installEventFilter(new StepKeyFilter(this));  // stepping keys wherever the focus is
   statusBar()->showMessage(tr("Open a model directory or a trace, then Run audit (Ctrl+R)."));
@@ -70,6 +93,7 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
   connect(controller_, &InspectorController::auditStarted, this, [this] {
     setup_->setRunning(true);
     headline_->showMessage(tr("Running audit…"), false);
+    context_->setStale(tr("a new audit is running"));
     statusBar()->showMessage(tr("Running audit on the engine thread…"));
   });
   connect(controller_, &InspectorController::auditSucceeded, this, [this] {
@@ -81,12 +105,15 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
     setup_->setRunning(false);
     setup_->setProgress(0.0, message);
     headline_->showMessage((input ? tr("Input error: %1") : tr("Audit failed: %1")).arg(message), true);
+    context_->setStale(input ? tr("fix the input error and run again (Ctrl+R)")
+                             : tr("the audit failed; run again (Ctrl+R)"));
     statusBar()->showMessage(message);
   });
   connect(controller_, &InspectorController::auditCancelled, this, [this] {
     setup_->setRunning(false);
     setup_->setProgress(0.0, tr("cancelled"));
     headline_->showMessage(tr("Audit cancelled"), false);
+    context_->setStale(tr("the new run was cancelled; run again (Ctrl+R)"));
   });
   connect(engine_, &EngineController::progress, this, [this](const QString& tag, double f, const QString& what) {
     if (tag == EngineController::auditTag()) setup_->setProgress(f, what);
@@ -100,6 +127,12 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
   });
   resize(1680, 1050);
   loadSettings();
+  fitIntoScreen(this);
+  // A narrow window stacks the setup under the diagnosis: the diagnosis comes up with results.
+  connect(context_, &SelectionContext::outputChanged, this, [this] {
+    if (context_->output() && !tabifiedDockWidgets(diagnosisDock_).isEmpty())
+      diagnosisDock_->raise();
+  });
   connect(heatmaps_, &KvHeatmapPanel::gradientChanged, this,
           [](const QString& name) { QSettings().setValue(kGradientKey, name); });
 }
@@ -151,7 +184,15 @@ void InspectorWindow::buildDocks() {
   tabs->addTab(faults_, tr("Faults"));
   setupDock_ = new QDockWidget(tr("Audit setup"), this);
   setupDock_->setObjectName(QStringLiteral("setupDock"));
-  setupDock_->setWidget(tabs);
+  // Scrolls on a short screen instead of cutting off Run audit.
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidget(tabs);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setMinimumWidth(tabs->minimumSizeHint().width() +
+                          scroll->verticalScrollBar()->sizeHint().width());
+  setupDock_->setWidget(scroll);
   addDockWidget(Qt::LeftDockWidgetArea, setupDock_);
 
   diagnosis_ = new DiagnosisPanel(context_, this);
@@ -230,10 +271,13 @@ bool InspectorWindow::openPath(const QString& path) {
     statusBar()->showMessage(tr("%1: no such file or directory").arg(path));
     return false;
   }
+  const QString model = setup_->modelDir(), trace = setup_->traceFile();
   if (info.isDir())
     setup_->setModelDir(info.absoluteFilePath());
   else
     setup_->setTraceFile(info.absoluteFilePath());
+  if (model != setup_->modelDir() || trace != setup_->traceFile())
+    context_->setStale(tr("%1 opened; run the audit again (Ctrl+R)").arg(info.fileName()));
   addRecent(info.absoluteFilePath());
   statusBar()->showMessage(info.isDir() ? tr("Model: %1").arg(info.absoluteFilePath())
                                         : tr("Trace: %1").arg(info.absoluteFilePath()),
@@ -246,11 +290,13 @@ bool InspectorWindow::runAudit() {
   for (const QString& f : faults_->specs()) spec.faults.push_back(f.toStdString());
   if (spec.modelDir.empty() && spec.traceFile.empty()) {
     headline_->showMessage(tr("Input error: open a model directory or a trace first"), true);
+    context_->setStale(tr("fix the input error and run again (Ctrl+R)"));
     return false;
   }
   QString error;
   if (!setup_->validate(&error)) {
     headline_->showMessage(tr("Input error: %1").arg(error), true);
+    context_->setStale(tr("fix the input error and run again (Ctrl+R)"));
     return false;
   }
   controller_->runAudit(spec);
@@ -367,8 +413,15 @@ void InspectorWindow::showEvent(QShowEvent* event) {
   if (!stateRestored_ && !docksSized_) {
     // First run: a narrow setup column, a diagnosis column wide enough for the matrix.
     docksSized_ = true;
-    resizeDocks({setupDock_, diagnosisDock_}, {std::max(230, width() / 7), std::max(420, width() * 2 / 7)},
-                Qt::Horizontal);
+    if (width() < kNarrowWindow) {
+      // A laptop screen: one dock column, so the plots keep about two thirds of the width.
+      tabifyDockWidget(diagnosisDock_, setupDock_);
+      (context_->output() ? diagnosisDock_ : setupDock_)->raise();
+      resizeDocks({diagnosisDock_}, {std::max(380, width() * 3 / 10)}, Qt::Horizontal);
+    } else {
+      resizeDocks({setupDock_, diagnosisDock_},
+                  {std::max(230, width() / 7), std::max(420, width() * 2 / 7)}, Qt::Horizontal);
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QScopeGuard>
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
@@ -69,6 +70,19 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
   layout->addWidget(note_);
   layout->addLayout(maps, 1);
 
+  // Zooming or panning one map moves the other two with it (same positions).
+  for (KvHeatmapView* v : {reference_, cached_, difference_})
+    connect(v->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this,
+            [this, v](const QCPRange& range) {
+              if (syncingRange_) return;
+              syncingRange_ = true;
+              for (KvHeatmapView* other : {reference_, cached_, difference_})
+                if (other != v && other->xAxis->range() != range) {
+                  other->xAxis->setRange(range);
+                  other->replot(QCustomPlot::rpQueuedReplot);
+                }
+              syncingRange_ = false;
+            });
   connect(layer_, &QSpinBox::valueChanged, this, [this](int v) { context_->setLayer(v); });
   connect(head_, &QSpinBox::valueChanged, this, [this](int v) { context_->setHead(v); });
   connect(kind_, &QComboBox::currentIndexChanged, this,
@@ -131,6 +145,9 @@ void KvHeatmapPanel::syncControls() {
 void KvHeatmapPanel::paintSnapshot() {
   const auto& snap = context_->snapshot();
   if (!snap) return;
+  // Each map gets its own extent below; only the user's zoom and pan are copied.
+  syncingRange_ = true;
+  const auto done = qScopeGuard([this] { syncingRange_ = false; });
   const InspectionPoint& s = snap->point;
   // The records the selected step appended (framed in every map).
   const int64_t first = snap->appendedCount > 0 ? snap->appendedFirst : -1;

@@ -49,6 +49,7 @@ class KvHeatmapPanel : public QWidget {
   KvHeatmapView* reference_;
   KvHeatmapView* cached_;
   KvHeatmapView* difference_;
+  bool syncingRange_ = false;  // a range set by the panel itself, or being copied
 };
 
 }  // namespace kvscope::ui

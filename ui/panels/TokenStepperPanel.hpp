@@ -10,6 +10,7 @@ class QComboBox;
 class QLabel;
 class QPushButton;
 class QScrollArea;
+class QToolButton;
 
 namespace kvscope::ui {
 
@@ -31,6 +32,11 @@ class TokenStepperPanel : public QWidget {
   QString stepDescription() const;
   /// Scrolls the strip so the current step is in view (centred when it was outside).
   void revealCurrent();
+  /// The button that points at the first divergence when it is scrolled out of view.
+  QToolButton* divergencePin() const { return divergencePin_; }
+  QScrollArea* scrollArea() const { return scroll_; }
+  /// What the token fills mean (the legend's tooltip).
+  static QString colourLegend();
 
  protected:
   void resizeEvent(QResizeEvent* event) override;
@@ -38,11 +44,15 @@ class TokenStepperPanel : public QWidget {
 
  private:
   void refresh();
+  void placeDivergencePin();
+  void fitEmptyStrip();
 
   SelectionContext* context_;
   RequestListModel* requestModel_;
   QComboBox* requests_;
   QLabel* info_;
+  QLabel* legend_;
+  QToolButton* divergencePin_;
   QPushButton* jump_;
   QScrollArea* scroll_;
   TokenStripView* strip_;

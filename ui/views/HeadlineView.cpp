@@ -19,6 +19,7 @@ HeadlineView::HeadlineView(SelectionContext* context, QWidget* parent)
   title_->setFont(f);
   title_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   title_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  title_->setWordWrap(true);  // a narrow window wraps the verdict instead of cutting it
   detail_ = new QLabel(this);
   detail_->setWordWrap(true);
   auto* layout = new QVBoxLayout(this);
@@ -27,7 +28,21 @@ HeadlineView::HeadlineView(SelectionContext* context, QWidget* parent)
   layout->addWidget(title_);
   layout->addWidget(detail_);
   connect(context_, &SelectionContext::outputChanged, this, [this] { refresh(); });
+  connect(context_, &SelectionContext::staleChanged, this, [this] { showStale(); });
   refresh();
+}
+
+void HeadlineView::showStale() {
+  if (!context_->stale()) return;  // the next output repaints the banner
+  // A message (an input error, "Running audit…") keeps its line; the detail says what the
+  // panels below show, so the banner never claims the old verdict for the new inputs.
+  if (!messageShown_) {
+    title_->setText(tr("Inputs changed — run the audit again (Ctrl+R)"));
+    title_->setToolTip(title_->text());
+    setColours(Theme::neutral());
+  }
+  detail_->setText(tr("The panels below still show the previous audit, marked: %1.")
+                       .arg(context_->staleReason()));
 }
 
 QString HeadlineView::headline() const { return title_->text(); }
@@ -80,12 +95,15 @@ void HeadlineView::setColours(const QColor& background) {
 }
 
 void HeadlineView::showMessage(const QString& text, bool error) {
+  messageShown_ = true;
   title_->setText(text);
+  title_->setToolTip(text);
   detail_->clear();
   setColours(error ? QColor(0xBF, 0x36, 0x0C) : Theme::neutral());
 }
 
 void HeadlineView::refresh() {
+  messageShown_ = false;
   const AuditResult* r = context_->result();
   if (!r) {
     title_->setText(tr("No audit yet"));
@@ -94,6 +112,7 @@ void HeadlineView::refresh() {
     return;
   }
   title_->setText(headlineFor(r->report));
+  title_->setToolTip(title_->text());
   QStringList more;
   const auto& findings = r->report.findings;
   if (findings.size() > 1) {

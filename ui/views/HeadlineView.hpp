@@ -28,10 +28,12 @@ class HeadlineView : public QFrame {
  private:
   void refresh();
   void setColours(const QColor& background);
+  void showStale();
 
   SelectionContext* context_;
   QLabel* title_;
   QLabel* detail_;
+  bool messageShown_ = false;  // showMessage() text until the next output
 };
 
 }  // namespace kvscope::ui

@@ -1,9 +1,9 @@
 #include "ui/views/KvHeatmapView.hpp"
 
 #include <QToolTip>
-
 #include <cmath>
 
+#include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
 namespace kvscope::ui {
@@ -30,6 +30,7 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   setNoAntialiasingOnDrag(true);
   plotLayout()->insertRow(0);
   title_ = new QCPTextElement(this, roleTitle(role), QFont(font().family(), font().pointSize() + 1, QFont::Bold));
+  title_->setProperty(kFullTitleProperty, roleTitle(role));
   plotLayout()->addElement(0, 0, title_);
 
   xAxis->setLabel(tr("position"));
@@ -84,10 +85,12 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   } else {
     map_->setGradient(QCPColorGradient(QCPColorGradient::gpPolar));
   }
+  // The frame follows zoom and pan (its inset is in pixels).
+  connect(this, &QCustomPlot::beforeReplot, this, [this] { placeMarker(); });
   clearBuffer(tr("no data"));
 }
 
-QString KvHeatmapView::title() const { return title_->text(); }
+QString KvHeatmapView::title() const { return fullTitle(title_); }
 
 void KvHeatmapView::setGradient(const QCPColorGradient& gradient) {
   if (role_ == Role::Difference) return;  // the difference keeps its sequential scale
@@ -114,8 +117,12 @@ void KvHeatmapView::setBuffer(const std::vector<float>& buffer, int64_t position
   map_->setDataRange(range);
   xAxis->setRange(-0.5, nx - 0.5);
   yAxis->setRange(-0.5, ny - 0.5);
-  title_->setText(subtitle.isEmpty() ? roleTitle(role_) : roleTitle(role_) + QLatin1Char('\n') + subtitle);
+  for (QCPAxis* axis : {xAxis, yAxis}) axis->setTickLabels(true);
+  setFittedTitle(title_, subtitle.isEmpty() ? roleTitle(role_)
+                                            : roleTitle(role_) + QLatin1Char('\n') + subtitle);
   map_->setVisible(positions > 0);
+  scale_->setVisible(positions > 0);
+  fitTicks();
   replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -132,19 +139,51 @@ void KvHeatmapView::clearBuffer(const QString& message) {
   map_->setVisible(false);
   marker_->setVisible(false);
   pointer_->setVisible(false);
-  title_->setText(roleTitle(role_) + QLatin1Char('\n') + message);
+  setFittedTitle(title_, roleTitle(role_) + QLatin1Char('\n') + message);
+  // No data, no made-up content: no colour scale and no axes' numbers.
+  scale_->setVisible(false);
+  for (QCPAxis* axis : {xAxis, yAxis}) axis->setTickLabels(false);
+  replot(QCustomPlot::rpQueuedReplot);
+}
+
+void KvHeatmapView::placeMarker() {
+  if (markedFirst_ < 0) return;
+  // Half the pen's width, in positions, at the current zoom.
+  const double perPixel = std::abs(xAxis->pixelToCoord(1.0) - xAxis->pixelToCoord(0.0));
+  const double inset = std::min(0.25, (marker_->pen().widthF() / 2.0 + 0.5) * perPixel);
+  marker_->topLeft->setCoords(static_cast<double>(markedFirst_) - 0.5 + inset, -1.0);
+  marker_->bottomRight->setCoords(static_cast<double>(markedLast_) + 0.5 - inset,
+                                  static_cast<double>(dims_));
+}
+
+void KvHeatmapView::fitTicks() {
+  // Whole numbers, as many as fit: about one label per 36 pixels on positions.
+  const int px = axisRect()->width() > 0 ? axisRect()->width() : width() - 90;
+  if (auto t = xAxis->ticker().dynamicCast<QCPAxisTickerFixed>())
+    t->setTickCount(std::clamp(px / 36, 2, 8));
+  const int py = axisRect()->height() > 0 ? axisRect()->height() : height() - 80;
+  if (auto t = yAxis->ticker().dynamicCast<QCPAxisTickerFixed>())
+    t->setTickCount(std::clamp(py / 24, 2, 6));
+}
+
+void KvHeatmapView::resizeEvent(QResizeEvent* event) {
+  QCustomPlot::resizeEvent(event);
+  refitTitles(this);
+  fitTicks();
   replot(QCustomPlot::rpQueuedReplot);
 }
 
 void KvHeatmapView::setMarkedPositions(int64_t first, int64_t last) {
   if (first < 0 || last < first || positions_ == 0) {
+    markedFirst_ = markedLast_ = -1;
     marker_->setVisible(false);
     pointer_->setVisible(false);
   } else {
-    // A frame on the columns' edges, reaching above and below the map, and a caret above.
-    // A quarter column outside the edges, so the frame does not cover the framed cells.
-    marker_->topLeft->setCoords(static_cast<double>(first) - 0.75, -1.0);
-    marker_->bottomRight->setCoords(static_cast<double>(last) + 0.75, static_cast<double>(dims_));
+    // A frame around the columns, reaching above and below the map, and a caret above;
+    // placeMarker() keeps its pen inside the framed columns (never over the previous one).
+    markedFirst_ = first;
+    markedLast_ = last;
+    placeMarker();
     marker_->setVisible(true);
     pointer_->position->setCoords((static_cast<double>(first) + static_cast<double>(last)) / 2.0,
                                   -0.5);

@@ -39,10 +39,14 @@ class KvHeatmapView : public QCustomPlot {
   /// The tooltip text for a widget point ("" outside the map): position, dim, value.
   QString valueTextAt(const QPoint& widgetPos) const;
   QString title() const;
+  /// The framed columns' left and right edges in position coordinates (for tests).
+  double markerLeft() const { return marker_->topLeft->coords().x(); }
+  double markerRight() const { return marker_->bottomRight->coords().x(); }
 
  protected:
   void mouseMoveEvent(QMouseEvent* event) override;
   void leaveEvent(QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   Role role_;
@@ -51,6 +55,11 @@ class KvHeatmapView : public QCustomPlot {
   QCPColorScale* scale_;
   QCPItemRect* marker_;
   QCPItemText* pointer_;  // a caret above the marked columns (one column is easy to miss)
+  void placeMarker();
+  void fitTicks();
+
+  int64_t markedFirst_ = -1;  // the framed positions (-1: none)
+  int64_t markedLast_ = -1;
   int64_t positions_ = 0;
   int64_t dims_ = 0;
 };

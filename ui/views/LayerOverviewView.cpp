@@ -1,11 +1,11 @@
 #include "ui/views/LayerOverviewView.hpp"
 
 #include <QToolTip>
-
 #include <algorithm>
 #include <cmath>
 
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
 namespace kvscope::ui {
@@ -54,9 +54,16 @@ LayerOverviewView::LayerOverviewView(SelectionContext* context, QWidget* parent)
   floor_ = addGraph();
   floor_->setPen(QPen(Theme::ok(), 1, Qt::DashLine));
   floor_->setLineStyle(QCPGraph::lsStepLeft);
+  // The selected layer: a pale band over the axis's whole height, behind the bars (an
+  // outline reaching some height would read as a bar of that value).
   selected_ = new QCPItemRect(this);
-  selected_->setPen(QPen(Theme::selection(), 3));
-  selected_->setBrush(Qt::NoBrush);
+  selected_->setLayer(QStringLiteral("grid"));
+  selected_->setPen(Qt::NoPen);
+  QColor band = Theme::selection();
+  band.setAlpha(45);
+  selected_->setBrush(band);
+  selected_->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
+  selected_->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
   firstLabel_ = new QCPItemText(this);
   firstLabel_->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);
   firstLabel_->position->setType(QCPItemPosition::ptAxisRectRatio);
@@ -131,17 +138,19 @@ void LayerOverviewView::refresh() {
   xAxis->setRange(-0.6, n - 0.4);
   yAxis->setRange(kAxisFloor, top * 30.0);
   selected_->setVisible(!values_.empty());
-  selected_->topLeft->setCoords(static_cast<double>(sel.layer) - 0.45, top * 8.0);
-  selected_->bottomRight->setCoords(static_cast<double>(sel.layer) + 0.45, kAxisFloor);
+  selected_->topLeft->setCoords(static_cast<double>(sel.layer) - 0.5, 0.0);
+  selected_->bottomRight->setCoords(static_cast<double>(sel.layer) + 0.5, 1.0);
   firstLabel_->setVisible(firstDivergent_ >= 0);
   if (firstDivergent_ >= 0) {
     firstLabel_->setText(tr("first divergent: L%1").arg(firstDivergent_));
   }
-  title_->setText(tr("Layers · step %1 · %2")
-                      .arg(sel.step)
-                      .arg(sel.kind == KvKind::Keys ? tr("keys") : tr("values")));
+  setFittedTitle(title_, tr("Layers · step %1 · %2")
+                             .arg(sel.step)
+                             .arg(sel.kind == KvKind::Keys ? tr("keys") : tr("values")));
   replot(QCustomPlot::rpQueuedReplot);
 }
+
+QString LayerOverviewView::title() const { return fullTitle(title_); }
 
 QPoint LayerOverviewView::layerCenter(int64_t layer) const {
   const double x = xAxis->coordToPixel(static_cast<double>(layer));
@@ -153,6 +162,12 @@ int64_t LayerOverviewView::layerAt(const QPoint& widgetPos) const {
   if (values_.empty() || !axisRect()->rect().contains(widgetPos)) return -1;
   const auto l = static_cast<int64_t>(std::lround(xAxis->pixelToCoord(widgetPos.x())));
   return l >= 0 && l < static_cast<int64_t>(values_.size()) ? l : -1;
+}
+
+void LayerOverviewView::resizeEvent(QResizeEvent* event) {
+  QCustomPlot::resizeEvent(event);
+  refitTitles(this);
+  fitLogTicks(yAxis, height() - 90);
 }
 
 void LayerOverviewView::mousePressEvent(QMouseEvent* event) {

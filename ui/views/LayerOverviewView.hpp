@@ -26,6 +26,9 @@ class LayerOverviewView : public QCustomPlot {
   /// Widget point at the centre of a layer's bar (for tests and tooltips).
   QPoint layerCenter(int64_t layer) const;
   int64_t layerAt(const QPoint& widgetPos) const;
+  /// The selected layer's band (for tests): spans the axis's whole height.
+  QCPItemRect* selectionBand() const { return selected_; }
+  QString title() const;
   /// The noise floor per layer: the audit's tolerance at this step (kDefaultNoiseFloor
   /// where the step was not audited).
   const std::vector<double>& noiseFloor() const { return floors_; }
@@ -33,6 +36,7 @@ class LayerOverviewView : public QCustomPlot {
 
  protected:
   void mousePressEvent(QMouseEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
   void mouseMoveEvent(QMouseEvent* event) override;
 
  private:

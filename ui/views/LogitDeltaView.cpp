@@ -1,12 +1,12 @@
 #include "ui/views/LogitDeltaView.hpp"
 
 #include <QVBoxLayout>
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
 namespace kvscope::ui {
@@ -18,7 +18,16 @@ QCPTextElement* addTitle(QCustomPlot* plot, const QString& text) {
   plot->plotLayout()->insertRow(0);
   auto* t = new QCPTextElement(plot, text, QFont(plot->font().family(), plot->font().pointSize() + 1, QFont::Bold));
   plot->plotLayout()->addElement(0, 0, t);
+  t->setProperty(kFullTitleProperty, text);
   return t;
+}
+
+// Whole numbers on an integer axis (steps, token ids), however far it is zoomed.
+void integerTicks(QCPAxis* axis) {
+  auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+  ticker->setTickStep(1.0);
+  ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+  axis->setTicker(ticker);
 }
 }  // namespace
 
@@ -31,11 +40,8 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
   steps_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
   steps_->yAxis->setNumberFormat(QStringLiteral("eb"));
   steps_->yAxis->setNumberPrecision(0);
-  steps_->xAxis->setLabel(tr("step"));
-  auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
-  ticker->setTickStep(1.0);
-  ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-  steps_->xAxis->setTicker(ticker);
+  steps_->xAxis->setLabel(tr("step (click to select)"));
+  integerTicks(steps_->xAxis);
   floorGraph_ = steps_->addGraph();
   floorGraph_->setPen(Qt::NoPen);
   floorGraph_->removeFromLegend();
@@ -53,22 +59,27 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
   beyond_->setName(tr("beyond tolerance"));
   beyond_->setLineStyle(QCPGraph::lsNone);
   beyond_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::alarm(), 9));
-  // One row of legend at the bottom right, over the empty part below the band's top.
+  // The legend in its own row under the title, never over the data.
   steps_->legend->setVisible(true);
+  steps_->axisRect()->insetLayout()->take(steps_->legend);
+  steps_->plotLayout()->insertRow(1);
+  steps_->plotLayout()->addElement(1, 0, steps_->legend);
+  steps_->plotLayout()->setRowStretchFactor(1, 0.001);
+  steps_->legend->setMargins(QMargins(2, 0, 2, 0));
   steps_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   steps_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   steps_->legend->setBrush(QColor(255, 255, 255, 200));
   steps_->legend->setIconSize(14, 8);
   steps_->legend->setRowSpacing(0);
   steps_->legend->setColumnSpacing(4);
-  steps_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
   cursor_ = new QCPItemStraightLine(steps_);
   cursor_->setPen(QPen(Theme::selection(), 2));
 
   tokens_ = new QCustomPlot(this);
   tokens_->setMinimumSize(240, 130);
   tokensTitle_ = addTitle(tokens_, tr("Δ logit per token (cached − reference)"));
-  tokens_->xAxis->setLabel(tr("token id"));
+  tokens_->xAxis->setLabel(tr("token id · labelled: largest |Δ|, red = the largest"));
+  integerTicks(tokens_->xAxis);
   delta_ = tokens_->addGraph();
   delta_->setLineStyle(QCPGraph::lsImpulse);
   delta_->setPen(QPen(Theme::alarm(), 1));
@@ -88,6 +99,11 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
             else moveCursor();
           });
   connect(context_, &SelectionContext::snapshotChanged, this, [this] { paintTokens(); });
+  // A click on a step selects it.
+  connect(steps_, &QCustomPlot::mousePress, this, [this](QMouseEvent* event) {
+    const int64_t step = stepAt(event->position().toPoint());
+    if (step >= 0) context_->setStep(step);
+  });
   rebuildSteps();
 }
 
@@ -127,7 +143,7 @@ void LogitDeltaView::rebuildSteps() {
   }
   steps_->xAxis->setRange(-0.5, last + 0.5);
   steps_->yAxis->setRange(bottom / 10.0, top * 10.0);
-  stepsTitle_->setText(tr("max |Δ logit| per step · request %1").arg(request_));
+  setFittedTitle(stepsTitle_, tr("max |Δ logit| per step · request %1").arg(request_));
   moveCursor();
 }
 
@@ -135,7 +151,29 @@ void LogitDeltaView::moveCursor() {
   const auto x = static_cast<double>(context_->selection().step);
   cursor_->point1->setCoords(x, 1.0);
   cursor_->point2->setCoords(x, 2.0);
+  cursor_->setVisible(context_->output() != nullptr);
   steps_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+int64_t LogitDeltaView::stepAt(const QPoint& plotPos) const {
+  if (!steps_->axisRect()->rect().contains(plotPos) || !context_->output()) return -1;
+  const auto steps = context_->stepsOf(context_->selection().request);
+  if (steps.empty()) return -1;
+  const double x = steps_->xAxis->pixelToCoord(plotPos.x());
+  int64_t best = steps.front();
+  for (int64_t s : steps)
+    if (std::abs(static_cast<double>(s) - x) < std::abs(static_cast<double>(best) - x)) best = s;
+  return best;
+}
+
+void LogitDeltaView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  for (QCustomPlot* plot : {steps_, tokens_}) refitTitles(plot);
+  fitLogTicks(steps_->yAxis, steps_->height() - 90);
+  // The legend wraps into rows when the plot is narrow.
+  steps_->legend->setWrap(steps_->width() < 330 ? 2 : 0);
+  steps_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  paintTokens();  // label spacing is in pixels
 }
 
 QString LogitDeltaView::tokenText(int64_t id) const {
@@ -151,7 +189,9 @@ void LogitDeltaView::paintTokens() {
   const auto& snap = context_->snapshot();
   if (!snap || snap->logitDelta.empty()) {
     delta_->data()->clear();
-    tokensTitle_->setText(tr("Δ logit per token: no reference row for this step"));
+    setFittedTitle(tokensTitle_, context_->output()
+                                     ? tr("Δ logit per token · no reference row for this step")
+                                     : tr("Δ logit per token"));
     tokens_->replot(QCustomPlot::rpQueuedReplot);
     return;
   }
@@ -164,7 +204,7 @@ void LogitDeltaView::paintTokens() {
   delta_->setData(keys, values, true);
   const double m = std::max(snap->maxAbsLogitDelta, 1e-9);
   tokens_->xAxis->setRange(-0.5, static_cast<double>(d.size()) - 0.5);
-  tokens_->yAxis->setRange(-m * 1.35, m * 1.35);
+  tokens_->yAxis->setRange(-m * 1.6, m * 1.6);  // room for the labels above and below
   std::vector<size_t> order(d.size());
   std::iota(order.begin(), order.end(), size_t{0});
   // The largest deltas, skipping ones whose label would sit on top of a larger one's.
@@ -174,7 +214,11 @@ void LogitDeltaView::paintTokens() {
                     [&d](size_t a, size_t b) { return std::abs(d[a]) > std::abs(d[b]); });
   const bool significant =
       snap->maxAbsLogitDelta > (snap->logitNoiseFloor > 0 ? snap->logitNoiseFloor : 1e-4);
-  const auto apart = static_cast<std::ptrdiff_t>(std::max<size_t>(1, d.size() / 8));
+  // Labels at least a label's width apart on screen (about 70 pixels).
+  const int px = std::max(
+      100, tokens_->axisRect()->width() > 0 ? tokens_->axisRect()->width() : tokens_->width() - 60);
+  const auto apart =
+      static_cast<std::ptrdiff_t>(std::max<size_t>(1, d.size() * 70 / static_cast<size_t>(px)));
   for (size_t k = 0; k < candidates && significant && labelled_.size() < kLabelledTokens; ++k) {
     const size_t i = order[k];
     bool crowded = false;
@@ -182,7 +226,7 @@ void LogitDeltaView::paintTokens() {
       crowded =
           crowded ||
           (std::abs(static_cast<std::ptrdiff_t>(i) - static_cast<std::ptrdiff_t>(j)) < apart &&
-           (d[i] >= 0) == (d[static_cast<size_t>(j)] >= 0));
+           (d[i] >= 0) == (d[static_cast<size_t>(j)] >= 0));  // above and below do not meet
     if (crowded) continue;
     labelled_.push_back(static_cast<int64_t>(i));
     auto* label = new QCPItemText(tokens_);
@@ -193,9 +237,9 @@ void LogitDeltaView::paintTokens() {
     label->position->setCoords(static_cast<double>(i), static_cast<double>(d[i]));
     labels_.push_back(label);
   }
-  tokensTitle_->setText(tr("Δ logit per token · step %1 · max %2")
-                            .arg(snap->point.step)
-                            .arg(snap->maxAbsLogitDelta, 0, 'g', 3));
+  setFittedTitle(tokensTitle_, tr("Δ logit per token · step %1 · max %2")
+                                   .arg(snap->point.step)
+                                   .arg(snap->maxAbsLogitDelta, 0, 'g', 3));
   tokens_->replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -26,6 +26,11 @@ class LogitDeltaView : public QWidget {
   /// Token ids labelled in the bottom plot, largest |delta| first.
   const std::vector<int64_t>& labelledTokens() const { return labelled_; }
   static constexpr int kLabelledTokens = 5;
+  /// The step nearest a point of the step plot (-1 outside its axes).
+  int64_t stepAt(const QPoint& plotPos) const;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void rebuildSteps();

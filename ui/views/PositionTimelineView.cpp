@@ -1,10 +1,12 @@
 #include "ui/views/PositionTimelineView.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
 namespace kvscope::ui {
@@ -16,12 +18,16 @@ PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* p
   title_ = new QCPTextElement(this, tr("Positions and cache length"),
                               QFont(font().family(), font().pointSize() + 1, QFont::Bold));
   plotLayout()->addElement(0, 0, title_);
-  xAxis->setLabel(tr("step"));
+  title_->setProperty(kFullTitleProperty, title_->text());
+  xAxis->setLabel(tr("step (click to select)"));
   yAxis->setLabel(tr("tokens"));
-  auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
-  ticker->setTickStep(1.0);
-  ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-  xAxis->setTicker(ticker);
+  // Steps and token counts are whole numbers.
+  for (QCPAxis* axis : {xAxis, yAxis}) {
+    auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
+    ticker->setTickStep(1.0);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    axis->setTicker(ticker);
+  }
 
   expected_ = addGraph();
   expected_->setName(tr("expected position"));
@@ -35,9 +41,13 @@ PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* p
   legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   legend->setRowSpacing(0);
   legend->setBrush(QColor(255, 255, 255, 210));
-  // Top left: positions start at the prompt length and grow to the right; event labels
-  // run up from the bottom of their step.
-  axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+  // The legend in its own row under the title, never over the lines.
+  axisRect()->insetLayout()->take(legend);
+  plotLayout()->insertRow(1);
+  plotLayout()->addElement(1, 0, legend);
+  plotLayout()->setRowStretchFactor(1, 0.001);
+  legend->setMargins(QMargins(2, 0, 2, 0));
+  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
 
   cursor_ = new QCPItemStraightLine(this);
   cursor_->setPen(QPen(Theme::selection(), 2));
@@ -62,7 +72,8 @@ void PositionTimelineView::rebuild() {
   const AuditResult* r = context_->result();
   request_ = context_->selection().request;
   if (!r) {
-    title_->setText(tr("Positions and cache length"));
+    setFittedTitle(title_, tr("Positions and cache length"));
+    cursor_->setVisible(false);
     replot(QCustomPlot::rpQueuedReplot);
     return;
   }
@@ -122,14 +133,42 @@ void PositionTimelineView::rebuild() {
   }
   xAxis->setRange(-0.5, xs.isEmpty() ? 1.0 : xs.back() + 0.5);
   yAxis->setRange(-0.5, top * 1.15 + 1.0);
-  title_->setText(tr("Positions · request %1").arg(request_));
+  setFittedTitle(title_, tr("Positions · request %1").arg(request_));
   moveCursor();
+}
+
+int64_t PositionTimelineView::stepAt(const QPoint& widgetPos) const {
+  if (!axisRect()->rect().contains(widgetPos) || !context_->output()) return -1;
+  const auto steps = context_->stepsOf(request_);
+  if (steps.empty()) return -1;
+  const double x = xAxis->pixelToCoord(widgetPos.x());
+  int64_t best = steps.front();
+  for (int64_t s : steps)
+    if (std::abs(static_cast<double>(s) - x) < std::abs(static_cast<double>(best) - x)) best = s;
+  return best;
+}
+
+void PositionTimelineView::mousePressEvent(QMouseEvent* event) {
+  const int64_t step = stepAt(event->position().toPoint());
+  if (step >= 0) {
+    context_->setStep(step);
+    return;
+  }
+  QCustomPlot::mousePressEvent(event);
+}
+
+void PositionTimelineView::resizeEvent(QResizeEvent* event) {
+  QCustomPlot::resizeEvent(event);
+  refitTitles(this);
+  legend->setWrap(width() < 420 ? 2 : 0);
+  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
 }
 
 void PositionTimelineView::moveCursor() {
   const auto x = static_cast<double>(context_->selection().step);
   cursor_->point1->setCoords(x, 0);
   cursor_->point2->setCoords(x, 1);
+  cursor_->setVisible(context_->output() != nullptr);
   replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -21,6 +21,12 @@ class PositionTimelineView : public QCustomPlot {
   int eventMarkerCount() const { return eventMarkers_; }
   QCPGraph* expectedGraph() const { return expected_; }
   QCPGraph* recordedGraph() const { return recorded_; }
+  /// The step nearest a widget point (-1 outside the axes).
+  int64_t stepAt(const QPoint& widgetPos) const;
+
+ protected:
+  void mousePressEvent(QMouseEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void rebuild();

@@ -25,6 +25,7 @@ TokenStripView::TokenStripView(SelectionContext* context, QWidget* parent)
     : QWidget(parent), context_(context) {
   setFocusPolicy(Qt::StrongFocus);
   setMouseTracking(true);
+  setToolTip(placeholderText());
   connect(context_, &SelectionContext::outputChanged, this, [this] { rebuild(); });
   connect(context_, &SelectionContext::selectionChanged, this,
           [this](const InspectionPoint& cur, const InspectionPoint& prev) {
@@ -33,6 +34,10 @@ TokenStripView::TokenStripView(SelectionContext* context, QWidget* parent)
             Q_EMIT currentRectChanged(stepRect(cur.step));
           });
   rebuild();
+}
+
+QString TokenStripView::placeholderText() {
+  return tr("No audit loaded — open a model or a trace and run the audit");
 }
 
 QString TokenStripView::stepLabel(int64_t step, bool divergent) {
@@ -53,6 +58,7 @@ void TokenStripView::rebuild() {
   divergentStep_ = -1;
   request_ = context_->selection().request;
   const AuditResult* result = context_->result();
+  setToolTip(result ? QString() : placeholderText());
   if (!result) {
     width_ = 0;
     updateGeometry();
@@ -106,6 +112,12 @@ void TokenStripView::rebuild() {
   update();
 }
 
+int64_t TokenStripView::lastStep() const {
+  int64_t last = -1;
+  for (const auto& c : cells_) last = std::max(last, c.step);
+  return last;
+}
+
 QRect TokenStripView::stepRect(int64_t step) const {
   QRect r;
   for (const auto& c : cells_)
@@ -125,7 +137,7 @@ void TokenStripView::paintEvent(QPaintEvent* event) {
   p.fillRect(event->rect(), palette().base());
   if (cells_.empty()) {
     p.setPen(palette().color(QPalette::PlaceholderText));
-    p.drawText(rect(), Qt::AlignCenter, tr("No audit loaded — open a model or a trace and run the audit"));
+    p.drawText(rect().adjusted(6, 0, -6, 0), Qt::AlignCenter | Qt::TextWordWrap, placeholderText());
     return;
   }
   const int64_t current = context_->selection().step;
@@ -177,8 +189,10 @@ void TokenStripView::paintEvent(QPaintEvent* event) {
 void TokenStripView::mousePressEvent(QMouseEvent* event) {
   setFocus(Qt::MouseFocusReason);
   for (const auto& c : cells_)
-    if (c.rect.contains(event->position().toPoint()) && c.step >= 0) {
-      context_->setStep(c.step);
+    if (c.rect.contains(event->position().toPoint())) {
+      // A token chosen but never fed back: the step that chose it (the last one).
+      const int64_t step = c.step >= 0 ? c.step : lastStep();
+      if (step >= 0) context_->setStep(step);
       return;
     }
   QWidget::mousePressEvent(event);

@@ -35,6 +35,11 @@ class TokenStripView : public QWidget {
   /// The request's first divergent step, -1 when it has none.
   int64_t divergentStep() const { return divergentStep_; }
 
+  /// The last step with fed tokens (-1: none); a click on a never-fed token selects it.
+  int64_t lastStep() const;
+  /// The start-up hint painted while there is no audit.
+  static QString placeholderText();
+
   QSize sizeHint() const override;
   QSize minimumSizeHint() const override;
 
