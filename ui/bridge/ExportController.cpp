@@ -128,8 +128,40 @@ bool ExportController::writePdf(QWidget* widget, const QString& path, QString* e
   return true;
 }
 
+nlohmann::json ExportController::inputsJson(const BundleInputs& in) {
+  auto list = [](const QStringList& l) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const QString& s : l) a.push_back(s.toStdString());
+    return a;
+  };
+  auto path = [](const QString& p) {
+    return p.isEmpty() ? nlohmann::json() : nlohmann::json(p.toStdString());
+  };
+  return {{"model_dir", path(in.modelDir)},
+          {"trace", path(in.traceFile)},
+          {"reference_trace", path(in.referenceTraceFile)},
+          {"weights_versions", list(in.weightsVersions)},
+          {"faults", list(in.faults)},
+          {"prompts", list(in.prompts)}};
+}
+
+std::string ExportController::inputsMarkdown(const BundleInputs& in) {
+  std::string md = "## Inputs\n\n- KV Scope version: " + in.toolVersion.toStdString() + "\n";
+  auto line = [&md](const char* what, const QString& value) {
+    if (!value.isEmpty()) md += std::string("- ") + what + ": `" + value.toStdString() + "`\n";
+  };
+  line("Model directory", in.modelDir);
+  line("Trace", in.traceFile);
+  line("Reference trace", in.referenceTraceFile);
+  for (const QString& w : in.weightsVersions) line("Weights version", w);
+  for (const QString& f : in.faults) line("Fault", f);
+  for (const QString& p : in.prompts) line("Prompt", p);
+  return md + "\n";
+}
+
 ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutput& output,
-                                             const QString& directory) const {
+                                             const QString& directory,
+                                             const BundleInputs& inputs) const {
   ExportOutcome out;
   const QDir dir(QFileInfo(directory).absoluteFilePath());
   QStringList paths;
@@ -151,8 +183,15 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
     out.written << path;
     return true;
   };
-  if (!writeText(paths[1], output.result.report.toJson().dump(2) + "\n")) return out;
-  if (!writeText(paths[2], output.result.report.toMarkdown())) return out;
+  nlohmann::json report = output.result.report.toJson();
+  report["inputs"] = inputsJson(inputs);
+  report["tool"] = {{"name", "kvscope"}, {"version", inputs.toolVersion.toStdString()}};
+  if (!writeText(paths[1], report.dump(2) + "\n")) return out;
+  // The inputs after the verdict's summary, before the findings: what to run to see it again.
+  std::string summary = output.result.report.toMarkdown();
+  const auto findings = summary.find("## Findings");
+  summary.insert(findings == std::string::npos ? summary.size() : findings, inputsMarkdown(inputs));
+  if (!writeText(paths[2], summary)) return out;
   out.ok = true;
   return out;
 }

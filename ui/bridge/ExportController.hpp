@@ -7,8 +7,9 @@
 #include <QObject>
 #include <QString>
 #include <QStringList>
-
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace kvscope {
 struct AuditJobOutput;
@@ -19,6 +20,16 @@ class QWidget;
 namespace kvscope::ui {
 
 enum class ExportFormat { Png, Svg, Pdf };
+
+/// What the bundle names besides the report: the inputs the audit ran on (absolute paths)
+/// and the tool's version, so that a bug report can be reproduced.
+struct BundleInputs {
+  QString modelDir, traceFile, referenceTraceFile;
+  QStringList weightsVersions;  // "N=DIR"
+  QStringList faults;           // built-in engine faults, NAME:k=v,...
+  QStringList prompts;
+  QString toolVersion;  // kvscope/BuildInfo.hpp
+};
 
 struct ExportOutcome {
   bool ok = false;
@@ -45,8 +56,12 @@ class ExportController : public QObject {
 
   ExportOutcome exportWidget(QWidget* widget, const QString& path) const;
   ExportOutcome exportWidget(QWidget* widget, const QString& path, ExportFormat format) const;
-  /// screenshot.png, report.json and summary.md in `directory` (created when missing).
-  ExportOutcome exportBundle(QWidget* window, const AuditJobOutput& output, const QString& directory) const;
+  /// screenshot.png, report.json and summary.md in `directory` (created when missing);
+  /// report.json gets "inputs" and "tool", summary.md an Inputs list, from `inputs`.
+  ExportOutcome exportBundle(QWidget* window, const AuditJobOutput& output,
+                             const QString& directory, const BundleInputs& inputs = {}) const;
+  static nlohmann::json inputsJson(const BundleInputs& inputs);
+  static std::string inputsMarkdown(const BundleInputs& inputs);
 
   static QStringList bundleFileNames();
 

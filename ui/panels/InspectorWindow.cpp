@@ -27,7 +27,9 @@
 #include "ui/bridge/SelectionContext.hpp"
 #include "ui/panels/DiagnosisPanel.hpp"
 #include "ui/panels/FaultPanel.hpp"
+#include "ui/panels/BundleFolderDialog.hpp"
 #include "ui/panels/KvHeatmapPanel.hpp"
+#include "ui/panels/RecentFilesMenu.hpp"
 #include "ui/panels/RunSetupPanel.hpp"
 #include "ui/panels/StepKeyFilter.hpp"
 #include "ui/panels/TokenStepperPanel.hpp"
@@ -41,8 +43,6 @@
 namespace kvscope::ui {
 
 namespace {
-constexpr int kMaxRecent = 8;
-const QString kRecentKey = QStringLiteral("recentFiles");
 const QString kGeometryKey = QStringLiteral("window/geometry");
 const QString kStateKey = QStringLiteral("window/state");
 const QString kGradientKey = QStringLiteral("view/colourMap");
@@ -99,12 +99,16 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
   connect(controller_, &InspectorController::auditSucceeded, this, [this] {
     setup_->setRunning(false);
     setup_->setProgress(1.0, tr("done"));
+    auditedSpec_ = runningSpec_;
+    setWindowTitle(titleForOutput());
     statusBar()->showMessage(tr("Audit finished."), 5000);
   });
   connect(controller_, &InspectorController::auditFailed, this, [this](const QString& message, bool input) {
     setup_->setRunning(false);
     setup_->setProgress(0.0, message);
-    headline_->showMessage((input ? tr("Input error: %1") : tr("Audit failed: %1")).arg(message), true);
+    headline_->showMessage((input ? tr("Input error: %1") : tr("Audit failed: %1"))
+                               .arg(input ? inUserWords(message) : message),
+                           true);
     context_->setStale(input ? tr("fix the input error and run again (Ctrl+R)")
                              : tr("the audit failed; run again (Ctrl+R)"));
     statusBar()->showMessage(message);
@@ -120,10 +124,8 @@ InspectorWindow::InspectorWindow(EngineController::AuditJobFunction job,
   });
   connect(qApp, &QApplication::focusChanged, this, [this](QWidget*, QWidget* now) { trackFocus(now); });
   connect(context_, &SelectionContext::outputChanged, this, [this] {
-    const AuditResult* r = context_->result();
-    setWindowTitle(r && !r->report.inputDescription.empty()
-                       ? tr("KV Scope — %1").arg(QString::fromStdString(r->report.inputDescription))
-                       : tr("KV Scope"));
+    // "demo-model (divergent) — KV Scope": the name once (the platform adds nothing then).
+    setWindowTitle(titleForOutput());
   });
   resize(1680, 1050);
   loadSettings();
@@ -208,12 +210,13 @@ void InspectorWindow::buildDocks() {
     if (!dir.isEmpty()) openPath(dir);
   });
   connect(setup_, &RunSetupPanel::browseTraceRequested, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, tr("Open trace"));
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(), traceFileFilter());
     if (!f.isEmpty()) openPath(f);
   });
   connect(setup_, &RunSetupPanel::browseReferenceRequested, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, tr("Open reference trace"));
-    if (!f.isEmpty()) setup_->setReferenceTraceFile(f);
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open reference trace"), QString(),
+                                                   traceFileFilter());
+    if (!f.isEmpty()) openReferencePath(f);
   });
 }
 
@@ -224,10 +227,11 @@ void InspectorWindow::buildMenus() {
     if (!dir.isEmpty()) openPath(dir);
   });
   file->addAction(tr("Open &trace…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, tr("Open trace"));
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(), traceFileFilter());
     if (!f.isEmpty()) openPath(f);
   });
-  recentMenu_ = file->addMenu(tr("Open &recent"));
+  recentMenu_ = new RecentFilesMenu(tr("Open &recent"), this);
+  file->addMenu(recentMenu_);
   file->addSeparator();
   file->addAction(tr("Export current &view…"), QKeySequence(Qt::CTRL | Qt::Key_E), this,
                   [this] { exportInteractive(false); });
@@ -238,7 +242,8 @@ void InspectorWindow::buildMenus() {
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 
   QMenu* audit = menuBar()->addMenu(tr("&Audit"));
-  audit->addAction(tr("&Run audit"), this, &InspectorWindow::runAudit);
+  audit->addAction(tr("&Run audit"), QKeySequence(Qt::CTRL | Qt::Key_R), this,
+                   &InspectorWindow::runAudit);
   audit->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), controller_, &InspectorController::cancelAudit);
 
   QMenu* nav = menuBar()->addMenu(tr("&Navigate"));
@@ -259,9 +264,11 @@ void InspectorWindow::buildMenus() {
   view->addAction(setupDock_->toggleViewAction());
   view->addAction(diagnosisDock_->toggleViewAction());
   rebuildRecentMenu();
+  buildUsability();
 }
 
 void InspectorWindow::showOutput(std::shared_ptr<const AuditJobOutput> output) {
+  auditedSpec_ = currentSpec();
   controller_->setOutput(std::move(output));
 }
 
@@ -282,6 +289,7 @@ bool InspectorWindow::openPath(const QString& path) {
   statusBar()->showMessage(info.isDir() ? tr("Model: %1").arg(info.absoluteFilePath())
                                         : tr("Trace: %1").arg(info.absoluteFilePath()),
                            5000);
+  if (!info.isDir()) checkTraceFile(info.absoluteFilePath(), tr("Trace"));
   return true;
 }
 
@@ -299,6 +307,8 @@ bool InspectorWindow::runAudit() {
     context_->setStale(tr("fix the input error and run again (Ctrl+R)"));
     return false;
   }
+  runningSpec_ = spec;
+  saveLastRun(spec);
   controller_->runAudit(spec);
   return true;
 }
@@ -320,18 +330,12 @@ bool InspectorWindow::selectFinding(const QString& idOrRow, QString* error) {
 }
 
 void InspectorWindow::addRecent(const QString& path) {
-  recent_.removeAll(path);
-  recent_.prepend(path);
-  while (recent_.size() > kMaxRecent) recent_.removeLast();
-  rebuildRecentMenu();
-  QSettings().setValue(kRecentKey, recent_);
+  recentMenu_->add(
+      QFileInfo(path).isDir() ? RecentFilesMenu::Kind::Model : RecentFilesMenu::Kind::Trace, path);
 }
 
 void InspectorWindow::rebuildRecentMenu() {
-  if (!recentMenu_) return;
-  recentMenu_->clear();
-  for (const QString& p : recent_) recentMenu_->addAction(p, this, [this, p] { openPath(p); });
-  recentMenu_->setEnabled(!recent_.isEmpty());
+  if (recentMenu_) recentMenu_->load();
 }
 
 void InspectorWindow::trackFocus(QWidget* now) {
@@ -368,7 +372,7 @@ ExportOutcome InspectorWindow::exportBundle(const QString& directory) {
     return out;
   }
   flushPlots();
-  return exporter_->exportBundle(this, *context_->output(), directory);
+  return exporter_->exportBundle(this, *context_->output(), directory, bundleInputs());
 }
 
 void InspectorWindow::exportInteractive(bool wholeWindow) {
@@ -382,7 +386,7 @@ void InspectorWindow::exportInteractive(bool wholeWindow) {
 }
 
 void InspectorWindow::exportBundleInteractive() {
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Bug-report bundle folder"));
+  const QString dir = BundleFolderDialog::getFolder(this);  // a new folder name is fine
   if (dir.isEmpty()) return;
   const ExportOutcome out = exportBundle(dir);
   statusBar()->showMessage(out.ok ? tr("Wrote %1").arg(out.written.join(QStringLiteral(", "))) : out.error, 8000);
@@ -390,21 +394,21 @@ void InspectorWindow::exportBundleInteractive() {
 
 void InspectorWindow::loadSettings() {
   QSettings s;
-  recent_ = s.value(kRecentKey).toStringList();
-  rebuildRecentMenu();
+  recentMenu_->load();
   const QByteArray geometry = s.value(kGeometryKey).toByteArray();
   if (!geometry.isEmpty()) restoreGeometry(geometry);
   const QByteArray state = s.value(kStateKey).toByteArray();
   if (!state.isEmpty()) stateRestored_ = restoreState(state);
   const QString gradient = s.value(kGradientKey).toString();
   if (!gradient.isEmpty()) heatmaps_->setGradientName(gradient);
+  restoreLastRun();
 }
 
 void InspectorWindow::saveSettings() const {
   QSettings s;
   s.setValue(kGeometryKey, saveGeometry());
   s.setValue(kStateKey, saveState());
-  s.setValue(kRecentKey, recent_);
+  recentMenu_->save();
   s.setValue(kGradientKey, heatmaps_->gradientName());
 }
 

@@ -25,14 +25,19 @@ namespace kvscope::ui {
 class DiagnosisPanel;
 class FaultPanel;
 class HeadlineView;
+class HelpMenu;
 class InspectorController;
 class KvHeatmapPanel;
 class LayerOverviewView;
 class LogitDeltaView;
 class PositionTimelineView;
+class RecentFilesMenu;
 class RunSetupPanel;
 class SelectionContext;
+class StepComparePanel;
+class TokenSearchBar;
 class TokenStepperPanel;
+class ViewToolTips;
 
 class InspectorWindow : public QMainWindow {
   Q_OBJECT
@@ -55,6 +60,12 @@ class InspectorWindow : public QMainWindow {
   DiagnosisPanel* diagnosis() const { return diagnosis_; }
   RunSetupPanel* setup() const { return setup_; }
   FaultPanel* faults() const { return faults_; }
+  HelpMenu* helpMenu() const { return help_; }
+  RecentFilesMenu* recentMenu() const { return recentMenu_; }
+  TokenSearchBar* tokenSearch() const { return search_; }
+  StepComparePanel* stepCompare() const { return compare_; }
+  QDockWidget* stepCompareDock() const { return compareDock_; }
+  ViewToolTips* viewToolTips() const { return tips_; }
 
   /// Shows an audit output computed elsewhere (headless, synthetic).
   void showOutput(std::shared_ptr<const AuditJobOutput> output);
@@ -66,7 +77,17 @@ class InspectorWindow : public QMainWindow {
   bool selectFinding(const QString& idOrRow, QString* error);
   /// Opens a path: a directory as the model, a file as the trace. Adds it to recent files.
   bool openPath(const QString& path);
-  QStringList recentFiles() const { return recent_; }
+  /// Opens a file as the reference trace (trace+trace mode); checked like a trace.
+  bool openReferencePath(const QString& path);
+  /// Recent models and traces, newest first (File → Open recent lists them by kind).
+  QStringList recentFiles() const;
+  /// The inputs of the audit on screen (the bundle names them).
+  const AuditJobSpec& auditedSpec() const { return auditedSpec_; }
+  /// The setup and fault panels' job, as Run audit would post it.
+  AuditJobSpec currentSpec() const;
+  /// Fills the setup and fault panels with the last run's inputs (QSettings); false if none.
+  bool restoreLastRun();
+  static QString traceFileFilter();
   /// The panel that export "current view" writes (the one that last had focus).
   QWidget* currentView() const;
 
@@ -94,6 +115,13 @@ class InspectorWindow : public QMainWindow {
   void exportInteractive(bool wholeWindow);
   void exportBundleInteractive();
   void trackFocus(QWidget* now);
+  // InspectorWindowUsability.cpp
+  void buildUsability();
+  void checkTraceFile(const QString& path, const QString& role);
+  QString inUserWords(const QString& message) const;
+  QString titleForOutput() const;
+  BundleInputs bundleInputs() const;
+  void saveLastRun(const AuditJobSpec& spec) const;
 
   SelectionContext* context_;
   EngineController* engine_;
@@ -110,8 +138,14 @@ class InspectorWindow : public QMainWindow {
   FaultPanel* faults_ = nullptr;
   QDockWidget* setupDock_ = nullptr;
   QDockWidget* diagnosisDock_ = nullptr;
-  QMenu* recentMenu_ = nullptr;
-  QStringList recent_;
+  RecentFilesMenu* recentMenu_ = nullptr;
+  HelpMenu* help_ = nullptr;
+  TokenSearchBar* search_ = nullptr;
+  StepComparePanel* compare_ = nullptr;
+  QDockWidget* compareDock_ = nullptr;
+  ViewToolTips* tips_ = nullptr;
+  AuditJobSpec runningSpec_;  // posted by runAudit
+  AuditJobSpec auditedSpec_;  // the inputs of the audit on screen
   std::vector<FaultInfo> catalog_;
   QWidget* currentView_ = nullptr;
   bool stateRestored_ = false;

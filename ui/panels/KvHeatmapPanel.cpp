@@ -1,5 +1,7 @@
 #include "ui/panels/KvHeatmapPanel.hpp"
 
+#include "ui/views/ColourMaps.hpp"
+
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -106,7 +108,12 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
 
 QStringList KvHeatmapPanel::gradientNames() {
   return {QStringLiteral("Polar"), QStringLiteral("Spectrum"), QStringLiteral("Jet"),
-          QStringLiteral("Thermal"), QStringLiteral("Grayscale"), QStringLiteral("Geography")};
+          QStringLiteral("Thermal"), QStringLiteral("Grayscale"), QStringLiteral("Geography"),
+          QStringLiteral("Viridis"), QStringLiteral("Cividis")};
+}
+
+bool KvHeatmapPanel::isColourBlindSafe(const QString& name) {
+  return name == QLatin1String("Viridis") || name == QLatin1String("Cividis");
 }
 
 QCPColorGradient KvHeatmapPanel::gradientByName(const QString& name) {
@@ -115,6 +122,8 @@ QCPColorGradient KvHeatmapPanel::gradientByName(const QString& name) {
   if (name == QLatin1String("Thermal")) return QCPColorGradient(QCPColorGradient::gpThermal);
   if (name == QLatin1String("Grayscale")) return QCPColorGradient(QCPColorGradient::gpGrayscale);
   if (name == QLatin1String("Geography")) return QCPColorGradient(QCPColorGradient::gpGeography);
+  if (name == QLatin1String("Viridis")) return ColourMaps::viridis();
+  if (name == QLatin1String("Cividis")) return ColourMaps::cividis();
   return QCPColorGradient(QCPColorGradient::gpPolar);
 }
 

@@ -28,6 +28,8 @@ class KvHeatmapPanel : public QWidget {
   KvHeatmapView* differenceView() const { return difference_; }
 
   static QStringList gradientNames();
+  /// Viridis and cividis: readable with the common colour-vision deficiencies.
+  static bool isColourBlindSafe(const QString& name);
   static QCPColorGradient gradientByName(const QString& name);
   QString gradientName() const;
   void setGradientName(const QString& name);

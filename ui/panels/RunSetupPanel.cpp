@@ -98,13 +98,26 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   connect(browseModel, &QToolButton::clicked, this, &RunSetupPanel::browseModelRequested);
   connect(browseTrace, &QToolButton::clicked, this, &RunSetupPanel::browseTraceRequested);
   connect(browseRef, &QToolButton::clicked, this, &RunSetupPanel::browseReferenceRequested);
+  for (QLineEdit* edit : {model_, trace_, reference_})
+    connect(edit, &QLineEdit::textChanged, this, [this, edit] {
+      if (edit == trace_) traceProblem_.clear();  // the problem was the previous file's
+      if (edit == reference_) referenceProblem_.clear();
+      updateApplicability();
+      Q_EMIT inputsChanged();
+    });
+  browseModel->setToolTip(tr("Choose the model directory (Ctrl+O)"));
+  browseTrace->setToolTip(tr("Choose the trace to audit (Ctrl+Shift+O)"));
+  browseRef->setToolTip(tr("Choose the uncached reference trace (Ctrl+Alt+O)"));
+  model_->setToolTip(
+      tr("The model the trace was recorded with (config.json, *.safetensors, tokenizer.json)"));
 
   run_ = new QPushButton(tr("Run audit"), this);
   run_->setDefault(true);
-  run_->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  // Ctrl+R is the Audit menu's Run audit (one owner for a shortcut, shown in the menu).
   run_->setToolTip(tr("Run the audit on the engine thread (Ctrl+R)"));
   cancel_ = new QPushButton(tr("Cancel"), this);
   cancel_->setEnabled(false);
+  cancel_->setToolTip(tr("Cancel the running audit (Esc)"));
   progress_ = new QProgressBar(this);
   progress_->setRange(0, 1000);
   progress_->setValue(0);
@@ -124,6 +137,56 @@ RunSetupPanel::RunSetupPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(progress_);
   layout->addWidget(progressText_);
   layout->addStretch(1);
+  updateApplicability();
+}
+
+bool RunSetupPanel::usesTrace() const { return !trace_->text().trimmed().isEmpty(); }
+
+void RunSetupPanel::setTraceProblem(const QString& role, const QString& problem) {
+  (role == tr("Reference trace") ? referenceProblem_ : traceProblem_) = problem;
+  updateApplicability();
+}
+
+void RunSetupPanel::updateApplicability() {
+  const bool trace = usesTrace();
+  const bool model = !model_->text().trimmed().isEmpty();
+  const QString notUsed = tr(
+      "Not used with a trace: the trace records its own prompts, arrivals, lengths and sampling.\n"
+      "Clear the Trace field to run the built-in engine with these settings.");
+  const QString prompts = tr("One prompt per line; each is one request of the built-in engine.");
+  const QString sampling = tr("Sampling of the built-in engine (0 = greedy / off).");
+  prompts_->setEnabled(!trace);
+  prompts_->setToolTip(trace ? notUsed : prompts);
+  arrivals_->setEnabled(!trace);
+  arrivals_->setToolTip(
+      trace ? notUsed
+            : tr("Engine tick at which each prompt's request arrives, in prompt order.\n"
+                 "A later arrival joins a running batch (the cross-request faults need one)."));
+  for (QWidget* w : std::initializer_list<QWidget*>{maxNew_, temperature_, topK_, topP_, seed_}) {
+    w->setEnabled(!trace);
+    w->setToolTip(trace          ? notUsed
+                  : w == maxNew_ ? tr("Tokens each request generates after its prompt")
+                                 : sampling);
+  }
+  const bool referenceApplies = trace && !model;
+  reference_->setEnabled(referenceApplies || !reference_->text().trimmed().isEmpty());
+  QString refTip =
+      referenceApplies ? tr("The uncached run the trace is compared with (trace+trace mode)")
+      : model ? tr("Not used with a model: the model computes the uncached reference itself.\n"
+                   "Clear the Model field to compare two traces.")
+              : tr("Used in trace+trace mode: open a trace first (the cached run).");
+  if (!referenceProblem_.isEmpty()) refTip = referenceProblem_ + QStringLiteral("\n\n") + refTip;
+  reference_->setToolTip(refTip);
+  trace_->setToolTip(
+      traceProblem_.isEmpty()
+          ? tr("The cached run to audit, a .kvtrace file; empty: run the built-in engine")
+          : traceProblem_);
+  trace_->setStyleSheet(traceProblem_.isEmpty()
+                            ? QString()
+                            : QStringLiteral("QLineEdit { border: 2px solid #C62828; }"));
+  reference_->setStyleSheet(referenceProblem_.isEmpty()
+                                ? QString()
+                                : QStringLiteral("QLineEdit { border: 2px solid #C62828; }"));
 }
 
 AuditJobSpec RunSetupPanel::spec() const {

@@ -42,6 +42,7 @@ class RunSetupPanel : public QWidget {
   void setArrivalTicks(const std::vector<int64_t>& ticks);
   QString arrivalText() const;
   QLineEdit* arrivalEdit() const { return arrivals_; }
+  QLineEdit* traceEdit() const { return trace_; }
   void setModelDir(const QString& dir);
   void setTraceFile(const QString& file);
   void setReferenceTraceFile(const QString& file);
@@ -49,6 +50,12 @@ class RunSetupPanel : public QWidget {
   void setMaxNewTokens(int maxNew);
   QString modelDir() const;
   QString traceFile() const;
+  /// True when a trace is given: the built-in engine does not run, so the prompts, arrival
+  /// ticks, max new tokens and sampling fields are disabled (their tooltips say why).
+  bool usesTrace() const;
+  /// Marks the trace (role "Trace") or reference field with what is wrong with its file
+  /// ("" clears it): a red frame and the reason as the field's tooltip.
+  void setTraceProblem(const QString& role, const QString& problem);
 
   void setRunning(bool running);
   void setProgress(double fraction, const QString& what);
@@ -61,9 +68,12 @@ class RunSetupPanel : public QWidget {
   void browseModelRequested();
   void browseTraceRequested();
   void browseReferenceRequested();
+  /// The model, trace or reference field changed (what applies may have changed).
+  void inputsChanged();
 
  private:
   void checkArrivals();
+  void updateApplicability();
 
   QLineEdit* model_;
   QLineEdit* trace_;
@@ -81,6 +91,7 @@ class RunSetupPanel : public QWidget {
   QPushButton* cancel_;
   QProgressBar* progress_;
   QLabel* progressText_;
+  QString traceProblem_, referenceProblem_;
 };
 
 }  // namespace kvscope::ui

@@ -59,6 +59,8 @@ TokenStepperPanel::TokenStepperPanel(SelectionContext* context, QWidget* parent)
                                       " QPushButton:disabled { background: #BDBDBD; }")
                            .arg(Theme::alarm().name()));
   connect(jump_, &QPushButton::clicked, divergence_, &QAction::trigger);
+  jump_->setToolTip(tr("Select the first divergent request, step and layer, with the kv head "
+                       "and K/V kind that differ most (D, Ctrl+D)"));
 
   info_ = new QLabel(this);
   info_->setTextFormat(Qt::RichText);

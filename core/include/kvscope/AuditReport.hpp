@@ -62,7 +62,7 @@ struct StepNumerics {
   double maxLogitError = 0.0;    // max |cached - reference| over the logits row
   double tolerance = 0.0;        // the tolerance used for this row
   double top2Margin = 0.0;       // reference top-1 minus top-2 logit
-  bool nearTie = false;          // top2Margin < maxLogitError
+  bool nearTie = false;          // top2Margin < 2 x tolerance: precision alone may swap the top two
   int64_t referenceToken = -1;   // argmax of the reference row
   int64_t chosenToken = -1;
   std::vector<double> keyError;    // per layer max |cached - reference| of this step's K records

@@ -87,6 +87,11 @@ ordered_json numbers(const std::vector<double>& v) {
 std::string fmt(double v, int precision = 4) {
   if (!std::isfinite(v)) return std::isnan(v) ? "n/a" : "inf";
   std::ostringstream os;
+  // Counts, layers, slots and exact zeros are integers: "7", not "7.0000".
+  if (std::fabs(v) < 1e15 && v == std::trunc(v)) {
+    os << static_cast<long long>(v);
+    return os.str();
+  }
   if (v != 0 && (std::fabs(v) < 1e-3 || std::fabs(v) >= 1e5))
     os << std::scientific << std::setprecision(2) << v;
   else

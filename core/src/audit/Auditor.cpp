@@ -106,7 +106,9 @@ class AuditRun {
         n.maxLogitError = a.logitError;
         n.tolerance = a.logitTol;
         n.top2Margin = a.top2Margin;
-        n.nearTie = a.logitsCompared && a.top2Margin < a.logitError;
+        // A near tie: the reference's top two are closer than two rows that agree within
+        // tolerance can differ, so an acceptable precision difference may swap them.
+        n.nearTie = a.logitsCompared && a.top2Margin < 2.0 * a.logitTol;
         n.referenceToken = a.referenceToken;
         n.chosenToken = a.step->chosenToken;
         n.keyError = a.keyError;
@@ -149,7 +151,7 @@ class AuditRun {
           "FAIL: first logits divergence at request " + std::to_string(first->step->request) +
           " step " + std::to_string(first->step->step) + ": max |delta logit| " +
           numberText(first->logitError, 3) + " vs tolerance " + numberText(first->logitTol, 3) +
-          (first->top2Margin < first->logitError
+          (first->top2Margin < 2.0 * first->logitTol
                ? " (near tie: top-2 margin " + numberText(first->top2Margin, 3) + ")"
                : ""));
     }
