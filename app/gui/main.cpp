@@ -11,8 +11,8 @@
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
-#include "ui/HeadlessController.hpp"
-#include "ui/InspectorWindow.hpp"
+#include "ui/bridge/HeadlessController.hpp"
+#include "ui/panels/InspectorWindow.hpp"
 
 namespace {
 
