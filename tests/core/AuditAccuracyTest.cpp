@@ -34,7 +34,7 @@ struct Case {
   bool batch = false;
   double temperature = 0.0;
   int64_t speculative = 0;      // draft tokens per step (speculative decoding)
-  std::vector<int64_t> prompt;  // request 0's prompt instead of the golden one
+  std::vector<int64_t> prompt = {};  // request 0's prompt instead of the golden one
 };
 
 // Prompts whose prompt-lookup drafts are partly accepted (3 drafts: accepted 2 of 3 at step 1
