@@ -192,8 +192,14 @@ void InspectorWindow::buildDocks() {
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  scroll->setMinimumWidth(tabs->minimumSizeHint().width() +
-                          scroll->verticalScrollBar()->sizeHint().width());
+  // As wide as the setup needs once it is laid out (its hint is too small before the window
+  // is shown), so nothing is cut off beside the scroll bar.
+  auto fitWidth = [scroll, tabs] {
+    scroll->setMinimumWidth(tabs->minimumSizeHint().width() +
+                            scroll->verticalScrollBar()->sizeHint().width());
+  };
+  fitWidth();
+  QMetaObject::invokeMethod(scroll, fitWidth, Qt::QueuedConnection);
   setupDock_->setWidget(scroll);
   addDockWidget(Qt::LeftDockWidgetArea, setupDock_);
 

@@ -58,10 +58,10 @@ inline void refitTitles(QCustomPlot* plot) {
       fitTitle(t, plot->width());
 }
 
-/// A log axis of `pixels` gets decades no closer than about 22 pixels (skipping decades).
+/// A log axis of `pixels` gets about one labelled decade per 40 pixels (skipping decades).
 inline void fitLogTicks(QCPAxis* axis, int pixels) {
   if (auto ticker = axis->ticker().dynamicCast<QCPAxisTickerLog>())
-    ticker->setTickCount(std::clamp(pixels / 22, 2, 8));
+    ticker->setTickCount(std::clamp(pixels / 40, 2, 5));
 }
 
 }  // namespace kvscope::ui

@@ -30,10 +30,10 @@ PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* p
   }
 
   expected_ = addGraph();
-  expected_->setName(tr("expected position"));
+  expected_->setName(tr("expected pos."));
   expected_->setPen(QPen(Theme::expected(), 2, Qt::DashLine));
   recorded_ = addGraph();
-  recorded_->setName(tr("recorded position"));
+  recorded_->setName(tr("recorded pos."));
   recorded_->setPen(QPen(Theme::selection(), 1.5));
   recorded_->setLineStyle(QCPGraph::lsNone);
   recorded_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::selection(), 7));
