@@ -14,6 +14,7 @@
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/TraceFile.hpp"
+#include "kvscope/TraceFileSniffer.hpp"
 #include "kvscope/TraceMinimizer.hpp"
 
 namespace kvscope::cli {
@@ -143,6 +144,11 @@ void exportBundle(const std::string& dir, const AuditJobSpec& spec, const AuditJ
 void run(AuditArgs& a, CliContext& ctx) {
   a.inputs.apply(a.spec);
   showProgressOnTerminal(a.spec);
+  // A wrong file given as a trace is named for what it is before the reader's detail.
+  for (const std::string& t : {a.spec.traceFile, a.spec.referenceTraceFile})
+    if (const FileSniff s = describeFile(t);
+        !t.empty() && s.kind != FileKind::Missing && !s.isTrace())
+      throw InputError(t, "", notATraceMessage(s));
   AuditJobOutput out = runAuditJob(a.spec);
   const AuditReport& rep = out.result.report;
   std::optional<MinimizedTrace> minimized;

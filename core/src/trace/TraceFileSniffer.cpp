@@ -74,6 +74,10 @@ FileSniff sniffSafetensors(std::ifstream& in, uint64_t headerLen, uint64_t size)
     return make(FileKind::Binary, "binary data of an unknown kind");
   const std::string format = metadataFormat(header);
   if (format == "kvtrace") return make(FileKind::KvTrace, "a .kvtrace trace");
+  // A writer may put the (large) trace document before "format": its keys still say trace.
+  if (format.empty() && header.size() == kMaxSniffedHeader &&
+      header.find("\"kvtrace_version\"") != std::string::npos)
+    return make(FileKind::KvTrace, "a .kvtrace trace");
   const bool tensors = header.find("\"data_offsets\"") != std::string::npos;
   if (!tensors && format.empty()) return make(FileKind::Binary, "binary data of an unknown kind");
   return make(FileKind::Safetensors, "a safetensors file of tensors (model weights?)",
