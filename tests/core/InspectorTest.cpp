@@ -168,3 +168,29 @@ TEST(AuditStages, OneCatalogueNamesTheReportsStages) {
     EXPECT_FALSE(row.observation.empty()) << row.id;
   EXPECT_EQ(FailureMatrix::row(finding::WrongLayer).id, "wrong_layer");
 }
+
+TEST(Inspector, CorrectSpeculativeRollbackShowsNoRewrittenRows) {
+  // Rejected drafts were appended, then trimmed: the engine's recorded checksums match the
+  // kept rows, so no row looks overwritten and the cached side equals the reference.
+  RequestSpec s;
+  s.promptIds = {324, 86, 78, 422, 324, 86, 78};  // repeats: prompt-lookup drafts get accepted
+  s.maxNewTokens = 12;
+  s.stopAtEos = false;
+  EngineOptions o;
+  o.speculativeDrafts = 3;
+  auto model = Model::load(hfModel("gpt2"));
+  auto out = std::make_shared<AuditJobOutput>();
+  out->result = Auditor::audit(*model, Engine(model).run({s}, o));
+  ASSERT_TRUE(out->result.report.clean()) << out->result.report.toText();
+  bool trimmed = false;
+  for (const TraceStep& st : out->result.trace.steps) trimmed = trimmed || st.rejectedCount() > 0;
+  ASSERT_TRUE(trimmed) << "the run rejected no draft: nothing to check";
+  Inspector inspector(out);
+  for (int64_t step : inspector.steps(0))
+    for (int64_t layer = 0; layer < inspector.layers(); ++layer) {
+      const StepView v = inspector.view({0, step, layer, 0, KvKind::Keys});
+      EXPECT_FALSE(v.rowRewritten) << "step " << step << " layer " << layer << ": " << v.note;
+      EXPECT_EQ(v.cachedPositions, v.referencePositions) << "step " << step;
+      EXPECT_LT(v.diffMax, 1e-3f) << "step " << step << " layer " << layer;
+    }
+}

@@ -56,6 +56,10 @@ struct TraceLayerRecord {
   FloatTensor snapshotKeys;      // optional full cache [h_kv, t, d] after the step
   FloatTensor snapshotValues;
   bool operator==(const TraceLayerRecord& o) const;
+  /// How many of the `appended` records the cache still holds after the step, given its
+  /// length before: fewer when the cache length says a rollback trimmed the step's tail
+  /// (rejected draft tokens), otherwise all of them. What the cache held is what views show.
+  int64_t keptRecords(int64_t lengthBefore, int64_t appended) const;
 };
 
 struct TraceStep {

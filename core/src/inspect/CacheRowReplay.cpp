@@ -1,6 +1,7 @@
 #include "inspect/CacheRowReplay.hpp"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -32,18 +33,23 @@ bool CacheRowReplay::rowRewritten(const Trace& trace, int64_t request, int64_t s
       checksumOf(target->layers[static_cast<size_t>(layer)], kind);
   if (!recorded) return false;  // nothing to check against (most traces from other engines)
   std::vector<std::vector<float>> heads;  // per head, [t, d] as the engine's row holds it
+  int64_t length = 0;                     // the row's length before each step
   for (const TraceStep* st : trace.stepsOf(request)) {
     if (st->step > step) break;
     if (static_cast<size_t>(layer) >= st->layers.size()) return false;
-    const FloatTensor& r = recordsOf(st->layers[static_cast<size_t>(layer)], kind);
+    const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
+    const FloatTensor& r = recordsOf(rec, kind);
     if (r.shape.size() != 3) return false;
     const int64_t h = r.shape[0], n = r.shape[1], d = r.shape[2];
     if (heads.empty()) heads.resize(static_cast<size_t>(h));
     if (static_cast<int64_t>(heads.size()) != h) return false;
+    // Appended at the end; a rollback (rejected drafts) then trims the tail.
+    const int64_t kept = rec.keptRecords(length, n);
     for (int64_t hh = 0; hh < h; ++hh)
       heads[static_cast<size_t>(hh)].insert(heads[static_cast<size_t>(hh)].end(),
                                             r.data.begin() + hh * n * d,
-                                            r.data.begin() + (hh + 1) * n * d);
+                                            r.data.begin() + (hh * n + kept) * d);
+    length += kept;
   }
   return traceRowChecksum(heads) != *recorded;
 }
@@ -78,15 +84,23 @@ FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t 
   }
   if (capacity > written) return {};
   std::vector<float> row(static_cast<size_t>(h * capacity * d), 0.0f);  // [h, capacity, d]
+  std::map<int64_t, int64_t> lengthOf;  // per writing request: its cache length before the step
+  std::map<const TraceStep*, int64_t> startOf;
   for (const TraceStep* st : writes) {
     const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
     const FloatTensor& r = recordsOf(rec, kind);
     if (r.shape.size() != 3 || r.shape[0] != h || r.shape[2] != d) return {};
     const int64_t n = r.shape[1];
-    const int64_t start = rec.cacheLength - n;  // the writer's own cache length before the step
-    if (rec.cacheLength <= 0 || start < 0) return {};
+    // Written after the writer's own rows; a rollback may trim the tail afterwards. A cache
+    // length outside [start, start + n] (a reset) means the records end at the cache length.
+    int64_t start = lengthOf[st->request];
+    if (rec.cacheLength < start || rec.cacheLength > start + n) start = rec.cacheLength - n;
+    const int64_t kept = rec.keptRecords(start, n);
+    if (rec.cacheLength <= 0 || start < 0 || start + kept > capacity) return {};
     for (int64_t hh = 0; hh < h; ++hh)
-      std::copy_n(r.data.begin() + hh * n * d, n * d, row.begin() + (hh * capacity + start) * d);
+      std::copy_n(r.data.begin() + hh * n * d, kept * d, row.begin() + (hh * capacity + start) * d);
+    lengthOf[st->request] = start + kept;
+    startOf[st] = start;
   }
   FloatTensor full = FloatTensor::zeros({h, length, d});
   for (int64_t hh = 0; hh < h; ++hh)
@@ -101,7 +115,11 @@ FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t 
     const TraceLayerRecord& rec = st->layers[static_cast<size_t>(layer)];
     const FloatTensor& r = recordsOf(rec, kind);
     const int64_t n = r.shape.size() == 3 ? r.shape[1] : 0;
-    for (int64_t j : st->realColumns(n)) keep.push_back(rec.cacheLength - n + j);
+    const auto at = startOf.find(st);
+    if (at == startOf.end()) return {};
+    const int64_t kept = rec.keptRecords(at->second, n);
+    for (int64_t j : st->realColumns(n))
+      if (j < kept) keep.push_back(at->second + j);
   }
   std::sort(keep.begin(), keep.end());
   keep.erase(std::unique(keep.begin(), keep.end()), keep.end());

@@ -40,6 +40,11 @@ int64_t TraceStep::rejectedCount() const {
   return std::max<int64_t>(0, draftCount - acceptedCount);
 }
 
+int64_t TraceLayerRecord::keptRecords(int64_t lengthBefore, int64_t appended) const {
+  const int64_t kept = cacheLength - lengthBefore;
+  return kept >= 0 && kept < appended ? kept : appended;
+}
+
 bool TraceStep::isRealEntry(size_t i) const {
   if (static_cast<int64_t>(i) >= static_cast<int64_t>(fedIds.size()) - rejectedCount())
     return false;
