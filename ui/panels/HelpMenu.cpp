@@ -23,6 +23,9 @@ HelpMenu::HelpMenu(QWidget* window) : QMenu(tr("&Help"), window), window_(window
   connect(shortcuts_, &QAction::triggered, this, [this] {
     QDialog* d = shortcutsDialog();
     d->show();
+    // Rows fit their text once the columns have their real widths.
+    if (auto* table = d->findChild<QTableView*>(QStringLiteral("shortcutsTable")))
+      table->resizeRowsToContents();
     d->raise();
     d->activateWindow();
   });

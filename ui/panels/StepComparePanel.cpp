@@ -34,7 +34,7 @@ StepComparePanel::StepComparePanel(SelectionContext* context, EngineController* 
   pinnedView_ = new KvHeatmapView(KvHeatmapView::Role::Difference, this);
   currentView_ = new KvHeatmapView(KvHeatmapView::Role::Difference, this);
   for (KvHeatmapView* v : {pinnedView_, currentView_}) {
-    v->setMinimumSize(160, 140);
+    v->setMinimumSize(200, 220);
     v->setToolTip(
         tr("|cached − reference| of one step at the current layer, kv head and K/V; "
            "both maps share one colour scale"));
@@ -157,6 +157,11 @@ void StepComparePanel::repaint() {
   };
   paint(pinnedView_, pinnedReady ? pinnedSnap_ : nullptr);
   paint(currentView_, cur);
+  // One position axis for both, so that a position sits at the same x in each map.
+  const int64_t span = std::max(pinnedView_->positions(), currentView_->positions());
+  if (span > 0)
+    for (KvHeatmapView* v : {pinnedView_, currentView_})
+      v->setVisiblePositions(0.0, static_cast<double>(span));
   if (pinnedReady && cur) {
     summary_->setText(tr("max |difference|: pinned %1 at pos %2 · current %3 at pos %4 (%5)")
                           .arg(pinnedSnap_->diffMax, 0, 'g', 3)
