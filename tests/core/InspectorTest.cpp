@@ -62,7 +62,9 @@ TEST(Inspector, FirstDivergenceResolvesTheFaultedLayerHeadAndKind) {
   EXPECT_GT(v.layerMaxDiff[2], v.layerNoiseFloor[2]);
   // The step's own records: the whole prompt at the prefill, one token per decode step.
   for (const TraceStep* st : out->result.trace.stepsOf(v.point.request))
-    if (st->step == v.point.step) EXPECT_EQ(v.appendedCount, st->realFedCount());
+    if (st->step == v.point.step) {
+      EXPECT_EQ(v.appendedCount, st->realFedCount());
+    }
   EXPECT_FALSE(v.findings.empty());
 }
 
