@@ -25,9 +25,9 @@
 
 #include "ui/bridge/InspectorController.hpp"
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/panels/BundleFolderDialog.hpp"
 #include "ui/panels/DiagnosisPanel.hpp"
 #include "ui/panels/FaultPanel.hpp"
-#include "ui/panels/BundleFolderDialog.hpp"
 #include "ui/panels/KvHeatmapPanel.hpp"
 #include "ui/panels/RecentFilesMenu.hpp"
 #include "ui/panels/RunSetupPanel.hpp"

@@ -1,7 +1,5 @@
 #include "ui/panels/KvHeatmapPanel.hpp"
 
-#include "ui/views/ColourMaps.hpp"
-
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -9,12 +7,12 @@
 #include <QSignalBlocker>
 #include <QSpinBox>
 #include <QVBoxLayout>
-
 #include <algorithm>
 #include <cmath>
 
-#include "ui/views/KvHeatmapView.hpp"
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/ColourMaps.hpp"
+#include "ui/views/KvHeatmapView.hpp"
 #include "ui/views/Theme.hpp"
 
 namespace kvscope::ui {

@@ -10,11 +10,10 @@
 #include <QTextDocumentFragment>
 #include <QToolButton>
 #include <QVBoxLayout>
-
 #include <algorithm>
 
-#include "ui/models/RequestListModel.hpp"
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/models/RequestListModel.hpp"
 #include "ui/views/Theme.hpp"
 #include "ui/views/TokenStripView.hpp"
 
