@@ -26,7 +26,7 @@ class InspectorController : public QObject {
   /// Posts an audit to the engine thread; its output replaces the current one.
   uint64_t runAudit(const AuditJobSpec& spec);
   void cancelAudit();
-  /// Shows an output computed elsewhere (headless mode, synthetic data).
+  /// Shows an output computed elsewhere (headless mode, tests).
   void setOutput(std::shared_ptr<const AuditJobOutput> output);
   /// True when the engine is idle and the context's snapshot matches its selection.
   bool settled() const;

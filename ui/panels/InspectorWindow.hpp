@@ -67,7 +67,7 @@ class InspectorWindow : public QMainWindow {
   QDockWidget* stepCompareDock() const { return compareDock_; }
   ViewToolTips* viewToolTips() const { return tips_; }
 
-  /// Shows an audit output computed elsewhere (headless, synthetic).
+  /// Shows an audit output computed elsewhere (headless mode, tests).
   void showOutput(std::shared_ptr<const AuditJobOutput> output);
   /// Runs the audit the setup and fault panels describe on the engine thread (Ctrl+R);
   /// false, with the reason in the banner, when they do not describe one.

@@ -4,6 +4,7 @@
 
 #include "inspect/CacheRowReplay.hpp"
 #include "inspect/LayerDiffs.hpp"
+#include "inspect/StepPlace.hpp"
 #include "inspect/TimelineBuilder.hpp"
 #include "kvscope/Inspection.hpp"
 
@@ -233,14 +234,10 @@ StepView Inspector::view(const InspectionPoint& requested) {
     v.note = v.note.empty() ? what : v.note + "; " + what;
   }
 
-  int64_t consumed = 0;
-  for (const TraceStep* st : result.trace.stepsOf(p.request)) {
-    if (st->step == p.step) {
-      v.appendedFirst = consumed;
-      v.appendedCount = st->realFedCount();
-      break;
-    }
-    consumed += st->realFedCount();
+  const detail::StepPlace place = detail::StepPlace::of(result.trace, p.request, p.step);
+  if (place.step) {
+    v.appendedFirst = place.realBefore;
+    v.appendedCount = place.step->realFedCount();
   }
   v.layerMaxDiff = layerDiffs(p.request, p.step, p.kind);
   if (numerics) {
@@ -250,10 +247,8 @@ StepView Inspector::view(const InspectionPoint& requested) {
 
   // The step's logits row against the reference row for the same real prefix.
   const RequestReference* ref = result.referenceFor(p.request);
-  const TraceStep* stepRecord = nullptr;
-  for (const TraceStep* st : result.trace.stepsOf(p.request))
-    if (st->step == p.step) stepRecord = st;
-  const int64_t row = referenceRow(p.request, p.step);
+  const TraceStep* stepRecord = place.step;
+  const int64_t row = place.step ? place.realBefore + place.step->realFedCount() - 1 : -1;
   if (ref && stepRecord && row >= 0 && ref->logits.shape.size() == 2 &&
       row < ref->logits.shape[0] && stepRecord->logits.numel() == ref->logits.shape[1]) {
     const int64_t V = ref->logits.shape[1];
@@ -303,14 +298,8 @@ std::vector<Finding> Inspector::findingsAt(int64_t request, int64_t step) const 
 }
 
 int64_t Inspector::referenceRow(int64_t request, int64_t step) const {
-  int64_t consumed = 0;
-  bool found = false;
-  for (const TraceStep* s : output_->result.trace.stepsOf(request)) {
-    if (s->step > step) break;
-    consumed += s->realFedCount();
-    found = found || s->step == step;
-  }
-  return found ? consumed - 1 : -1;
+  const detail::StepPlace place = detail::StepPlace::of(output_->result.trace, request, step);
+  return place.step ? place.realBefore + place.step->realFedCount() - 1 : -1;
 }
 
 std::string Inspector::tokenLabel(int64_t request, int64_t tokenId) const {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "inspect/CacheRowReplay.hpp"
+#include "inspect/StepPlace.hpp"
 
 namespace kvscope::detail {
 
@@ -21,15 +22,9 @@ bool LayerDiffs::extend(const AuditResult& result, int64_t request, int64_t step
   if (!ref) return false;
   const int64_t layers = result.trace.model.numLayers;
   if (static_cast<int64_t>(previous.size()) != layers) return false;
-  const TraceStep* current = nullptr;
-  int64_t before = 0;  // real tokens consumed before `step`
-  for (const TraceStep* st : result.trace.stepsOf(request)) {
-    if (st->step == step) {
-      current = st;
-      break;
-    }
-    before += st->realFedCount();
-  }
+  const StepPlace place = StepPlace::of(result.trace, request, step);
+  const TraceStep* current = place.step;
+  const int64_t before = place.realBefore;  // real tokens consumed before `step`
   if (!current || static_cast<int64_t>(current->layers.size()) < layers) return false;
   std::vector<double> diffs(static_cast<size_t>(layers));
   for (int64_t l = 0; l < layers; ++l) {
