@@ -42,70 +42,34 @@ void writeText(const std::string& path, const std::string& text, bool force) {
   out << text;
 }
 
-uintmax_t fileBytes(const std::string& path) {
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  return ec ? 0 : n;
-}
-
-// The bytes of the audited run as a file: the trace (and reference) given, or the
-// built-in engine's trace written to a scratch file.
-uintmax_t auditedBytes(const AuditJobSpec& spec, const AuditJobOutput& out) {
-  if (!spec.traceFile.empty())
-    return fileBytes(spec.traceFile) +
-           (spec.referenceTraceFile.empty() ? 0 : fileBytes(spec.referenceTraceFile));
-  const fs::path tmp =
-      fs::temp_directory_path() / ("kvscope-audited-" + std::to_string(::getpid()) + ".kvtrace");
-  TraceFile::write(out.result.trace, tmp.string(), true);
-  const uintmax_t n = fileBytes(tmp.string());
-  fs::remove(tmp);
-  return n;
-}
-
-// The minimized reproducer written to `path`: the command, sizes and the Markdown section.
-struct Reproducer {
+// The minimized reproducer written to `path` (writeReproducer: the one rule for the CLI and
+// the GUI) and what it was cut from.
+struct CliReproducer {
   MinimizedTrace minimized;
-  std::vector<std::string> written;
-  std::string command;
-  uintmax_t before = 0, after = 0;
-  std::string markdown;
+  Reproducer written;
 };
 
-Reproducer writeReproducer(const AuditJobSpec& spec, const MinimizedTrace& m,
-                           const std::string& path, const std::string& commandPath, bool force,
-                           uintmax_t before) {
-  Reproducer r;
-  r.minimized = m;
-  if (m.cut == TraceCut{} && !spec.traceFile.empty() && spec.referenceTraceFile.empty()) {
-    // Nothing could be cut: the audited file itself is the smallest reproducer.
-    if (!force && fs::exists(path))
-      throw InputError(path, "", "refusing to overwrite an existing file (pass --force)");
-    fs::copy_file(spec.traceFile, path, fs::copy_options::overwrite_existing);
-    r.written = {path};
-  } else {
-    r.written = writeMinimized(m, path, force);
-  }
-  for (const auto& p : r.written) r.after += fileBytes(p);
-  r.before = before;
-  const std::string ref = m.reference ? referencePathFor(commandPath) : std::string();
-  r.command = reproduceCommand(spec, commandPath, ref);
-  r.markdown = reproducerMarkdown(m, r.command, r.before, r.after);
-  return r;
+CliReproducer writeCliReproducer(const AuditJobSpec& spec, const MinimizedTrace& m,
+                                 const std::string& path, const std::string& commandPath,
+                                 bool force, uintmax_t before) {
+  return {m, writeReproducer(spec, m, path, commandPath, force, before)};
 }
 
-nlohmann::json reproducerJson(const Reproducer& r) {
-  const Finding& f = r.minimized.target.finding;
+nlohmann::json reproducerJson(const CliReproducer& c) {
+  const Finding& f = c.minimized.target.finding;
+  const Reproducer& r = c.written;
   return {{"trace", r.written.at(0)},
           {"reference_trace", r.written.size() > 1 ? r.written[1] : ""},
           {"command", r.command},
-          {"kept", r.minimized.cut.describe()},
+          {"kept", c.minimized.cut.describe()},
           {"finding", {{"id", f.id}, {"request", f.request}, {"step", f.step}, {"layer", f.layer}}},
-          {"requests", r.minimized.trace.requests.size()},
-          {"steps", r.minimized.trace.steps.size()},
-          {"bytes_before", r.before},
-          {"bytes_after", r.after},
-          {"candidate_audits", r.minimized.audits},
-          {"not_shown", r.minimized.dropped}};
+          {"requests", c.minimized.trace.requests.size()},
+          {"steps", c.minimized.trace.steps.size()},
+          {"layers", c.minimized.trace.layerIndices()},
+          {"bytes_before", r.bytesBefore},
+          {"bytes_after", r.bytesAfter},
+          {"candidate_audits", c.minimized.audits},
+          {"not_shown", c.minimized.dropped}};
 }
 
 // --export-bundle DIR: the report (JSON, Markdown with the reproducer section), the
@@ -119,21 +83,14 @@ void exportBundle(const std::string& dir, const AuditJobSpec& spec, const AuditJ
   std::string markdown = rep.toMarkdown();
   nlohmann::json j = rep.toJson();
   if (m) {
-    AuditJobSpec absolute = spec;  // reproduce.sh changes into the bundle folder
-    if (!absolute.modelDir.empty()) absolute.modelDir = fs::absolute(absolute.modelDir).string();
-    for (auto& [version, d] : absolute.options.weightsDirectories) d = fs::absolute(d).string();
-    const Reproducer r =
-        writeReproducer(absolute, *m, (fs::path(dir) / "minimized.kvtrace").string(),
-                        "minimized.kvtrace", force, before);
-    markdown += r.markdown;
+    // reproduce.sh changes into the bundle folder: the inputs are named absolutely.
+    const CliReproducer r = writeCliReproducer(withAbsolutePaths(spec), *m,
+                                               (fs::path(dir) / "minimized.kvtrace").string(),
+                                               "minimized.kvtrace", force, before);
+    markdown += r.written.markdown;
     j["minimized"] = reproducerJson(r);
     const auto sh = (fs::path(dir) / "reproduce.sh").string();
-    writeText(sh,
-              "#!/bin/sh\n# Reproduces the audit's first finding on the minimized trace (exit 1 = "
-              "divergent).\n"
-              "cd \"$(dirname \"$0\")\" && exec \"${KVSCOPE_CLI:-kvscope-cli}\"" +
-                  r.command.substr(std::string("kvscope-cli").size()) + " \"$@\"\n",
-              force);
+    writeText(sh, reproduceScript(r.written.command), force);
     fs::permissions(sh, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add);
   }
@@ -152,17 +109,17 @@ void run(AuditArgs& a, CliContext& ctx) {
   AuditJobOutput out = runAuditJob(a.spec);
   const AuditReport& rep = out.result.report;
   std::optional<MinimizedTrace> minimized;
-  std::optional<Reproducer> reproducer;
+  std::optional<CliReproducer> reproducer;
   uintmax_t before = 0;
   if ((!a.minimizePath.empty() || !a.bundleDir.empty()) && !rep.clean()) {
     if (a.spec.options.progress) a.spec.options.progress(1.0, "minimizing");
     minimized = minimizeAudit(a.spec, out);
-    before = auditedBytes(a.spec, out);
+    before = auditedTraceBytes(a.spec, out);
   }
   if (!a.minimizePath.empty()) {
     if (minimized)
       reproducer =
-          writeReproducer(a.spec, *minimized, a.minimizePath, a.minimizePath, a.force, before);
+          writeCliReproducer(a.spec, *minimized, a.minimizePath, a.minimizePath, a.force, before);
     else
       std::cerr
           << "--minimize: the audit is clean; there is no finding to reproduce (nothing written)\n";
@@ -171,7 +128,8 @@ void run(AuditArgs& a, CliContext& ctx) {
   if (!a.reportPath.empty()) writeText(a.reportPath, rep.toJson().dump(2) + "\n", a.force);
   if (!a.markdownPath.empty())
     writeText(a.markdownPath,
-              rep.toMarkdown() + (reproducer ? reproducer->markdown : std::string()), a.force);
+              rep.toMarkdown() + (reproducer ? reproducer->written.markdown : std::string()),
+              a.force);
   if (a.json) {
     auto j = rep.toJson();
     if (reproducer) j["minimized"] = reproducerJson(*reproducer);
@@ -185,10 +143,11 @@ void run(AuditArgs& a, CliContext& ctx) {
   } else {
     std::cout << rep.toText();
     if (reproducer)
-      std::cout << "minimized reproducer: " << reproducer->written.at(0) << " ("
-                << reproducer->after << " bytes, from " << reproducer->before << "; "
-                << reproducer->minimized.cut.describe() << ")\n"
-                << "reproduce: " << reproducer->command << "\n";
+      std::cout << "minimized reproducer: " << reproducer->written.written.at(0) << " ("
+                << reproducer->written.bytesAfter << " bytes, from "
+                << reproducer->written.bytesBefore << "; " << reproducer->minimized.cut.describe()
+                << ")\n"
+                << "reproduce: " << reproducer->written.command << "\n";
   }
   ctx.exitCode = rep.clean() ? 0 : 1;
 }

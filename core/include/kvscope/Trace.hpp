@@ -120,13 +120,31 @@ struct Trace {
   std::vector<std::string> faults;  // fault specs the built-in engine injected (for the record)
   std::string tensorDtype = "F32";  // how the file stores its K/V tensors (F32 | F16 | BF16);
                                     // set by TraceFile::read, not part of equality
+  // The model layers the trace holds K/V records for (a minimized trace keeps a few),
+  // strictly increasing, each < model.numLayers; empty = all of them. Steps' `layers`
+  // stay indexed by model layer (model.numLayers entries): an absent layer's records are
+  // empty and nothing about it may be checked or reported as ok. File field:
+  // "recorded_layers" (docs/trace-format.md).
+  std::vector<int64_t> recordedLayers;
 
   bool operator==(const Trace& o) const;
   const TraceRequest* findRequest(int64_t id) const;
   /// Steps of one request, in step order.
   std::vector<const TraceStep*> stepsOf(int64_t request) const;
   bool hasSnapshots() const;
+  /// The one rule for a layer subset: whether the trace holds layer `layer`'s records.
+  bool hasLayer(int64_t layer) const;
+  /// The model layers the trace holds, in order: recordedLayers, or 0..numLayers-1.
+  std::vector<int64_t> layerIndices() const;
+  /// Whether the trace holds only some of the model's layers.
+  bool isLayerSubset() const { return !recordedLayers.empty(); }
 };
+
+/// What a check says for a layer the trace does not hold:
+/// "not checked: layer N not in the trace (minimized)".
+std::string layerNotInTraceNote(int64_t layer);
+/// "layers 1, 3 of 4" / "all 4 layers": a trace's layers in words.
+std::string describeTraceLayers(const Trace& trace);
 
 std::ostream& operator<<(std::ostream& os, const TraceStep& s);
 

@@ -21,16 +21,18 @@ namespace kvscope {
 struct TraceCut {
   std::vector<int64_t> requests;   // ids kept (unchanged); empty = all
   int64_t lastTick = -1;           // steps with tick <= lastTick are kept; -1 = all
-  int64_t layers = -1;             // layers 0..layers-1 keep their K/V records; -1 = all
+  std::vector<int64_t> layers;     // model layers kept (ascending; the trace's recorded
+                                   // layers); empty = all
   bool snapshots = true;           // keep full-cache snapshots
   int64_t snapshotsFromTick = -1;  // with snapshots: only of steps with tick >= this (-1 = all)
   bool checksums = true;           // keep cache checksums
   bool operator==(const TraceCut& o) const;
-  std::string describe() const;  // "requests 0,1; ticks <= 4; layers 0..1; no snapshots"
+  std::string describe() const;  // "requests 0,1; steps up to tick 4; layers 1, 2; no snapshots"
 };
 
 /// Applies a cut: drops the other requests, the later steps (and events), the records of
-/// the later layers, and the snapshots / checksums when asked. A request whose steps were
+/// the other layers (the result's recordedLayers name the kept ones), and the snapshots /
+/// checksums when asked. A request whose steps were
 /// cut keeps the generated tokens its kept steps chose (max_new_tokens and the stop reason
 /// follow), so the result is a valid trace of a shorter run.
 Trace cutTrace(const Trace& trace, const TraceCut& cut);
@@ -64,10 +66,9 @@ using CandidateAudit = std::function<AuditReport(const Trace& cached, const Trac
 /// Greedy reduction, one dimension at a time, each step keeping the smallest choice whose
 /// audit still shows the target: steps (up to the first divergence, +1, +2, all), requests
 /// (the finding's, plus the ones its evidence names or that share its cache slot, all),
-/// layers (up to the highest involved, all), snapshots (none, from the step before the
-/// divergence, all), checksums. Throws UsageError for a clean report. (Today's reader
-/// refuses a step that has records for some layers only, so the layer cut succeeds only
-/// where a future format allows it; the candidate is refused and all layers are kept.)
+/// layers (the finding's and the first divergence's with the ones its evidence names, then
+/// with layer 0, then every layer up to the highest of them, all), snapshots (none, from
+/// the step before the divergence, all), checksums. Throws UsageError for a clean report.
 MinimizedTrace minimizeTrace(const Trace& cached, const Trace* reference, const AuditReport& report,
                              const CandidateAudit& audit);
 
@@ -90,5 +91,31 @@ std::string reproduceCommand(const AuditJobSpec& spec, const std::string& traceP
 /// A Markdown section for bug reports: the command, what the cut kept, sizes.
 std::string reproducerMarkdown(const MinimizedTrace& m, const std::string& command,
                                uintmax_t originalBytes, uintmax_t minimizedBytes);
+
+/// A reproducer as a bug report carries it: the files written, the command that reproduces
+/// the verdict on them, the sizes and the Markdown section. Built by writeReproducer(), the
+/// one function `kvscope-cli audit --minimize / --export-bundle` and the GUI's bundle use.
+struct Reproducer {
+  std::vector<std::string> written;  // the minimized trace (and, trace+trace, its reference)
+  std::string command;               // reproduceCommand() naming commandPath
+  uintmax_t bytesBefore = 0;         // the audited run's files
+  uintmax_t bytesAfter = 0;          // the written files
+  std::string markdown;              // reproducerMarkdown()
+};
+/// Writes `m` to `path` (the audited trace file itself when nothing could be cut) and names
+/// `commandPath` in the command (the path as the command will see it, e.g. relative to a
+/// bundle folder). Throws InputError naming the path it cannot write.
+Reproducer writeReproducer(const AuditJobSpec& spec, const MinimizedTrace& m,
+                           const std::string& path, const std::string& commandPath, bool overwrite,
+                           uintmax_t bytesBefore);
+/// The bytes of the audited run as files: the trace (and reference) given, or the built-in
+/// engine's trace as TraceFile writes it.
+uintmax_t auditedTraceBytes(const AuditJobSpec& spec, const AuditJobOutput& out);
+/// `spec` with its model and weights-version directories made absolute (a bundle's command
+/// runs from the bundle folder).
+AuditJobSpec withAbsolutePaths(AuditJobSpec spec);
+/// A bundle's reproduce.sh: changes into its folder and runs `command` ($KVSCOPE_CLI names
+/// kvscope-cli), passing its arguments on.
+std::string reproduceScript(const std::string& command);
 
 }  // namespace kvscope

@@ -141,6 +141,10 @@ class AuditRun {
       double prev = 0;
       int jump = -1;
       for (size_t l = 0; l < first->keyError.size(); ++l) {
+        if (!trace_.hasLayer(static_cast<int64_t>(l))) {
+          growth << " L" << l << "=(not in the trace)";
+          continue;
+        }
         growth << " L" << l << "=" << numberText(first->keyError[l], 3);
         if (jump < 0 && first->keyError[l] > first->keyTol[l] && first->keyError[l] > 100 * std::max(prev, 1e-7)) jump = static_cast<int>(l);
         prev = first->keyError[l];
@@ -177,8 +181,12 @@ class AuditRun {
           checksums += l.keyChecksum || !l.snapshotKeys.empty() ? 1 : 0;
       }
     const auto& m = trace_.model;
-    cache.checks.push_back("ok: one K and one V record set per layer (" + std::to_string(m.numLayers) + " layers), axes [h_kv=" +
-                           std::to_string(m.numKvHeads) + ", t, d=" + std::to_string(m.headDim) + "] per request row");
+    cache.checks.push_back("ok: one K and one V record set per layer (" +
+                           describeTraceLayers(trace_) +
+                           "), axes [h_kv=" + std::to_string(m.numKvHeads) +
+                           ", t, d=" + std::to_string(m.headDim) + "] per request row");
+    for (int64_t l = 0; l < m.numLayers && trace_.isLayerSubset(); ++l)
+      if (!trace_.hasLayer(l)) cache.checks.push_back(layerNotInTraceNote(l));
     cache.checks.push_back(std::string(lengthBad ? "FAIL: " : "ok: ") + "cache length equals the inputs consumed at every step" +
                            (lengthBad ? " (" + std::to_string(lengthBad) + " steps off)" : ""));
     // Steps without a reference for their weights version were not value-checked: say so.
@@ -365,6 +373,9 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
   else
     s1.checks.push_back("ok: cache shape fits the model (" + std::to_string(c.numLayers) + " layers, " + std::to_string(c.numKvHeads) +
                         " kv heads, head dim " + std::to_string(c.headDim) + ")");
+  if (cached.isLayerSubset())
+    s1.checks.push_back("note: the trace holds " + describeTraceLayers(cached) +
+                        " (minimized): the reference runs every layer, the others are not checked");
   if (m.vocabSize != c.vocabSize)
     fail("the trace's vocabulary (" + std::to_string(m.vocabSize) + ") differs from the model's vocab_size " + std::to_string(c.vocabSize));
   if (options.tokenizerVocabSize > model.embeddingRows())
@@ -415,6 +426,17 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
     const std::string why = "the two traces describe different models (layers/kv heads/head dim/vocab)";
     s1.checks.push_back("FAIL: " + why);
     findings.push_back(referenceFinding(why));
+  }
+  if (reference.recordedLayers != cached.recordedLayers) {
+    // Records are compared layer by layer: both sides must hold the same layers.
+    const std::string why =
+        "the two traces hold different layers (reference: " + describeTraceLayers(reference) +
+        "; cached: " + describeTraceLayers(cached) +
+        "): minimize both with the same recorded_layers";
+    s1.checks.push_back("FAIL: " + why);
+    findings.push_back(referenceFinding(why));
+  } else if (cached.isLayerSubset()) {
+    s1.checks.push_back("note: both traces hold " + describeTraceLayers(cached) + " (minimized)");
   }
   if (!a.fingerprint.empty() && !b.fingerprint.empty() && a.fingerprint != b.fingerprint) {
     const std::string why = "the traces were recorded with different weights (fingerprints differ)";

@@ -345,6 +345,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.referenceMissing = ref == nullptr;
     if (!ref) a.referenceMissingReason = lastMissingReason_;
     for (size_t l = 0; l < st->layers.size() && l < L; ++l) {
+      if (!trace_.hasLayer(static_cast<int64_t>(l))) continue;  // not in a minimized trace
       checkCache(a, l, st->layers[l]);
       if (ref) compareRecords(a, l, st->layers[l], *ref);
     }

@@ -13,8 +13,12 @@ std::string entryField(const char* column, size_t step) {
 }  // namespace
 
 PackedTraceTensors::PackedTraceTensors(const SafetensorsFile& file, const TraceModelInfo& model,
-                                       const std::vector<StepLayout>& layouts)
-    : file_(file), model_(model), layouts_(layouts) {
+                                       const std::vector<StepLayout>& layouts,
+                                       std::vector<int64_t> layers)
+    : file_(file), model_(model), layouts_(layouts), layers_(std::move(layers)) {
+  const auto L = static_cast<int64_t>(layers_.size());
+  const bool subset = L != model_.numLayers;
+  if (subset) checkNoOtherLayers();
   int64_t rows = 0;
   if (file_.contains("logits")) {
     const auto& e = file_.entry("logits");
@@ -28,15 +32,41 @@ PackedTraceTensors::PackedTraceTensors(const SafetensorsFile& file, const TraceM
   int64_t sumRows = 0;
   if (file_.contains("checksums")) {
     const auto& e = file_.entry("checksums");
-    if (e.dtype != SafetensorsDtype::U64 || e.shape.size() != 3 || e.shape[1] != model_.numLayers || e.shape[2] != 2)
+    if (e.dtype != SafetensorsDtype::U64 || e.shape.size() != 3 || e.shape[1] != L ||
+        e.shape[2] != 2)
       throw InputError(file_.path(), "checksums",
                        safetensorsDtypeName(e.dtype) + " " + shapeString(e.shape) +
-                           " but a U64 [rows, " + std::to_string(model_.numLayers) + ", 2] tensor is expected");
+                           " but a U64 [rows, " + std::to_string(L) + ", 2] tensor is expected" +
+                           (subset ? " (one entry per layer of recorded_layers)" : ""));
     sumRows = e.shape[0];
   }
   checkRows("checksums", "checksum_row", &StepLayout::checksumRow, sumRows);
   checkLayerTensors(appended_);
   checkLayerTensors(snapshot_);
+}
+
+int64_t PackedTraceTensors::entryOf(size_t layer) const {
+  for (size_t j = 0; j < layers_.size(); ++j)
+    if (layers_[j] == static_cast<int64_t>(layer)) return static_cast<int64_t>(j);
+  return -1;
+}
+
+// A layer subset's file holds no tensor of another layer: records of a layer the trace
+// says it left out are a damaged or mislabelled file, never silently dropped.
+void PackedTraceTensors::checkNoOtherLayers() const {
+  for (const auto& name : file_.names()) {
+    if (name.rfind("layer", 0) != 0) continue;
+    const auto dot = name.find('.');
+    const std::string digits =
+        name.substr(5, dot == std::string::npos ? std::string::npos : dot - 5);
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    if (entryOf(static_cast<size_t>(std::stoll(digits))) < 0)
+      throw InputError(
+          file_.path(), name,
+          "layer " + digits + " is not in recorded_layers (the layers this trace holds)");
+  }
 }
 
 void PackedTraceTensors::checkRows(const char* tensor, const char* column, int64_t StepLayout::*row,
@@ -55,14 +85,15 @@ void PackedTraceTensors::checkRows(const char* tensor, const char* column, int64
 }
 
 void PackedTraceTensors::checkLayerTensors(Kind& kind) {
-  const auto L = static_cast<size_t>(model_.numLayers);
+  const size_t L = layers_.size();
   kind.offsets.assign(L, std::vector<int64_t>(layouts_.size(), 0));
-  for (size_t l = 0; l < L; ++l) {
+  for (size_t j = 0; j < L; ++j) {
+    const auto l = static_cast<size_t>(layers_[j]);
     int64_t total = 0;
     for (size_t i = 0; i < layouts_.size(); ++i) {
-      kind.offsets[l][i] = total;
+      kind.offsets[j][i] = total;
       const auto& counts = layouts_[i].*kind.counts;
-      if (l < counts.size() && counts[l]) total += *counts[l];
+      if (j < counts.size() && counts[j]) total += *counts[j];
     }
     for (const char* suffix : {kind.keys, kind.values}) {
       const std::string name = layerName(l, suffix);
@@ -87,15 +118,16 @@ void PackedTraceTensors::checkLayerTensors(Kind& kind) {
 void PackedTraceTensors::applyChecksums(Trace& trace) const {
   if (!file_.contains("checksums")) return;
   const std::vector<uint64_t> sums = file_.readUint64("checksums");
-  const auto L = static_cast<size_t>(model_.numLayers);
+  const size_t L = layers_.size();
   for (size_t i = 0; i < layouts_.size(); ++i) {
     const int64_t row = layouts_[i].checksumRow;
     if (row < 0) continue;
     auto& layers = trace.steps[i].layers;
-    layers.resize(L);
-    for (size_t l = 0; l < L; ++l) {
-      layers[l].keyChecksum = sums[(static_cast<size_t>(row) * L + l) * 2];
-      layers[l].valueChecksum = sums[(static_cast<size_t>(row) * L + l) * 2 + 1];
+    layers.resize(static_cast<size_t>(model_.numLayers));
+    for (size_t j = 0; j < L; ++j) {
+      auto& rec = layers[static_cast<size_t>(layers_[j])];
+      rec.keyChecksum = sums[(static_cast<size_t>(row) * L + j) * 2];
+      rec.valueChecksum = sums[(static_cast<size_t>(row) * L + j) * 2 + 1];
     }
   }
 }
@@ -124,8 +156,11 @@ std::string PackedTraceTensors::recordsField(size_t step, size_t) const { return
 
 std::optional<KeyValuePair> PackedTraceTensors::slice(const Kind& kind, size_t step, size_t layer) const {
   const auto& counts = layouts_[step].*kind.counts;
-  if (layer >= counts.size() || !counts[layer]) return std::nullopt;
-  const int64_t begin = kind.offsets[layer][step], n = *counts[layer];
+  const int64_t entry = entryOf(layer);
+  if (entry < 0) return std::nullopt;
+  const auto j = static_cast<size_t>(entry);
+  if (j >= counts.size() || !counts[j]) return std::nullopt;
+  const int64_t begin = kind.offsets[j][step], n = *counts[j];
   return KeyValuePair{columns(layerName(layer, kind.keys), begin, n), columns(layerName(layer, kind.values), begin, n)};
 }
 

@@ -3,6 +3,7 @@
 // counts adding up to each packed tensor's width), then sliced per step on demand.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,9 +18,12 @@ class PackedTraceTensors : public TraceTensorSource {
  public:
   /// Throws InputError naming the file and the tensor (e.g. "layer1.k") or the column
   /// entry (e.g. "steps.logits_row[2]") that is wrong.
-  PackedTraceTensors(const SafetensorsFile& file, const TraceModelInfo& model, const std::vector<StepLayout>& layouts);
+  /// `layers`: the model layers the layouts' per-layer entries stand for, in order (the
+  /// trace's layerIndices()); tensors are named by model layer (`layer{l}.k`).
+  PackedTraceTensors(const SafetensorsFile& file, const TraceModelInfo& model,
+                     const std::vector<StepLayout>& layouts, std::vector<int64_t> layers);
 
-  /// Copies the `checksums` rows into the steps' layer records.
+  /// Copies the `checksums` rows into the steps' layer records (indexed by model layer).
   void applyChecksums(Trace& trace) const;
 
   std::optional<FloatTensor> logits(size_t step) const override;
@@ -35,9 +39,12 @@ class PackedTraceTensors : public TraceTensorSource {
     const char* keys;      // tensor suffix: "k" | "cache_k"
     const char* values;    // "v" | "cache_v"
     std::vector<std::optional<int64_t>> StepLayout::*counts;
-    std::vector<std::vector<int64_t>> offsets;  // [layer][step] first column
+    std::vector<std::vector<int64_t>> offsets;  // [entry of layers_][step] first column
   };
   void checkLayerTensors(Kind& kind);
+  void checkNoOtherLayers() const;
+  /// The entry of layers_ that holds model layer `layer`, or -1.
+  int64_t entryOf(size_t layer) const;
   void checkRows(const char* tensor, const char* column, int64_t StepLayout::*row, int64_t rows) const;
   std::optional<KeyValuePair> slice(const Kind& kind, size_t step, size_t layer) const;
   FloatTensor columns(const std::string& name, int64_t begin, int64_t count) const;
@@ -45,6 +52,7 @@ class PackedTraceTensors : public TraceTensorSource {
   const SafetensorsFile& file_;
   const TraceModelInfo& model_;
   const std::vector<StepLayout>& layouts_;
+  std::vector<int64_t> layers_;  // model layer of each per-layer entry
   Kind appended_{"appended", "k", "v", &StepLayout::appended, {}};
   Kind snapshot_{"snapshot_lengths", "cache_k", "cache_v", &StepLayout::snapshot, {}};
 };

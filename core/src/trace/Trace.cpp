@@ -84,7 +84,7 @@ bool TraceEvent::operator==(const TraceEvent& o) const {
 bool Trace::operator==(const Trace& o) const {
   return formatVersion == o.formatVersion && engine == o.engine && mode == o.mode &&
          model == o.model && requests == o.requests && steps == o.steps && events == o.events &&
-         faults == o.faults;
+         faults == o.faults && recordedLayers == o.recordedLayers;
 }
 
 const TraceRequest* Trace::findRequest(int64_t id) const {
@@ -107,6 +107,31 @@ bool Trace::hasSnapshots() const {
     for (const auto& l : s.layers)
       if (!l.snapshotKeys.empty()) return true;
   return false;
+}
+
+bool Trace::hasLayer(int64_t layer) const {
+  if (layer < 0 || layer >= model.numLayers) return false;
+  return recordedLayers.empty() ||
+         std::binary_search(recordedLayers.begin(), recordedLayers.end(), layer);
+}
+
+std::vector<int64_t> Trace::layerIndices() const {
+  if (!recordedLayers.empty()) return recordedLayers;
+  std::vector<int64_t> all(static_cast<size_t>(std::max<int64_t>(model.numLayers, 0)));
+  for (size_t l = 0; l < all.size(); ++l) all[l] = static_cast<int64_t>(l);
+  return all;
+}
+
+std::string layerNotInTraceNote(int64_t layer) {
+  return "not checked: layer " + std::to_string(layer) + " not in the trace (minimized)";
+}
+
+std::string describeTraceLayers(const Trace& trace) {
+  if (!trace.isLayerSubset()) return "all " + std::to_string(trace.model.numLayers) + " layers";
+  std::string s = trace.recordedLayers.size() == 1 ? "layer " : "layers ";
+  for (size_t i = 0; i < trace.recordedLayers.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(trace.recordedLayers[i]);
+  return s + " of " + std::to_string(trace.model.numLayers);
 }
 
 std::ostream& operator<<(std::ostream& os, const TraceStep& s) {

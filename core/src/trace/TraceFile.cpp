@@ -61,7 +61,7 @@ Trace TraceFile::read(const std::string& path) {
   }
   Trace trace = detail::traceHeaderFromJson(doc, path, kFormatVersion);
   const auto layouts = detail::stepsFromColumns(detail::JsonFieldReader(doc, path, "").child("steps"), path, trace);
-  const detail::PackedTraceTensors tensors(*file, trace.model, layouts);
+  const detail::PackedTraceTensors tensors(*file, trace.model, layouts, trace.layerIndices());
   tensors.applyChecksums(trace);
   detail::resolveStepTensors(trace, tensors, path);
   trace.tensorDtype = tensorDtype;

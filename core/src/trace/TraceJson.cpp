@@ -16,6 +16,30 @@ std::string checksumHex(uint64_t v) {
   return buf;
 }
 
+std::vector<int64_t> recordedLayersFromJson(const JsonFieldReader& top, int64_t numLayers) {
+  const char* field = "recorded_layers";
+  if (!top.has(field)) return {};
+  const std::vector<int64_t> layers = top.ints(field);
+  if (layers.empty())
+    top.fail(field,
+             "expected one or more layer indices (leave the field out when the trace holds every "
+             "layer)");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string entry = top.at(field) + "[" + std::to_string(i) + "]";
+    if (layers[i] < 0 || layers[i] >= numLayers)
+      throw InputError(top.file(), entry,
+                       "layer " + std::to_string(layers[i]) + " is outside the model's layers 0.." +
+                           std::to_string(numLayers - 1) + " (model.num_layers " +
+                           std::to_string(numLayers) + ")");
+    if (i > 0 && layers[i] <= layers[i - 1])
+      throw InputError(top.file(), entry,
+                       "layer " + std::to_string(layers[i]) + " after layer " +
+                           std::to_string(layers[i - 1]) +
+                           ": the layer indices must be strictly increasing");
+  }
+  return layers;
+}
+
 json traceHeaderToJson(const Trace& t, int version) {
   json doc;
   doc["version"] = version;
@@ -42,6 +66,7 @@ json traceHeaderToJson(const Trace& t, int version) {
                              {"weights_version", e.weightsVersion}, {"tensor", e.tensor},
                              {"scale", e.scale}, {"seed", e.seed}});
   doc["faults"] = t.faults;
+  if (t.isLayerSubset()) doc["recorded_layers"] = t.recordedLayers;  // absent: every layer
   return doc;
 }
 
@@ -127,6 +152,7 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
     }
   }
   t.faults = top.strings("faults");
+  t.recordedLayers = recordedLayersFromJson(top, t.model.numLayers);
   return t;
 }
 

@@ -32,7 +32,7 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 // trace cuts by tick, its reference by each request's last kept step).
 struct Keep {
   std::function<bool(const TraceStep&)> step;
-  int64_t layers = -1;
+  std::vector<int64_t> layers;  // model layers kept; empty = the trace's
   bool snapshots = true;
   int64_t snapshotsFromTick = -1;
   bool checksums = true;
@@ -47,6 +47,14 @@ Trace cutWith(const Trace& t, const Keep& keep) {
   out.model = t.model;
   out.faults = t.faults;
   out.tensorDtype = t.tensorDtype;
+  out.recordedLayers = t.recordedLayers;
+  if (!keep.layers.empty()) {  // only layers the trace holds can be kept
+    out.recordedLayers.clear();
+    for (int64_t l : keep.layers)
+      if (t.hasLayer(l)) out.recordedLayers.push_back(l);
+    if (out.recordedLayers.size() == static_cast<size_t>(t.model.numLayers))
+      out.recordedLayers.clear();  // every layer: no subset
+  }
   std::map<int64_t, int64_t> lastStep, kept, total, keptTokens;
   for (const TraceStep& s : t.steps) {
     ++total[s.request];
@@ -56,15 +64,16 @@ Trace cutWith(const Trace& t, const Keep& keep) {
         keep.snapshots && (keep.snapshotsFromTick < 0 || s.tick >= keep.snapshotsFromTick);
     for (size_t l = 0; l < c.layers.size(); ++l) {
       TraceLayerRecord& rec = c.layers[l];
-      const bool dropLayer = keep.layers >= 0 && static_cast<int64_t>(l) >= keep.layers;
-      if (dropLayer) rec.keys = rec.values = FloatTensor{};
+      const bool dropLayer = !out.hasLayer(static_cast<int64_t>(l));
+      if (dropLayer) rec = TraceLayerRecord{};
       if (dropLayer || !snapshots) rec.snapshotKeys = rec.snapshotValues = FloatTensor{};
       if (dropLayer || !keep.checksums) rec.keyChecksum = rec.valueChecksum = std::nullopt;
     }
-    // A step either has checksums for every layer or none (the file's checksum row).
-    const bool partial =
-        std::any_of(c.layers.begin(), c.layers.end(),
-                    [](const TraceLayerRecord& r) { return !r.keyChecksum || !r.valueChecksum; });
+    // A step either has checksums for every layer it holds or none (the file's checksum row).
+    bool partial = false;
+    for (size_t l = 0; l < c.layers.size(); ++l)
+      if (out.hasLayer(static_cast<int64_t>(l)))
+        partial = partial || !c.layers[l].keyChecksum || !c.layers[l].valueChecksum;
     if (partial)
       for (auto& rec : c.layers) rec.keyChecksum = rec.valueChecksum = std::nullopt;
     lastStep[s.request] =
@@ -91,15 +100,6 @@ Trace cutWith(const Trace& t, const Keep& keep) {
   return out;
 }
 
-size_t layersWithRecords(const Trace& t) {
-  size_t n = 0;
-  for (const auto& s : t.steps)
-    for (size_t l = 0; l < s.layers.size(); ++l)
-      if (!s.layers[l].keys.shape.empty() || !s.layers[l].snapshotKeys.shape.empty())
-        n = std::max(n, l + 1);
-  return n;
-}
-
 bool anySnapshots(const Trace& t) {
   for (const auto& s : t.steps)
     for (const auto& r : s.layers)
@@ -118,6 +118,35 @@ int64_t evidenceInt(const Finding& f, const char* name) {
   auto it = f.evidence.find(name);
   if (it == f.evidence.end() || !std::isfinite(it->second)) return -1;
   return static_cast<int64_t>(it->second);
+}
+
+// The layer subsets worth trying, smallest first, each smaller than what `t` holds.
+std::vector<std::vector<int64_t>> layerCandidates(const Trace& t, const MinimizeTarget& target) {
+  bool records = false;  // a trace without K/V records (logits only) has nothing to cut
+  for (const auto& s : t.steps)
+    for (const auto& r : s.layers) records = records || !r.keys.empty() || !r.snapshotKeys.empty();
+  if (!records) return {};
+  const Finding& f = target.finding;
+  std::set<int64_t> named;
+  for (int64_t l :
+       {f.layer, target.first.layer, evidenceInt(f, "source_layer"), evidenceInt(f, "other_layer")})
+    if (t.hasLayer(l)) named.insert(l);
+  if (named.empty()) named.insert(t.layerIndices().front());
+  std::vector<std::vector<int64_t>> out;
+  auto add = [&](std::set<int64_t> layers) {
+    std::vector<int64_t> v(layers.begin(), layers.end());
+    if (v.size() >= t.layerIndices().size()) return;
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(std::move(v));
+  };
+  add(named);
+  std::set<int64_t> withZero = named;
+  if (t.hasLayer(0)) withZero.insert(0);
+  add(withZero);
+  std::set<int64_t> prefix;
+  for (int64_t l : t.layerIndices())
+    if (l <= *named.rbegin()) prefix.insert(l);
+  add(prefix);
+  return out;
 }
 
 std::string shellQuote(const std::string& s) {
@@ -164,12 +193,12 @@ std::string TraceCut::describe() const {
   }
   os << "; "
      << (lastTick < 0 ? std::string("all steps") : "steps up to tick " + std::to_string(lastTick));
-  if (layers < 0)
+  if (layers.empty()) {
     os << "; all layers";
-  else if (layers == 0)
-    os << "; no K/V records (logits only)";
-  else
-    os << "; K/V of layers 0.." << layers - 1;
+  } else {
+    os << (layers.size() == 1 ? "; layer " : "; layers ");
+    for (size_t i = 0; i < layers.size(); ++i) os << (i ? ", " : "") << layers[i];
+  }
   if (!snapshots)
     os << "; no snapshots";
   else if (snapshotsFromTick >= 0)
@@ -310,17 +339,12 @@ MinimizedTrace minimizeTrace(const Trace& cached, const Trace* reference, const 
     if (attempt(c)) break;
   }
 
-  // 3. Layers: up to the highest one the finding and its evidence name.
-  const int64_t L = static_cast<int64_t>(layersWithRecords(best.trace));
-  int64_t highest = std::max({f.layer, target->first.layer, evidenceInt(f, "source_layer"),
-                              evidenceInt(f, "other_layer")});
-  if (highest + 1 < L) {
+  // 3. Layers: the ones the finding, the first divergence and the evidence name; then with
+  // layer 0 (position and stream evidence probe it); then every layer up to the highest.
+  for (const auto& layers : layerCandidates(best.trace, *target)) {
     TraceCut c = current;
-    c.layers = highest + 1;
-    if (!attempt(c) && highest >= 0 && highest + 2 < L) {
-      c.layers = highest + 2;
-      attempt(c);
-    }
+    c.layers = layers;
+    if (attempt(c)) break;
   }
 
   // 4. Snapshots and checksums, when the evidence does without them.
@@ -459,6 +483,62 @@ std::string reproducerMarkdown(const MinimizedTrace& m, const std::string& comma
   }
   os << "\n";
   return os.str();
+}
+
+namespace {
+uintmax_t fileBytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+}  // namespace
+
+Reproducer writeReproducer(const AuditJobSpec& spec, const MinimizedTrace& m,
+                           const std::string& path, const std::string& commandPath, bool overwrite,
+                           uintmax_t bytesBefore) {
+  Reproducer r;
+  if (m.cut == TraceCut{} && !spec.traceFile.empty() && spec.referenceTraceFile.empty()) {
+    // Nothing could be cut: the audited file itself is the smallest reproducer.
+    if (!overwrite && fs::exists(path))
+      throw InputError(path, "", "refusing to overwrite an existing file (pass --force)");
+    std::error_code ec;
+    fs::copy_file(spec.traceFile, path, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw InputError(path, "", "cannot write: " + ec.message());
+    r.written = {path};
+  } else {
+    r.written = writeMinimized(m, path, overwrite);
+  }
+  for (const auto& p : r.written) r.bytesAfter += fileBytes(p);
+  r.bytesBefore = bytesBefore;
+  const std::string ref = m.reference ? referencePathFor(commandPath) : std::string();
+  r.command = reproduceCommand(spec, commandPath, ref);
+  r.markdown = reproducerMarkdown(m, r.command, r.bytesBefore, r.bytesAfter);
+  return r;
+}
+
+uintmax_t auditedTraceBytes(const AuditJobSpec& spec, const AuditJobOutput& out) {
+  if (!spec.traceFile.empty())
+    return fileBytes(spec.traceFile) +
+           (spec.referenceTraceFile.empty() ? 0 : fileBytes(spec.referenceTraceFile));
+  ScratchDir scratch;
+  const std::string tmp = (scratch.path / "audited.kvtrace").string();
+  TraceFile::write(out.result.trace, tmp, true);
+  return fileBytes(tmp);
+}
+
+AuditJobSpec withAbsolutePaths(AuditJobSpec spec) {
+  if (!spec.modelDir.empty()) spec.modelDir = fs::absolute(spec.modelDir).string();
+  for (auto& [version, d] : spec.options.weightsDirectories) d = fs::absolute(d).string();
+  return spec;
+}
+
+std::string reproduceScript(const std::string& command) {
+  const std::string cli = "kvscope-cli";
+  const std::string args = command.rfind(cli, 0) == 0 ? command.substr(cli.size()) : " " + command;
+  return "#!/bin/sh\n# Reproduces the audit's first finding on the minimized trace (exit 1 = "
+         "divergent).\n"
+         "cd \"$(dirname \"$0\")\" && exec \"${KVSCOPE_CLI:-kvscope-cli}\"" +
+         args + " \"$@\"\n";
 }
 
 }  // namespace kvscope

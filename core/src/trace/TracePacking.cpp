@@ -10,10 +10,14 @@ namespace {
 
 bool stored(const FloatTensor& t) { return !t.shape.empty(); }
 
-size_t layerCount(const Trace& trace) {
+// The layers the file stores, by model index: recorded_layers, or every layer a step has.
+std::vector<int64_t> storedLayers(const Trace& trace) {
+  if (trace.isLayerSubset()) return trace.recordedLayers;
   size_t n = 0;
   for (const auto& s : trace.steps) n = std::max(n, s.layers.size());
-  return n;
+  std::vector<int64_t> all(n);
+  for (size_t l = 0; l < n; ++l) all[l] = static_cast<int64_t>(l);
+  return all;
 }
 
 // The records of one layer and kind: which tensor of each record, in step order.
@@ -56,6 +60,7 @@ void addLayerTensor(const Trace& trace, size_t layer, Pick pick, const std::stri
 std::vector<StepLayout> planStepLayouts(const Trace& trace) {
   std::vector<StepLayout> layouts(trace.steps.size());
   int64_t logitsRows = 0, checksumRows = 0, vocab = -1;
+  const std::vector<int64_t> layers = storedLayers(trace);
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     StepLayout& at = layouts[i];
@@ -67,7 +72,21 @@ std::vector<StepLayout> planStepLayouts(const Trace& trace) {
       at.logitsRow = logitsRows++;
     }
     bool anyAppended = false, anySnapshot = false, allSums = !s.layers.empty();
-    for (const auto& rec : s.layers) {
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      const TraceLayerRecord& rec = s.layers[l];
+      if (trace.hasLayer(static_cast<int64_t>(l)) || !trace.isLayerSubset()) continue;
+      if (stored(rec.keys) || stored(rec.snapshotKeys) || rec.keyChecksum || rec.valueChecksum)
+        throw UsageError("trace steps[" + std::to_string(i) + "]: layer " + std::to_string(l) +
+                         " has records but is not in the trace's recorded layers");
+    }
+    for (int64_t layer : layers) {
+      if (static_cast<size_t>(layer) >= s.layers.size()) {
+        at.appended.emplace_back();
+        at.snapshot.emplace_back();
+        allSums = false;
+        continue;
+      }
+      const TraceLayerRecord& rec = s.layers[static_cast<size_t>(layer)];
       at.appended.push_back(stored(rec.keys) ? std::optional<int64_t>(rec.keys.shape.at(1)) : std::nullopt);
       at.snapshot.push_back(stored(rec.snapshotKeys) ? std::optional<int64_t>(rec.snapshotKeys.shape.at(1))
                                                      : std::nullopt);
@@ -103,26 +122,31 @@ void addPackedTensors(const Trace& trace, const std::vector<StepLayout>& layouts
                   logits.data.begin() + layouts[i].logitsRow * vocab);
     w.addFloat("logits", logits);
   }
-  const size_t L = layerCount(trace);
-  for (size_t l = 0; l < L; ++l) {
+  // Tensors are named by model layer; checksum rows follow the stored layers in order.
+  const std::vector<int64_t> layers = storedLayers(trace);
+  const size_t L = layers.size();
+  for (const int64_t l : layers) {
     const std::string base = "layer" + std::to_string(l);
-    addLayerTensor(trace, l, keysOf, base + ".k", w);
-    addLayerTensor(trace, l, valuesOf, base + ".v", w);
-    addLayerTensor(trace, l, snapshotKeysOf, base + ".cache_k", w);
-    addLayerTensor(trace, l, snapshotValuesOf, base + ".cache_v", w);
+    const auto layer = static_cast<size_t>(l);
+    addLayerTensor(trace, layer, keysOf, base + ".k", w);
+    addLayerTensor(trace, layer, valuesOf, base + ".v", w);
+    addLayerTensor(trace, layer, snapshotKeysOf, base + ".cache_k", w);
+    addLayerTensor(trace, layer, snapshotValuesOf, base + ".cache_v", w);
   }
   if (sumRows > 0) {
     std::vector<uint64_t> sums(static_cast<size_t>(sumRows) * L * 2, 0);
     for (size_t i = 0; i < trace.steps.size(); ++i) {
       const int64_t row = layouts[i].checksumRow;
       if (row < 0) continue;
-      const auto& layers = trace.steps[i].layers;
-      if (layers.size() != L)
-        throw UsageError("trace steps[" + std::to_string(i) + "]: checksums for " + std::to_string(layers.size()) +
-                         " layers, other steps have " + std::to_string(L));
-      for (size_t l = 0; l < L; ++l) {
-        sums[(static_cast<size_t>(row) * L + l) * 2] = *layers[l].keyChecksum;
-        sums[(static_cast<size_t>(row) * L + l) * 2 + 1] = *layers[l].valueChecksum;
+      const auto& records = trace.steps[i].layers;
+      if (records.size() < static_cast<size_t>(layers.back() + 1))
+        throw UsageError("trace steps[" + std::to_string(i) + "]: checksums for " +
+                         std::to_string(records.size()) + " layers, other steps have " +
+                         std::to_string(L));
+      for (size_t j = 0; j < L; ++j) {
+        const TraceLayerRecord& rec = records[static_cast<size_t>(layers[j])];
+        sums[(static_cast<size_t>(row) * L + j) * 2] = *rec.keyChecksum;
+        sums[(static_cast<size_t>(row) * L + j) * 2 + 1] = *rec.valueChecksum;
       }
     }
     w.addUint64("checksums", {sumRows, static_cast<int64_t>(L), 2}, sums);

@@ -136,7 +136,12 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     json lengths = nullptr;
     if (!s.layers.empty()) {
       lengths = json::array();
-      for (const auto& l : s.layers) lengths.push_back(l.cacheLength);
+      if (!trace.isLayerSubset())
+        for (const auto& l : s.layers) lengths.push_back(l.cacheLength);
+      for (int64_t l : trace.recordedLayers)
+        lengths.push_back(static_cast<size_t>(l) < s.layers.size()
+                              ? s.layers[static_cast<size_t>(l)].cacheLength
+                              : int64_t{0});
     }
     c["cache_lengths"].push_back(std::move(lengths));
     masks = masks || !s.fedMask.empty();
@@ -174,7 +179,9 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
 
 std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& file, Trace& trace) {
   const Columns cols(steps, file);
-  const int64_t L = trace.model.numLayers;
+  // Per-layer entries stand for the trace's layers (recorded_layers, else all), in order.
+  const std::vector<int64_t> recorded = trace.layerIndices();
+  const auto L = static_cast<int64_t>(recorded.size());
   const json* request = cols.column("request", true);
   const json* step = cols.column("step", true);
   const json* fed = cols.column("fed_ids", true);
@@ -250,7 +257,9 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
     if (lengths && !(*lengths)[i].is_null()) {
       declared = cols.ints(lengths, "cache_lengths", i);
       if (static_cast<int64_t>(declared.size()) != L)
-        cols.fail("cache_lengths", i, "one entry per layer expected (" + std::to_string(L) + ")");
+        cols.fail("cache_lengths", i,
+                  "one entry per layer expected (" + std::to_string(L) +
+                      (trace.isLayerSubset() ? ": recorded_layers" : "") + ")");
       for (int64_t n : declared)
         if (n < 0 || n > limits::kCacheLength)
           cols.fail("cache_lengths", i,
@@ -258,8 +267,9 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
                         std::to_string(limits::kCacheLength) + "]");
     }
     if (!declared.empty() || at.checksumRow >= 0 || at.hasLayerData()) {
-      st.layers.resize(static_cast<size_t>(L));
-      for (size_t l = 0; l < declared.size(); ++l) st.layers[l].cacheLength = declared[l];
+      st.layers.resize(static_cast<size_t>(trace.model.numLayers));  // indexed by model layer
+      for (size_t j = 0; j < declared.size(); ++j)
+        st.layers[static_cast<size_t>(recorded[j])].cacheLength = declared[j];
     }
   }
   return layouts;

@@ -43,10 +43,11 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
     if (prev.empty()) prev.assign(numLayers, 0);
     if (std::find(s.events.begin(), s.events.end(), "cache_reset") != s.events.end())
       std::fill(prev.begin(), prev.end(), 0);
-    std::vector<int64_t> declared;
+    std::vector<int64_t> declared;  // by model layer
     for (const auto& l : s.layers) declared.push_back(l.cacheLength);
-    s.layers.resize(numLayers);
-    for (size_t l = 0; l < numLayers; ++l) {
+    s.layers.resize(numLayers);  // indexed by model layer; a subset's others stay empty
+    for (const int64_t layer : trace.layerIndices()) {
+      const auto l = static_cast<size_t>(layer);
       auto& rec = s.layers[l];
       auto snap = source.snapshot(i, l);
       const bool hasSnapshot = snap.has_value();

@@ -124,6 +124,9 @@ TraceStep stepFromJson(const json& j, size_t i, const Trace& t, const std::strin
 
 Trace readTraceV1(const json& doc, const SafetensorsFile& file) {
   Trace trace = traceHeaderFromJson(doc, file.path(), 1);
+  if (trace.isLayerSubset())
+    throw InputError(file.path(), "recorded_layers",
+                     "a layer subset needs format version 2 (kvtrace_version \"2\")");
   const json& steps = JsonFieldReader(doc, file.path(), "").child("steps");
   if (!steps.is_array()) throw InputError(file.path(), "steps", "expected an array");
   for (size_t i = 0; i < steps.size(); ++i) trace.steps.push_back(stepFromJson(steps[i], i, trace, file.path()));
