@@ -113,7 +113,15 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
     None (no layer data) or per layer [keys, values, cache_keys, cache_values] (keys None
     for a snapshot alone), like format_v1.load_tensors."""
     path, m = f.path, trace.model
-    L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+    H, D, V = m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+    names = trace.stored_layers()  # entry l of the per-layer columns is model layer names[l]
+    L = len(names)
+    if trace.recorded_layers is not None:
+        for name in sorted(f.entries):
+            digits = name[5:].split(".")[0] if name.startswith("layer") else ""
+            if digits.isdigit() and int(digits) not in names:
+                raise TraceError(path, name, f"layer {digits} is not in recorded_layers (the layers "
+                                 "this trace holds)")
     rows, logits = 0, None
     if "logits" in f:
         _float_tensor(f, "logits")
@@ -146,7 +154,7 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
             counts = [getattr(p, column)[l] if getattr(p, column) is not None else None for p in packing]
             total = sum(c for c in counts if c is not None)
             for j, kind in enumerate(kinds):
-                name = f"layer{l}.{kind}"
+                name = f"layer{names[l]}.{kind}"
                 if name in f:
                     _float_tensor(f, name)
                     t = f.read_records(name, H, D)
@@ -198,7 +206,7 @@ def _check_rows(f: _Container, tensor: str, column: str, rows: List[int], count:
 def columns_of(trace: Any):
     """The version-2 step columns of `trace` and the arrays to pack: (columns, logits rows,
     per layer appended keys and values, per layer snapshots, checksum rows)."""
-    steps, L = trace.steps, trace.model["num_layers"]
+    steps, L = trace.steps, len(trace.stored_layers())
     n = len(steps)
     c: Dict[str, Any] = {"count": n}
     c["request"] = [s.request for s in steps]
@@ -263,9 +271,9 @@ def pack(trace: Any, dtype: str):
         tensors.append(("checksums", np.array(sums, dtype=np.uint64), "U64"))
     if logits:
         tensors.append(("logits", np.stack(logits), dtype))
-    for l in range(trace.model["num_layers"]):
+    for l, name in enumerate(trace.stored_layers()):  # named by model layer
         for kinds, (ks, vs) in ((("k", "v"), kv[l]), (("cache_k", "cache_v"), snaps[l])):
             if sum(a.shape[1] for a in ks):
-                tensors.append((f"layer{l}.{kinds[0]}", np.concatenate(ks, axis=1), dtype))
-                tensors.append((f"layer{l}.{kinds[1]}", np.concatenate(vs, axis=1), dtype))
+                tensors.append((f"layer{name}.{kinds[0]}", np.concatenate(ks, axis=1), dtype))
+                tensors.append((f"layer{name}.{kinds[1]}", np.concatenate(vs, axis=1), dtype))
     return columns, tensors

@@ -104,6 +104,10 @@ class Trace:
     faults: List[str] = dataclasses.field(default_factory=list)
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
     stored_dtypes: List[str] = dataclasses.field(default_factory=list)  # tensor dtypes on read
+    # A trace of some of the model's layers (a minimized reproducer; docs/trace-format.md,
+    # "recorded_layers"): the model layers the steps' `layers` entries stand for, in order
+    # (step.layers[j] is layer recorded_layers[j]). None: every layer.
+    recorded_layers: Optional[List[int]] = None
 
     def request(self, rid: int) -> Optional[Dict[str, Any]]:
         return next((r for r in self.requests if r["id"] == rid), None)
@@ -113,6 +117,12 @@ class Trace:
 
     def has_snapshots(self) -> bool:
         return any(l.cache_keys is not None for s in self.steps for l in s.layers)
+
+    def stored_layers(self) -> List[int]:
+        """The model layer of each entry of a step's `layers`: recorded_layers or all."""
+        if self.recorded_layers is not None:
+            return list(self.recorded_layers)
+        return list(range(self.model["num_layers"]))
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -246,6 +256,10 @@ def _parse_document(doc: Any, file: str):
     if min(model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"]) <= 0:
         raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
     V = model["vocab_size"]
+    recorded = _recorded_layers(top, model["num_layers"])
+    if recorded is not None and version == 1:
+        top.fail("recorded_layers", 'a layer subset needs format version 2 (kvtrace_version "2")')
+    L = len(recorded) if recorded is not None else model["num_layers"]
 
     reqs = top.child("requests")
     if not isinstance(reqs, list):
@@ -271,12 +285,12 @@ def _parse_document(doc: Any, file: str):
     ids = {r["id"] for r in requests}
 
     def parse_step(s: _Obj, i: int) -> Step:
-        return _parse_step(s, i, ids, model["num_layers"])
+        return _parse_step(s, i, ids, L)
     packing = None
     if version == 1:
         steps = format_v1.parse_steps(top.child("steps"), file, parse_step)
     else:
-        steps, packing = format_v2.parse_columns(top.child("steps"), file, parse_step, model["num_layers"])
+        steps, packing = format_v2.parse_columns(top.child("steps"), file, parse_step, L)
 
     events = []
     for i, ej in enumerate(doc.get("events") or []):
@@ -293,11 +307,31 @@ def _parse_document(doc: Any, file: str):
         ev["seed"] = e.integer("seed", 0)
         events.append(ev)
     extra = {k: v for k, v in doc.items()
-             if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults")}
+             if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults",
+                          "recorded_layers")}
     trace = Trace(model=model, requests=requests, steps=steps, version=version,
                   engine=top.string("engine", "unknown"), mode=mode, events=events,
-                  faults=top.strings("faults"), extra=extra)
+                  faults=top.strings("faults"), extra=extra, recorded_layers=recorded)
     return trace, packing
+
+
+def _recorded_layers(top: _Obj, num_layers: int) -> Optional[List[int]]:
+    """The document's recorded_layers (None when absent), validated like the C++ reader:
+    one or more layer indices, each in [0, num_layers), strictly increasing."""
+    if not top.has("recorded_layers"):
+        return None
+    layers = top.ints("recorded_layers")
+    if not layers:
+        top.fail("recorded_layers", "expected one or more layer indices (leave the field out when "
+                 "the trace holds every layer)")
+    for i, l in enumerate(layers):
+        if not 0 <= l < num_layers:
+            raise TraceError(top.file, f"recorded_layers[{i}]", f"layer {l} is outside the model's "
+                             f"layers 0..{num_layers - 1} (model.num_layers {num_layers})")
+        if i and l <= layers[i - 1]:
+            raise TraceError(top.file, f"recorded_layers[{i}]", f"layer {l} after layer "
+                             f"{layers[i - 1]}: the layer indices must be strictly increasing")
+    return layers
 
 
 def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
@@ -345,6 +379,8 @@ def _document(trace: Trace, steps: Dict[str, Any]) -> Dict[str, Any]:
                 "model": trace.model, "requests": trace.requests, "steps": steps})
     doc["events"] = trace.events
     doc["faults"] = trace.faults
+    if trace.recorded_layers is not None:
+        doc["recorded_layers"] = [int(l) for l in trace.recorded_layers]
     return doc
 
 
@@ -394,7 +430,7 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
     checksums. A layer with a snapshot alone gets as appended records the snapshot columns
     new since the request's previous step (all of them after a cache_reset); a cache length
     not declared is the snapshot's, else the previous length plus the appended count."""
-    L = trace.model["num_layers"]
+    L = len(trace.stored_layers())
     last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
     for s, layers in zip(trace.steps, stored):
         if layers is None:

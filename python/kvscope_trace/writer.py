@@ -36,7 +36,13 @@ class TraceWriter:
         self.events: List[Dict[str, Any]] = []
         self.faults: List[str] = []
         self.extra: Dict[str, Any] = {}
+        # A subset of the model's layers (docs/trace-format.md, "recorded_layers"): the model
+        # layers the per-layer arguments of add_step stand for, in order. None: every layer.
+        self.recorded_layers: Optional[List[int]] = None
         self._check_model()
+
+    def _layer_count(self) -> int:
+        return len(self.recorded_layers) if self.recorded_layers is not None else self.model["num_layers"]
 
     def _check_model(self):
         for k, v in self.model.items():  # numpy scalars -> JSON-serialisable Python numbers
@@ -55,6 +61,7 @@ class TraceWriter:
         w.events = copy.deepcopy(trace.events)
         w.faults = list(trace.faults)
         w.extra = dict(trace.extra)
+        w.recorded_layers = list(trace.recorded_layers) if trace.recorded_layers is not None else None
         return w
 
     def add_request(self, id: int, prompt_ids: Sequence[int], generated: Sequence[int] = (),
@@ -116,7 +123,7 @@ class TraceWriter:
         tokens, before chosen); the default cache lengths assume the rejected ones were
         rolled back."""
         m = self.model
-        L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+        L, H, D, V = self._layer_count(), m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
             raise ValueError(f"step names request {request}, which was not added")
         fed_ids, positions = [int(t) for t in fed_ids], [int(p) for p in positions]
@@ -174,7 +181,7 @@ class TraceWriter:
     def _fill_lengths(self) -> None:
         """Cache lengths the records imply, exactly as the reader derives them."""
         last: Dict[int, List[int]] = {}
-        L = self.model["num_layers"]
+        L = self._layer_count()
         for s in self.steps:
             if not s.layers or all(l.keys is None and l.cache_keys is None for l in s.layers):
                 continue
@@ -202,7 +209,8 @@ class TraceWriter:
         model.setdefault("stored_dtype", "")
         model.setdefault("compute_dtype", "float32")
         return Trace(model=model, requests=self.requests, steps=self.steps, engine=self.engine,
-                     mode=self.mode, events=self.events, faults=self.faults, extra=self.extra)
+                     mode=self.mode, events=self.events, faults=self.faults, extra=self.extra,
+                     recorded_layers=self.recorded_layers)
 
     def save(self, path: str, overwrite: bool = True) -> None:
         """Writes the trace as version 2: the step columns and the packed tensors."""

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A trace of some of the model's layers (docs/trace-format.md, "recorded_layers"; what
+`kvscope-cli audit --minimize` writes): read, written back and refused like the C++ reader,
+naming the file and the field. The shared helpers are in test_trace.py."""
+
+import dataclasses
+import json
+import unittest
+
+import numpy as np
+
+from kvscope_trace import trace as kvtrace
+from test_trace import Errors, small_writer
+
+
+def subset(layers):
+    """small_writer's trace keeping the records of `layers` (model layers) only."""
+    t = small_writer().to_trace()
+    steps = [dataclasses.replace(s, layers=[s.layers[l] for l in layers]) for s in t.steps]
+    return dataclasses.replace(t, steps=steps, recorded_layers=list(layers))
+
+
+class LayerSubset(Errors, unittest.TestCase):
+    def rewrite(self, name, edit_doc=None, edit_tensors=None):
+        """The layers-1-and-2 subset as a file, its document edited first."""
+        path = self.path(name)
+        kvtrace.write_trace(subset([1, 2]), path)
+        f = kvtrace._Container(path)
+        doc = json.loads(f.metadata["kvtrace"])
+        if edit_doc:
+            edit_doc(doc)
+        tensors = [(n, f.read(n), f.dtype(n)) for n in sorted(f.entries)]
+        meta = dict(f.metadata, kvtrace=json.dumps(doc))
+        kvtrace.write_safetensors(path, tensors, meta)
+        return path
+
+    def test_round_trip_keeps_the_layers(self):
+        path = self.path("sub.kvtrace")
+        kvtrace.write_trace(subset([1, 2]), path)
+        t = kvtrace.read_trace(path)
+        self.assertEqual(t.recorded_layers, [1, 2])
+        self.assertEqual(t.stored_layers(), [1, 2])
+        full = small_writer().to_trace()
+        for s, f in zip(t.steps, full.steps):
+            self.assertEqual(len(s.layers), 2)
+            np.testing.assert_array_equal(s.layers[1].keys, f.layers[2].keys)
+            self.assertEqual(s.layers[0].cache_length, f.layers[1].cache_length)
+        c = kvtrace._Container(path)
+        self.assertIn("layer2.k", c.entries)
+        self.assertNotIn("layer0.k", c.entries)
+        doc = json.loads(c.metadata["kvtrace"])
+        self.assertEqual(doc["recorded_layers"], [1, 2])
+        self.assertEqual(len(doc["steps"]["appended"][0]), 2)
+        # A trace of every layer has no field.
+        kvtrace.write_trace(full, self.path("full.kvtrace"))
+        self.assertNotIn("recorded_layers",
+                         json.loads(kvtrace._Container(self.path("full.kvtrace")).metadata["kvtrace"]))
+
+    def test_bad_subsets_name_the_field(self):
+        def setter(value):
+            return lambda d: d.update(recorded_layers=value)
+        self.assertEqual(self.field("empty.kvtrace", setter([])), "recorded_layers")
+        self.assertEqual(self.field("range.kvtrace", setter([1, 3])), "recorded_layers[1]")
+        self.assertEqual(self.field("order.kvtrace", setter([2, 1])), "recorded_layers[1]")
+        self.assertEqual(self.field("count.kvtrace", setter([0, 1, 2])), "steps.cache_lengths[0]")
+        self.assertEqual(self.field("other.kvtrace", setter([0, 1])), "layer2.k")
+        self.assertEqual(self.field("absent.kvtrace", lambda d: d.pop("recorded_layers")),
+                         "steps.cache_lengths[0]")
+
+
+if __name__ == "__main__":
+    unittest.main()
