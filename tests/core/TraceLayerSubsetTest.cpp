@@ -5,14 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "TestSupport.hpp"
+#include "kvscope/AuditJob.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/FaultSpec.hpp"
+#include "kvscope/Inspection.hpp"
 #include "kvscope/TraceFile.hpp"
 #include "kvscope/TraceMinimizer.hpp"
 
@@ -191,4 +194,33 @@ TEST(TraceLayerSubset, TraceAuditsNeedTheSameLayersOnBothSides) {
   EXPECT_NE(differ.report.findings.front().explanation.find("hold different layers"),
             std::string::npos)
       << differ.report.findings.front().explanation;
+}
+
+TEST(TraceLayerSubset, InspectorShowsEveryLayerOfAMinimizedAudit) {
+  // What the GUI does with a minimized trace opened again: every step, layer and kind is
+  // viewable; an absent layer has no cached side and no difference numbers.
+  AuditJobSpec spec;
+  spec.modelDir = test::hfModel("llama");
+  spec.traceFile =
+      written(onlyLayers(run({"wrong_layer:layer=2,source=1,step=2"}), {2}), "inspect.kvtrace");
+  auto out = std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+  Inspector inspector(out);
+  EXPECT_EQ(inspector.layers(), 3);
+  for (int64_t step : inspector.steps(0))
+    for (int64_t layer = 0; layer < 3; ++layer)
+      for (KvKind kind : {KvKind::Keys, KvKind::Values}) {
+        InspectionPoint p;
+        p.request = 0;
+        p.step = step;
+        p.layer = layer;
+        p.kind = kind;
+        p.autoHead = true;
+        const StepView v = inspector.view(p);
+        EXPECT_EQ(v.point.layer, layer);
+        if (layer < 2) {
+          EXPECT_TRUE(v.absDiff.empty()) << "step " << step << " layer " << layer;
+        }
+        ASSERT_EQ(v.layerMaxDiff.size(), 3u);
+        EXPECT_TRUE(std::isnan(v.layerMaxDiff[0]));
+      }
 }

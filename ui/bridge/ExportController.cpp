@@ -10,12 +10,11 @@
 #include <QSaveFile>
 #include <QSvgGenerator>
 #include <QWidget>
-
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "kvscope/AuditJob.hpp"
+#include "kvscope/TraceMinimizer.hpp"
 
 namespace kvscope::ui {
 
@@ -160,13 +159,18 @@ std::string ExportController::inputsMarkdown(const BundleInputs& in) {
 }
 
 ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutput& output,
-                                             const QString& directory,
-                                             const BundleInputs& inputs) const {
+                                             const QString& directory, const BundleInputs& inputs,
+                                             const MinimizeForBundle& minimize) const {
   ExportOutcome out;
   const QDir dir(QFileInfo(directory).absoluteFilePath());
   QStringList paths;
   for (const QString& name : bundleFileNames()) paths << dir.filePath(name);
-  if (!mayWrite(paths, &out.error)) return out;
+  QStringList checked = paths;
+  if (minimize)
+    for (const QString& name : {minimizedFileName(), QStringLiteral("minimized.reference.kvtrace"),
+                                QStringLiteral("reproduce.sh")})
+      checked << dir.filePath(name);
+  if (!mayWrite(checked, &out.error)) return out;
   if (!dir.exists() && !QDir().mkpath(dir.absolutePath())) {
     out.error = tr("%1: cannot create the folder").arg(dir.absolutePath());
     return out;
@@ -186,14 +190,55 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
   nlohmann::json report = output.result.report.toJson();
   report["inputs"] = inputsJson(inputs);
   report["tool"] = {{"name", "kvscope"}, {"version", inputs.toolVersion.toStdString()}};
-  if (!writeText(paths[1], report.dump(2) + "\n")) return out;
   // The inputs after the verdict's summary, before the findings: what to run to see it again.
   std::string summary = output.result.report.toMarkdown();
   const auto findings = summary.find("## Findings");
   summary.insert(findings == std::string::npos ? summary.size() : findings, inputsMarkdown(inputs));
+  if (minimize) {
+    QString why;
+    const auto r = minimize(dir.filePath(minimizedFileName()), &why);
+    if (r) {
+      for (const auto& p : r->written) out.written << QString::fromStdString(p);
+      summary += r->markdown;
+      report["minimized"] = {{"trace", minimizedFileName().toStdString()},
+                             {"command", r->command},
+                             {"bytes_before", r->bytesBefore},
+                             {"bytes_after", r->bytesAfter}};
+      if (!writeText(dir.filePath(QStringLiteral("reproduce.sh")), reproduceScript(r->command)))
+        return out;
+      QFile::setPermissions(dir.filePath(QStringLiteral("reproduce.sh")),
+                            QFile::permissions(dir.filePath(QStringLiteral("reproduce.sh"))) |
+                                QFileDevice::ExeOwner | QFileDevice::ExeGroup |
+                                QFileDevice::ExeOther);
+    } else {
+      summary += "\n## Minimal reproducer\n\nNot written: " + why.toStdString() + "\n";
+    }
+  }
+  if (!writeText(paths[1], report.dump(2) + "\n")) return out;
   if (!writeText(paths[2], summary)) return out;
   out.ok = true;
   return out;
+}
+
+bool ExportController::canMinimize(const AuditJobSpec& spec, const AuditJobOutput* output) {
+  return output && minimizeTarget(output->result.report) &&
+         (!spec.modelDir.empty() || output->result.referenceTrace);
+}
+
+EngineWork ExportController::minimizeWork(const AuditJobSpec& spec,
+                                          std::shared_ptr<const AuditJobOutput> output,
+                                          const QString& tracePath, const QString& commandPath) {
+  // The command runs from where the trace lies (a bundle's reproduce.sh changes there).
+  return
+      [spec = withAbsolutePaths(spec), output = std::move(output), path = tracePath.toStdString(),
+       command = commandPath.toStdString()](const EngineTaskContext& ctx) -> EnginePayload {
+        if (ctx.progress) ctx.progress(0.0, "minimizing the trace");
+        const MinimizedTrace m = minimizeAudit(spec, *output);
+        auto r = std::make_shared<const Reproducer>(
+            writeReproducer(spec, m, path, command, true, auditedTraceBytes(spec, *output)));
+        if (ctx.progress) ctx.progress(1.0, "minimized");
+        return r;
+      };
 }
 
 }  // namespace kvscope::ui

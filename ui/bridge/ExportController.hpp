@@ -1,18 +1,24 @@
 // Exports: a widget (one view or the whole window) as PNG, SVG (QSvgGenerator) or PDF
-// (QPdfWriter), and a bug-report bundle (screenshot PNG, report JSON, Markdown summary)
-// into a folder. Existing files are never overwritten silently: the policy asks (GUI),
-// refuses (headless) or, only when the user said so, overwrites.
+// (QPdfWriter), and a bug-report bundle (screenshot PNG, report JSON, Markdown summary
+// and, after an audit with a finding, the minimized trace with the command that reproduces
+// the verdict on it) into a folder. Existing files are never overwritten silently: the policy asks
+// (GUI), refuses (headless) or, only when the user said so, overwrites.
 #pragma once
 
 #include <QObject>
 #include <QString>
 #include <QStringList>
 #include <functional>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "ui/bridge/EngineTask.hpp"
+
 namespace kvscope {
 struct AuditJobOutput;
+struct AuditJobSpec;
+struct Reproducer;
 }
 
 class QWidget;
@@ -44,6 +50,10 @@ class ExportController : public QObject {
   enum class OverwritePolicy { Ask, Refuse, Overwrite };
   /// Asked with the files that exist; returns true to overwrite them.
   using AskOverwrite = std::function<bool(const QStringList& existing)>;
+  /// Writes the minimized trace to `tracePath` (on the engine thread: the caller posts
+  /// minimizeWork and waits) and returns the reproducer, or null with `error` set.
+  using MinimizeForBundle =
+      std::function<std::shared_ptr<const Reproducer>(const QString& tracePath, QString* error)>;
 
   explicit ExportController(QObject* parent = nullptr);
 
@@ -58,8 +68,22 @@ class ExportController : public QObject {
   ExportOutcome exportWidget(QWidget* widget, const QString& path, ExportFormat format) const;
   /// screenshot.png, report.json and summary.md in `directory` (created when missing);
   /// report.json gets "inputs" and "tool", summary.md an Inputs list, from `inputs`.
+  /// With `minimize` (an audit with a finding): also minimized.kvtrace (and, trace+trace,
+  /// minimized.reference.kvtrace) and reproduce.sh; report.json gets "minimized" and
+  /// summary.md the "Minimal reproducer" section with the kvscope-cli command. A
+  /// minimization that fails leaves the other files and says why in summary.md.
   ExportOutcome exportBundle(QWidget* window, const AuditJobOutput& output,
-                             const QString& directory, const BundleInputs& inputs = {}) const;
+                             const QString& directory, const BundleInputs& inputs = {},
+                             const MinimizeForBundle& minimize = {}) const;
+  /// The engine-thread work that minimizes `output`'s audit of `spec` and writes the
+  /// reproducer to `tracePath`, naming `commandPath` in the command (writeReproducer, as
+  /// kvscope-cli does). Its payload is a `const kvscope::Reproducer`.
+  static EngineWork minimizeWork(const AuditJobSpec& spec,
+                                 std::shared_ptr<const AuditJobOutput> output,
+                                 const QString& tracePath, const QString& commandPath);
+  /// Whether `output` has a finding a minimized trace can reproduce with `spec`'s inputs.
+  static bool canMinimize(const AuditJobSpec& spec, const AuditJobOutput* output);
+  static QString minimizedFileName() { return QStringLiteral("minimized.kvtrace"); }
   static nlohmann::json inputsJson(const BundleInputs& inputs);
   static std::string inputsMarkdown(const BundleInputs& inputs);
 

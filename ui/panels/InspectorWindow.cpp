@@ -251,6 +251,7 @@ void InspectorWindow::buildMenus() {
   audit->addAction(tr("&Run audit"), QKeySequence(Qt::CTRL | Qt::Key_R), this,
                    &InspectorWindow::runAudit);
   audit->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), controller_, &InspectorController::cancelAudit);
+  buildMinimizeAction(audit);
 
   QMenu* nav = menuBar()->addMenu(tr("&Navigate"));
   nav->addAction(stepper_->nextAction());
@@ -275,6 +276,12 @@ void InspectorWindow::buildMenus() {
 
 void InspectorWindow::showOutput(std::shared_ptr<const AuditJobOutput> output) {
   auditedSpec_ = currentSpec();
+  controller_->setOutput(std::move(output));
+}
+
+void InspectorWindow::showOutput(std::shared_ptr<const AuditJobOutput> output,
+                                 const AuditJobSpec& spec) {
+  auditedSpec_ = spec;
   controller_->setOutput(std::move(output));
 }
 
@@ -378,7 +385,12 @@ ExportOutcome InspectorWindow::exportBundle(const QString& directory) {
     return out;
   }
   flushPlots();
-  return exporter_->exportBundle(this, *context_->output(), directory, bundleInputs());
+  ExportController::MinimizeForBundle minimize;
+  if (ExportController::canMinimize(auditedSpec_, context_->output().get()))
+    minimize = [this](const QString& path, QString* error) {
+      return runMinimize(path, ExportController::minimizedFileName(), error);
+    };
+  return exporter_->exportBundle(this, *context_->output(), directory, bundleInputs(), minimize);
 }
 
 void InspectorWindow::exportInteractive(bool wholeWindow) {

@@ -69,6 +69,8 @@ class InspectorWindow : public QMainWindow {
 
   /// Shows an audit output computed elsewhere (headless mode, tests).
   void showOutput(std::shared_ptr<const AuditJobOutput> output);
+  /// The same, with the inputs it was computed from (what a minimized reproducer needs).
+  void showOutput(std::shared_ptr<const AuditJobOutput> output, const AuditJobSpec& spec);
   /// Runs the audit the setup and fault panels describe on the engine thread (Ctrl+R);
   /// false, with the reason in the banner, when they do not describe one.
   bool runAudit();
@@ -94,6 +96,12 @@ class InspectorWindow : public QMainWindow {
   ExportOutcome exportWindow(const QString& path);
   ExportOutcome exportCurrentView(const QString& path);
   ExportOutcome exportBundle(const QString& directory);
+  /// Audit → Minimize trace for a bug report: writes the smallest trace that still shows the
+  /// first finding to `path` (on the engine thread; waits for it). False with `message` set
+  /// when it cannot; on success `message` is the kvscope-cli command that reproduces it.
+  /// InspectorWindowReproducer.cpp.
+  bool minimizeTrace(const QString& path, QString* message = nullptr);
+  QAction* minimizeAction() const { return minimizeAction_; }
   /// Processes pending events and replots every plot now (before grabbing pixels).
   void flushPlots();
 
@@ -122,6 +130,11 @@ class InspectorWindow : public QMainWindow {
   QString titleForOutput() const;
   BundleInputs bundleInputs() const;
   void saveLastRun(const AuditJobSpec& spec) const;
+  // InspectorWindowReproducer.cpp
+  void buildMinimizeAction(QMenu* audit);
+  void minimizeTraceInteractive();
+  std::shared_ptr<const Reproducer> runMinimize(const QString& path, const QString& commandPath,
+                                                QString* error);
 
   SelectionContext* context_;
   EngineController* engine_;
@@ -136,6 +149,7 @@ class InspectorWindow : public QMainWindow {
   DiagnosisPanel* diagnosis_ = nullptr;
   RunSetupPanel* setup_ = nullptr;
   FaultPanel* faults_ = nullptr;
+  QAction* minimizeAction_ = nullptr;
   QDockWidget* setupDock_ = nullptr;
   QDockWidget* diagnosisDock_ = nullptr;
   RecentFilesMenu* recentMenu_ = nullptr;
