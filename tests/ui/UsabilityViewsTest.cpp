@@ -115,6 +115,35 @@ class UsabilityViewsTest : public QObject {
       }
     return true;
   }
+  // Legends are rows of their own, not over the data and inside their plot; the position
+  // plot's event labels stay inside its axes.
+  void legendsAndLabelsFit() const {
+    for (QCustomPlot* plot :
+         {window_->logits()->stepPlot(), static_cast<QCustomPlot*>(window_->timeline())}) {
+      const QRect box = plot->legend->rect();
+      QVERIFY(!plot->legend->outerRect().intersects(plot->axisRect()->rect()));
+      QVERIFY2(QRect(QPoint(0, 0), plot->size()).contains(box),
+               qPrintable(QStringLiteral("legend %1,%2 %3x%4 in a %5x%6 plot")
+                              .arg(box.x())
+                              .arg(box.y())
+                              .arg(box.width())
+                              .arg(box.height())
+                              .arg(plot->width())
+                              .arg(plot->height())));
+      for (QCPLayoutElement* item : plot->legend->elements(false))
+        if (item) QVERIFY(box.contains(item->outerRect()));
+    }
+    PositionTimelineView* timeline = window_->timeline();
+    int labels = 0;
+    for (int i = 0; i < timeline->itemCount(); ++i)
+      if (auto* t = qobject_cast<QCPItemText*>(timeline->item(i))) {
+        ++labels;
+        const QRectF axes = QRectF(timeline->axisRect()->rect()).adjusted(-1, -1, 1, 1);
+        for (QCPItemAnchor* corner : {t->topLeft, t->topRight, t->bottomLeft, t->bottomRight})
+          QVERIFY2(axes.contains(corner->pixelPosition()), qPrintable(t->text()));
+      }
+    QVERIFY(labels >= 1);  // request 1's arrival, at least
+  }
   static bool wrapsWhole(QLabel* label) {
     return label->height() >= label->heightForWidth(label->width()) - 1;
   }
@@ -316,10 +345,7 @@ class UsabilityViewsTest : public QObject {
     auto* diagnosisDock = window_->findChild<QDockWidget*>(QStringLiteral("diagnosisDock"));
     QVERIFY(window_->tabifiedDockWidgets(diagnosisDock).contains(setupDock));
     QVERIFY(window_->heatmaps()->width() >= 800);
-    // Legends are rows of their own, not over the data.
-    for (QCustomPlot* plot :
-         {window_->logits()->stepPlot(), static_cast<QCustomPlot*>(window_->timeline())})
-      QVERIFY(!plot->legend->outerRect().intersects(plot->axisRect()->rect()));
+    legendsAndLabelsFit();
     for (KvHeatmapView* map :
          {window_->heatmaps()->referenceView(), window_->heatmaps()->cachedView(),
           window_->heatmaps()->differenceView()}) {
@@ -341,6 +367,15 @@ class UsabilityViewsTest : public QObject {
     QVERIFY(labels.size() >= 2);
     for (size_t i = 0; i < labels.size(); ++i)
       for (size_t j = i + 1; j < labels.size(); ++j) QVERIFY(!labels[i].intersects(labels[j]));
+    // Token labels are whole, none cut at either end of the axis.
+    const QRect tokenAxes = window_->logits()->tokenPlot()->axisRect()->rect();
+    for (const QRectF& l : labels)
+      QVERIFY(l.left() >= tokenAxes.left() - 1 && l.right() <= tokenAxes.right() + 1);
+    // At the default size too.
+    recreate(QSize(1680, 1050), output_);
+    ctx()->select(InspectionPoint{0, 3, 2, 0, KvKind::Keys});
+    settle();
+    legendsAndLabelsFit();
   }
 
   // Item 9: what is drawn means what it seems to.

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/PlotLegend.hpp"
 #include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
@@ -60,13 +61,8 @@ LogitDeltaView::LogitDeltaView(SelectionContext* context, QWidget* parent)
   beyond_->setLineStyle(QCPGraph::lsNone);
   beyond_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::alarm(), 9));
   // The legend in its own row under the title, never over the data.
-  steps_->legend->setVisible(true);
-  steps_->axisRect()->insetLayout()->take(steps_->legend);
-  steps_->plotLayout()->insertRow(1);
-  steps_->plotLayout()->addElement(1, 0, steps_->legend);
-  steps_->plotLayout()->setRowStretchFactor(1, 0.001);
+  placeLegendRow(steps_, 1);
   steps_->legend->setMargins(QMargins(2, 0, 2, 0));
-  steps_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   steps_->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   steps_->legend->setBrush(QColor(255, 255, 255, 200));
   steps_->legend->setIconSize(14, 8);
@@ -170,9 +166,7 @@ void LogitDeltaView::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
   for (QCustomPlot* plot : {steps_, tokens_}) refitTitles(plot);
   fitLogTicks(steps_->yAxis, steps_->height() - 90);
-  // The legend wraps into rows when the plot is narrow.
-  steps_->legend->setWrap(steps_->width() < 330 ? 2 : 0);
-  steps_->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  fitLegend(steps_);  // as many items per line as fit
   paintTokens();  // label spacing is in pixels
 }
 
@@ -233,7 +227,14 @@ void LogitDeltaView::paintTokens() {
     label->setText(tokenText(static_cast<int64_t>(i)));
     label->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
     label->setColor(labelled_.size() == 1 ? Theme::alarm() : palette().color(QPalette::Text));
-    label->setPositionAlignment(d[i] >= 0 ? (Qt::AlignHCenter | Qt::AlignBottom) : (Qt::AlignHCenter | Qt::AlignTop));
+    // Centred on its impulse, unless that would cut it at either end of the axis.
+    const double x = tokens_->xAxis->coordToPixel(static_cast<double>(i));
+    const double half = QFontMetrics(label->font()).horizontalAdvance(label->text()) / 2.0 + 2;
+    const QRect axes = tokens_->axisRect()->rect();
+    const Qt::Alignment h = x - half < axes.left()    ? Qt::AlignLeft
+                            : x + half > axes.right() ? Qt::AlignRight
+                                                      : Qt::AlignHCenter;
+    label->setPositionAlignment(h | (d[i] >= 0 ? Qt::AlignBottom : Qt::AlignTop));
     label->position->setCoords(static_cast<double>(i), static_cast<double>(d[i]));
     labels_.push_back(label);
   }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/views/PlotLegend.hpp"
 #include "ui/views/PlotTitle.hpp"
 #include "ui/views/Theme.hpp"
 
@@ -37,20 +38,17 @@ PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* p
   recorded_->setPen(QPen(Theme::selection(), 1.5));
   recorded_->setLineStyle(QCPGraph::lsNone);
   recorded_->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, Theme::selection(), 7));
-  legend->setVisible(true);
   legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   legend->setRowSpacing(0);
+  legend->setColumnSpacing(4);
+  legend->setIconSize(18, 8);
   legend->setBrush(QColor(255, 255, 255, 210));
-  // The legend in its own row under the title, never over the lines.
-  axisRect()->insetLayout()->take(legend);
-  plotLayout()->insertRow(1);
-  plotLayout()->addElement(1, 0, legend);
-  plotLayout()->setRowStretchFactor(1, 0.001);
   legend->setMargins(QMargins(2, 0, 2, 0));
-  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  placeLegendRow(this, 1);  // its own row under the title, never over the lines
 
   cursor_ = new QCPItemStraightLine(this);
   cursor_->setPen(QPen(Theme::selection(), 2));
+  connect(this, &QCustomPlot::afterLayout, this, [this] { fitEventLabels(); });
 
   connect(context_, &SelectionContext::outputChanged, this, [this] { rebuild(); });
   connect(context_, &SelectionContext::selectionChanged, this,
@@ -116,6 +114,7 @@ void PositionTimelineView::rebuild() {
     line->point1->setCoords(static_cast<double>(m.step), 0);
     line->point2->setCoords(static_cast<double>(m.step), 1);
     auto* label = new QCPItemText(this);
+    label->setProperty(kFullTitleProperty, QString::fromStdString(m.label));
     label->setText(QString::fromStdString(m.label));
     label->setColor(color);
     label->setRotation(-90);
@@ -134,7 +133,30 @@ void PositionTimelineView::rebuild() {
   xAxis->setRange(-0.5, xs.isEmpty() ? 1.0 : xs.back() + 0.5);
   yAxis->setRange(-0.5, top * 1.15 + 1.0);
   setFittedTitle(title_, tr("Positions · request %1").arg(request_));
+  fitLegend(this);
   moveCursor();
+}
+
+void PositionTimelineView::fitEventLabels() {
+  for (int i = 0; i < itemCount(); ++i) {
+    auto* label = qobject_cast<QCPItemText*>(item(i));
+    if (!label) continue;
+    // Up to the lowest line at the label's step when there is room below it (the label
+    // then crosses no data), else up to the top of the axes.
+    const double step = label->position->coords().x();
+    double lowest = yAxis->range().upper;
+    for (int g = 0; g < graphCount(); ++g) {
+      const auto at = graph(g)->data()->findBegin(step, false);
+      if (at != graph(g)->data()->constEnd() && at->key == step)
+        lowest = std::min(lowest, at->value);
+    }
+    const double foot = yAxis->coordToPixel(label->position->coords().y());
+    const double below = foot - yAxis->coordToPixel(lowest) - 6;
+    const int room = static_cast<int>(below >= 60 ? below : foot - axisRect()->top() - 4);
+    label->setText(QFontMetrics(label->font())
+                       .elidedText(label->property(kFullTitleProperty).toString(), Qt::ElideRight,
+                                   std::max(0, room)));
+  }
 }
 
 int64_t PositionTimelineView::stepAt(const QPoint& widgetPos) const {
@@ -160,8 +182,7 @@ void PositionTimelineView::mousePressEvent(QMouseEvent* event) {
 void PositionTimelineView::resizeEvent(QResizeEvent* event) {
   QCustomPlot::resizeEvent(event);
   refitTitles(this);
-  legend->setWrap(width() < 420 ? 2 : 0);
-  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  fitLegend(this);
 }
 
 void PositionTimelineView::moveCursor() {

@@ -1,7 +1,8 @@
 // Positions per step for the selected request: the position the audit expects (decode
 // continues from the prompt length) against the position the engine recorded, the cache
 // length per step (one line per layer when layers disagree), and events (arrival, weight
-// update, context limit, ...) as labelled markers. The current step is a vertical line.
+// update, context limit, ...) as labelled markers (a label too long for the plot's height is
+// elided; the tooltip names the events in full). The current step is a vertical line.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,8 @@ class PositionTimelineView : public QCustomPlot {
  private:
   void rebuild();
   void moveCursor();
+  /// Event labels elided to the height above their foot, once the axes have their size.
+  void fitEventLabels();
 
   SelectionContext* context_;
   QCPTextElement* title_;
