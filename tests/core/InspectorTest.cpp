@@ -169,6 +169,15 @@ TEST(AuditStages, OneCatalogueNamesTheReportsStages) {
   for (const FailureMatrixRow& row : FailureMatrix::rows())
     EXPECT_FALSE(row.observation.empty()) << row.id;
   EXPECT_EQ(FailureMatrix::row(finding::WrongLayer).id, "wrong_layer");
+  // The method's eight rows (audit-method.md) are marked as its own; the rest are KV Scope's.
+  std::vector<std::string> method;
+  for (const FailureMatrixRow& row : FailureMatrix::rows())
+    if (row.origin == MatrixOrigin::Method) method.push_back(row.id);
+  EXPECT_EQ(method, (std::vector<std::string>{finding::Position, finding::WrongLayer,
+                                              finding::DuplicateAppend, finding::CrossRequest,
+                                              finding::TieRule, finding::RngOrder,
+                                              finding::StaleCache, finding::ContextLimit}));
+  EXPECT_EQ(FailureMatrix::row(finding::SpeculativeRollback).origin, MatrixOrigin::KvScope);
 }
 
 TEST(Inspector, CorrectSpeculativeRollbackShowsNoRewrittenRows) {

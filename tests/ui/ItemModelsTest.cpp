@@ -77,12 +77,46 @@ class ItemModelsTest : public QObject {
   void failureMatrixHighlightsTheFiredRows() {
     FailureMatrixModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    QCOMPARE(model.rowCount(), 8);  // the whole table from audit-method.md
-    for (int r = 0; r < 8; ++r) QVERIFY(!model.isMatched(r));
+    // The core's whole table: the method's eight rows (audit-method.md), a heading, then
+    // KV Scope's additions in the core's order.
+    const auto& core = FailureMatrix::rows();
+    QCOMPARE(model.rowCount(), static_cast<int>(core.size()) + 1);
+    QCOMPARE(FailureMatrixModel::additionsHeadingRow(), 8);
+    const QStringList method = {
+        QStringLiteral("position"),         QStringLiteral("wrong_layer"),
+        QStringLiteral("duplicate_append"), QStringLiteral("cross_request"),
+        QStringLiteral("tie_rule"),         QStringLiteral("rng_order"),
+        QStringLiteral("stale_cache"),      QStringLiteral("context_limit")};
+    for (int r = 0; r < 8; ++r) {
+      QCOMPARE(model.index(r, 0).data(FailureMatrixModel::FindingIdRole).toString(), method[r]);
+      QCOMPARE(model.index(r, 0).data(FailureMatrixModel::OriginRole).toString(),
+               QStringLiteral("method"));
+      QVERIFY(!model.isMatched(r));
+    }
+    QCOMPARE(model.index(8, 0).data(FailureMatrixModel::OriginRole).toString(),
+             QStringLiteral("heading"));
+    QVERIFY(model.index(8, 0).data().toString().contains(QStringLiteral("KV Scope's additions")));
+    QStringList additions;
+    for (int r = 9; r < model.rowCount(); ++r) {
+      QCOMPARE(model.index(r, 0).data(FailureMatrixModel::OriginRole).toString(),
+               QStringLiteral("kv_scope"));
+      additions << model.index(r, 0).data(FailureMatrixModel::FindingIdRole).toString();
+    }
+    QStringList coreAdditions;
+    for (const FailureMatrixRow& row : core)
+      if (row.origin != MatrixOrigin::Method) coreAdditions << QString::fromStdString(row.id);
+    QCOMPARE(additions, coreAdditions);  // every addition, in the core's order
+    for (const char* id : {"reference", "sliding_window", "drift", "speculative_rollback"})
+      QVERIFY2(additions.contains(QString::fromLatin1(id)), id);
+    const int speculative =
+        9 + static_cast<int>(additions.indexOf(QStringLiteral("speculative_rollback")));
+    QCOMPARE(model.index(speculative, FailureMatrixModel::FirstCheckColumn).data().toString(),
+             QString::fromStdString(FailureMatrix::row(finding::SpeculativeRollback).firstCheck));
     model.setReport(report());
     QVERIFY(model.isMatched(1));  // layer 1 matches, layer 2 differs
     QVERIFY(model.isMatched(3));  // a batch row changes when another request arrives
-    for (int r : {0, 2, 4, 5, 6, 7}) QVERIFY(!model.isMatched(r));
+    for (int r = 0; r < model.rowCount(); ++r)
+      if (r != 1 && r != 3) QVERIFY(!model.isMatched(r));
     QCOMPARE(model.index(1, FailureMatrixModel::FindingColumn).data().toString(), QStringLiteral("wrong_layer"));
     QVERIFY(model.index(1, 0).data(Qt::BackgroundRole).isValid());
     QVERIFY(!model.index(0, 0).data(Qt::BackgroundRole).isValid());

@@ -5,29 +5,36 @@
 
 namespace kvscope::ui {
 
-const std::vector<FailureMatrixModel::Row>& FailureMatrixModel::rows() {
-  static const std::vector<Row> table = {
-      {"mismatch begins at a token together with a position offset",
-       "position index or token ownership", "position"},
-      {"layer 1 matches, layer 2 differs", "layer 2's cache source and append", "wrong_layer"},
-      {"cache length grows by two in one step", "duplicate append or a duplicated prompt token",
-       "duplicate_append"},
-      {"a batch row changes when another request arrives",
-       "cache mixing across the batch or request axes", "cross_request"},
-      {"greedy token differs but logits match", "policy or tie rule", "tie_rule"},
-      {"sampled runs differ but probabilities match", "seed and RNG call order", "rng_order"},
-      {"cache works until the weights update", "stale projected K/V", "stale_cache"},
-      {"a generated token cannot be fed back", "context limit reached", "context_limit"},
-  };
+const std::vector<const FailureMatrixRow*>& FailureMatrixModel::rows() {
+  static const std::vector<const FailureMatrixRow*> table = [] {
+    std::vector<const FailureMatrixRow*> out;
+    for (const FailureMatrixRow& r : FailureMatrix::rows())
+      if (r.origin == MatrixOrigin::Method) out.push_back(&r);
+    bool heading = false;
+    for (const FailureMatrixRow& r : FailureMatrix::rows())
+      if (r.origin != MatrixOrigin::Method) {
+        if (!heading) out.push_back(nullptr);
+        heading = true;
+        out.push_back(&r);
+      }
+    return out;
+  }();
   return table;
+}
+
+int FailureMatrixModel::additionsHeadingRow() {
+  const auto& table = rows();
+  for (size_t i = 0; i < table.size(); ++i)
+    if (!table[i]) return static_cast<int>(i);
+  return -1;
 }
 
 int FailureMatrixModel::rowFor(const Finding& finding) {
   const auto& table = rows();
   for (size_t i = 0; i < table.size(); ++i)
-    if (finding.matrixRow == table[i].observation) return static_cast<int>(i);
+    if (table[i] && finding.matrixRow == table[i]->observation) return static_cast<int>(i);
   for (size_t i = 0; i < table.size(); ++i)
-    if (finding.id == table[i].findingId) return static_cast<int>(i);
+    if (table[i] && finding.id == table[i]->id) return static_cast<int>(i);
   return -1;
 }
 
@@ -68,13 +75,45 @@ int FailureMatrixModel::columnCount(const QModelIndex& parent) const {
 
 QVariant FailureMatrixModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.model() != this) return {};
-  const Row& row = rows()[static_cast<size_t>(index.row())];
+  const FailureMatrixRow* row = rows()[static_cast<size_t>(index.row())];
+  if (!row) {  // the heading above KV Scope's additions, across the columns
+    switch (role) {
+      case Qt::DisplayRole:
+        return index.column() == ObservationColumn
+                   ? tr("KV Scope's additions (not in the method's matrix)")
+                   : QString();
+      case Qt::FontRole: {
+        QFont f;
+        f.setBold(true);
+        f.setItalic(true);
+        return f;
+      }
+      case Qt::BackgroundRole:
+        return QColor(0xEC, 0xEF, 0xF1);
+      case Qt::ForegroundRole:
+        return QColor(0x37, 0x47, 0x4F);
+      case Qt::ToolTipRole:
+        return tr(
+            "Rows KV Scope adds to the method's failure matrix: the audit's own outcomes "
+            "and bugs filed against production engines (docs/audit.md)");
+      case MatchedRole:
+        return false;
+      case FindingIdRole:
+        return QString();
+      case OriginRole:
+        return QStringLiteral("heading");
+      default:
+        return {};
+    }
+  }
   const bool matched = isMatched(index.row());
   switch (role) {
     case Qt::DisplayRole:
       switch (index.column()) {
-        case ObservationColumn: return QString::fromUtf8(row.observation);
-        case FirstCheckColumn: return QString::fromUtf8(row.firstCheck);
+        case ObservationColumn:
+          return QString::fromStdString(row->observation);
+        case FirstCheckColumn:
+          return QString::fromStdString(row->firstCheck);
         case FindingColumn: {
           QStringList ids;
           for (const auto& id : matched_[static_cast<size_t>(index.row())]) ids << QString::fromStdString(id);
@@ -96,9 +135,19 @@ QVariant FailureMatrixModel::data(const QModelIndex& index, int role) const {
       }
       return {};
     case MatchedRole: return matched;
-    case Qt::ToolTipRole:
-      return matched ? tr("Fired by: %1").arg(data(index.siblingAtColumn(FindingColumn)).toString())
-                     : QVariant();
+    case FindingIdRole:
+      return QString::fromStdString(row->id);
+    case OriginRole:
+      return row->origin == MatrixOrigin::Method ? QStringLiteral("method")
+                                                 : QStringLiteral("kv_scope");
+    case Qt::ToolTipRole: {
+      const QString origin = row->origin == MatrixOrigin::Method ? tr("the method's failure matrix")
+                                                                 : tr("a KV Scope addition");
+      return matched ? tr("%1 (%2); fired by: %3")
+                           .arg(QString::fromStdString(row->id), origin,
+                                data(index.siblingAtColumn(FindingColumn)).toString())
+                     : tr("%1 (%2)").arg(QString::fromStdString(row->id), origin);
+    }
     default: return {};
   }
 }

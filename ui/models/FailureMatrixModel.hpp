@@ -1,14 +1,16 @@
-// The failure matrix of docs/audit-method.md, whole: observation -> first check, with the
-// rows that the report's findings map onto highlighted (several may fire at once).
+// The failure matrix, whole, as the core holds it (kvscope::FailureMatrix::rows()): the
+// method's rows (docs/audit-method.md) first, then a heading row and KV Scope's additions,
+// each in the core's table order; observation -> first check, with the rows that the
+// report's findings map onto highlighted (several may fire at once).
 #pragma once
 
 #include <QAbstractTableModel>
-
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvscope/AuditReport.hpp"
+#include "kvscope/FailureMatrix.hpp"
 
 namespace kvscope::ui {
 
@@ -17,14 +19,17 @@ class FailureMatrixModel : public QAbstractTableModel {
 
  public:
   enum Column { ObservationColumn, FirstCheckColumn, FindingColumn, ColumnCount };
-  enum Role { MatchedRole = Qt::UserRole + 1 };
-
-  struct Row {
-    const char* observation;
-    const char* firstCheck;
-    const char* findingId;  // the report's stable finding id for this row
+  enum Role {
+    MatchedRole = Qt::UserRole + 1,
+    FindingIdRole,  // the row's finding id ("" on the heading)
+    OriginRole,     // "method", "kv_scope" or "heading"
   };
-  static const std::vector<Row>& rows();
+
+  /// Each model row: a matrix row of the core's table, or (nullptr) the heading above
+  /// KV Scope's additions.
+  static const std::vector<const FailureMatrixRow*>& rows();
+  /// The model row of the heading above KV Scope's additions (-1 when there are none).
+  static int additionsHeadingRow();
   /// Matrix row for a finding (by its observation text, else its id); -1 when none.
   static int rowFor(const Finding& finding);
 

@@ -110,6 +110,9 @@ void DiagnosisPanel::refresh() {
   stages_->setReport(report_);
   findings_->setReport(report_);
   matrix_->setReport(report_);
+  // The heading above KV Scope's additions reads across the table.
+  if (const int heading = FailureMatrixModel::additionsHeadingRow(); heading >= 0)
+    matrixView_->setSpan(heading, 0, 1, FailureMatrixModel::ColumnCount);
   // Checks span both columns under their stage.
   for (int i = 0; i < stages_->rowCount(); ++i) {
     const QModelIndex stage = stages_->index(i, 0);

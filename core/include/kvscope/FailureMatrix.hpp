@@ -24,10 +24,17 @@ inline constexpr const char* Drift = "drift";
 inline constexpr const char* SpeculativeRollback = "speculative_rollback";
 }  // namespace finding
 
+/// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),
+/// or KV Scope, which adds the audit's own outcomes (reference, sliding_window, drift) and
+/// rows for bugs filed against production engines (docs/audit.md). A row appended to the
+/// table without saying is KV Scope's.
+enum class MatrixOrigin { Method, KvScope };
+
 struct FailureMatrixRow {
   std::string id;           // stable finding id
   std::string observation;  // what the audit saw
   std::string firstCheck;   // where to look first
+  MatrixOrigin origin = MatrixOrigin::KvScope;
 };
 
 class FailureMatrix {
