@@ -156,6 +156,23 @@ TEST(TraceRules, RealColumnsAndTheRequestStream) {
   EXPECT_EQ(r.stream(), (std::vector<int64_t>{1, 2, 3}));
 }
 
+TEST(AuditStages, AFailedCheckSaysWhatFailedInEveryReport) {
+  const auto out = auditWith({"wrong_layer:layer=2,source=1"});
+  const AuditReport& rep = out->result.report;
+  const std::string records = "FAIL: new K/V records differ from the reference projection";
+  std::string failed;
+  for (const auto& c : rep.stage(AuditStage::Cache)->checks)
+    if (c.rfind(records, 0) == 0) failed = c;
+  ASSERT_FALSE(failed.empty());
+  for (const auto& c : rep.stage(AuditStage::Numerics)->checks)
+    if (c.rfind("FAIL: ", 0) == 0 && c.find("logits rows") != std::string::npos)
+      EXPECT_NE(c.find("beyond tolerance"), std::string::npos) << c;
+  // The CLI's text and the Markdown print the same words.
+  EXPECT_NE(rep.toText().find(failed), std::string::npos);
+  EXPECT_NE(rep.toMarkdown().find(failed.substr(6)), std::string::npos);
+  EXPECT_NE(rep.toMarkdown().find("### Failed checks"), std::string::npos);
+}
+
 TEST(AuditStages, OneCatalogueNamesTheReportsStages) {
   const auto out = auditWith({});
   const auto& stages = out->result.report.stages;

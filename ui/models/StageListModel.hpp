@@ -23,7 +23,8 @@ class StageListModel : public QAbstractItemModel {
   void setReport(std::shared_ptr<const AuditReport> report);
   /// Row of the first failing stage, -1 when none fails.
   int rootCauseRow() const;
-  /// A check as shown: "ok: X" as X (its icon says ok), "FAIL: X" as what did not hold.
+  /// A check as shown: "ok: X" and "FAIL: X" as X (the core words a failed check as what
+  /// failed; its icon says ok or FAIL).
   static QString checkText(const QString& check);
   static QIcon statusIcon(StageStatus status);
 

@@ -206,6 +206,15 @@ std::string AuditReport::toMarkdown() const {
   for (const auto& s : stages)
     md << "| " << s.number << " | " << s.title << " | " << stageStatusName(s.status) << " | "
        << s.summary << " |\n";
+  // What failed, in the words of the stages' checks (the GUI's stage list shows the same).
+  bool failedHeading = false;
+  for (const auto& s : stages)
+    for (const auto& c : s.checks)
+      if (c.rfind("FAIL: ", 0) == 0) {
+        if (!failedHeading) md << "\n### Failed checks\n\n";
+        failedHeading = true;
+        md << "- " << s.number << ". " << s.title << ": " << c.substr(6) << "\n";
+      }
   md << "\n## Per-step logit error\n\n| Request | Step | Position | max abs error | tolerance | top-2 margin | chosen | reference |\n"
      << "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& s : steps)
@@ -225,9 +234,12 @@ std::string AuditReport::toText() const {
        << firstDivergence.step << ", layer " << firstDivergence.layer << ", position "
        << firstDivergence.position << "\n";
   os << "\nstages:\n";
-  for (const auto& s : stages)
+  for (const auto& s : stages) {
     os << "  " << s.number << ". " << std::left << std::setw(24) << s.title << std::setw(8)
        << stageStatusName(s.status) << s.summary << "\n";
+    for (const auto& c : s.checks)
+      if (c.rfind("FAIL: ", 0) == 0) os << "     " << c << "\n";
+  }
   os << "\nfindings:\n";
   if (findings.empty()) os << "  none\n";
   for (const auto& [f, depth] : rootOrder(findings))

@@ -129,11 +129,13 @@ class AuditRun {
     std::sort(rep.steps.begin(), rep.steps.end(), [](const StepNumerics& a, const StepNumerics& b) {
       return a.request < b.request || (a.request == b.request && a.step < b.step);
     });
-    st.checks.push_back(std::string(diverged ? "FAIL: " : "ok: ") +
-                        std::to_string(compared - diverged) + " of " + std::to_string(compared) +
-                        " logits rows within tolerance (" + tol_.dtype() + ", relative " +
-                        numberText(tol_.logitRelative(), 3) +
-                        " x max(1, |logits|) x depth and position factors)");
+    // A failed check says what failed, not the condition that did not hold.
+    st.checks.push_back(
+        std::string(diverged ? "FAIL: " : "ok: ") + std::to_string(diverged ? diverged : compared) +
+        " of " + std::to_string(compared) +
+        (diverged ? " logits rows beyond tolerance (" : " logits rows within tolerance (") +
+        tol_.dtype() + ", relative " + numberText(tol_.logitRelative(), 3) +
+        " x max(1, |logits|) x depth and position factors)");
     if (first) {
       // Drift grows smoothly across layers; a bug jumps at one layer.
       std::ostringstream growth;
@@ -187,8 +189,9 @@ class AuditRun {
                            ", t, d=" + std::to_string(m.headDim) + "] per request row");
     for (int64_t l = 0; l < m.numLayers && trace_.isLayerSubset(); ++l)
       if (!trace_.hasLayer(l)) cache.checks.push_back(layerNotInTraceNote(l));
-    cache.checks.push_back(std::string(lengthBad ? "FAIL: " : "ok: ") + "cache length equals the inputs consumed at every step" +
-                           (lengthBad ? " (" + std::to_string(lengthBad) + " steps off)" : ""));
+    cache.checks.push_back(lengthBad ? "FAIL: cache length differs from the inputs consumed at " +
+                                           std::to_string(lengthBad) + " steps"
+                                     : "ok: cache length equals the inputs consumed at every step");
     // Steps without a reference for their weights version were not value-checked: say so.
     std::map<uint64_t, std::vector<std::string>> unchecked;  // version -> "request r step s"
     std::map<uint64_t, std::string> uncheckedWhy;
@@ -206,10 +209,11 @@ class AuditRun {
       }
     if (checkedSteps > 0 || unchecked.empty())
       cache.checks.push_back(
-          std::string(badRecords ? "FAIL: " : "ok: ") +
-          "new K/V records equal the reference projection of their layer and position" +
-          (badRecords ? " (" + std::to_string(badRecords) + " steps with mismatching records)"
-                      : "") +
+          (badRecords ? "FAIL: new K/V records differ from the reference projection of their "
+                        "layer and position at " +
+                            std::to_string(badRecords) + " steps"
+                      : "ok: new K/V records equal the reference projection of their layer and "
+                        "position") +
           (unchecked.empty() ? "" : " (" + std::to_string(checkedSteps) + " steps checked)"));
     for (const auto& [version, where] : unchecked) {
       std::string list;
@@ -224,7 +228,9 @@ class AuditRun {
     for (const auto& [r, steps] : analyses)
       for (const auto& a : steps) rewrittenSteps += a.rewrittenLayer >= 0 ? 1 : 0;
     cache.checks.push_back(
-        checksums ? std::string(rewrittenSteps ? "FAIL: " : "ok: ") + "earlier rows unchanged (" +
+        checksums ? (rewrittenSteps ? "FAIL: earlier rows changed at " +
+                                          std::to_string(rewrittenSteps) + " steps ("
+                                    : std::string("ok: earlier rows unchanged (")) +
                         std::to_string(checksums) +
                         " layer checksums or snapshots verified against the rebuilt cache)"
                   : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
@@ -237,14 +243,22 @@ class AuditRun {
     const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
                          f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
                          f.has(finding::SlidingWindow);
-    pos.checks.push_back(std::string(f.has(finding::Position) ? "FAIL: " : "ok: ") +
-                         "decode positions continue from the prompt length");
-    pos.checks.push_back(std::string(f.has(finding::CrossRequest) ? "FAIL: " : "ok: ") +
-                         "each request owns its cache rows and token stream");
-    pos.checks.push_back(std::string(f.has(finding::StaleCache) ? "FAIL: " : "ok: ") +
-                         "no cache built under other weights is reused");
-    pos.checks.push_back(std::string(f.has(finding::ContextLimit) ? "FAIL: " : "ok: ") +
-                         "no position beyond the context was read");
+    pos.checks.push_back(f.has(finding::Position)
+                             ? "FAIL: decode positions do not continue from the prompt length"
+                             : "ok: decode positions continue from the prompt length");
+    pos.checks.push_back(
+        f.has(finding::CrossRequest)
+            ? "FAIL: another request wrote into a request's cache rows or token stream"
+            : "ok: each request owns its cache rows and token stream");
+    pos.checks.push_back(f.has(finding::StaleCache)
+                             ? "FAIL: a cache built under other weights is reused"
+                             : "ok: no cache built under other weights is reused");
+    pos.checks.push_back(f.has(finding::ContextLimit)
+                             ? "FAIL: a position beyond the context was needed"
+                             : "ok: no position beyond the context was read");
+    if (f.has(finding::SlidingWindow))
+      pos.checks.push_back(
+          "FAIL: the records diverge once the sequence outgrows the sliding window");
     pos.status = posFail ? StageStatus::Fail : StageStatus::Pass;
     pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
   }

@@ -52,9 +52,12 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
     PolicyReplayReport rep = PolicyReplay().replay(steps);
     const bool replayable = req.policy.replayableBy(trace.engine);
     std::ostringstream sum;
-    sum << "request " << req.id << ": " << rep.greedySteps << " greedy, " << rep.sampledSteps
-        << " sampled steps; max |sum(p) - 1| " << rep.maxSumError;
-    st.checks.push_back((rep.maxSumError <= 1e-5 ? "ok: " : "FAIL: ") + sum.str());
+    const bool sumsToOne = rep.maxSumError <= 1e-5;
+    sum << (sumsToOne ? "ok: request " : "FAIL: request ") << req.id
+        << (sumsToOne ? ": " : ": the probabilities do not sum to 1; ") << rep.greedySteps
+        << " greedy, " << rep.sampledSteps << " sampled steps; max |sum(p) - 1| "
+        << rep.maxSumError;
+    st.checks.push_back(sum.str());
     if (!rep.ineligibleSteps.empty()) {
       ++anomalies;
       st.checks.push_back("FAIL: request " + std::to_string(req.id) + ": chosen token outside the eligible set at step " +
@@ -97,9 +100,11 @@ StageResult policyStage(const Trace& trace, std::vector<Finding>& findings) {
       }
       st.checks.push_back(std::string(rep.ineligibleSteps.empty() ? "ok: " : "FAIL: ") +
                           "request " + std::to_string(req.id) +
-                          ": every sampled token is eligible under the recorded policy (lowest "
-                          "probability of a chosen token " +
-                          numberText(minChosen, 3) + ")");
+                          (rep.ineligibleSteps.empty()
+                               ? ": every sampled token is eligible under the recorded policy"
+                               : ": a sampled token is not eligible under the recorded policy") +
+                          " (lowest probability of a chosen token " + numberText(minChosen, 3) +
+                          ")");
       drawsUnchecked = true;
       st.checks.push_back("not checked: request " + std::to_string(req.id) +
                           ": the replay of the random draws: the trace's generator is " +
