@@ -164,9 +164,11 @@ TEST(AuditStages, AFailedCheckSaysWhatFailedInEveryReport) {
   for (const auto& c : rep.stage(AuditStage::Cache)->checks)
     if (c.rfind(records, 0) == 0) failed = c;
   ASSERT_FALSE(failed.empty());
-  for (const auto& c : rep.stage(AuditStage::Numerics)->checks)
-    if (c.rfind("FAIL: ", 0) == 0 && c.find("logits rows") != std::string::npos)
+  for (const auto& c : rep.stage(AuditStage::Numerics)->checks) {
+    if (c.rfind("FAIL: ", 0) == 0 && c.find("logits rows") != std::string::npos) {
       EXPECT_NE(c.find("beyond tolerance"), std::string::npos) << c;
+    }
+  }
   // The CLI's text and the Markdown print the same words.
   EXPECT_NE(rep.toText().find(failed), std::string::npos);
   EXPECT_NE(rep.toMarkdown().find(failed.substr(6)), std::string::npos);
