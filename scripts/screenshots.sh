@@ -8,7 +8,7 @@
 # Exit 1 from kvscope means "divergent", the expected verdict of both audits.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="${1:-$ROOT/build}"
+BUILD_DIR="$(cd "${1:-$ROOT/build}" && pwd)"
 OUT="${2:-$ROOT/docs/screenshots}"
 GUI="$BUILD_DIR/app/gui/kvscope"
 CLI="$BUILD_DIR/app/cli/kvscope-cli"
@@ -20,7 +20,7 @@ DEMO="$BUILD_DIR/demo-model"  # the path the banners show
 [[ -f "$DEMO/config.json" ]] || "$CLI" make-demo "$DEMO" >/dev/null
 source "$ROOT/scripts/demo-args.sh"
 MODEL="$ROOT/tests/fixtures/hf/models/gpt2"
-TRACE="$WORK/q1.kvtrace"
+TRACE="$BUILD_DIR/q1.kvtrace"  # a stable path for the setup's trace field
 "${PYTHON:-/usr/bin/python3}" "$ROOT/tests/scenarios/scenario_to_trace.py" \
   "$ROOT/tests/fixtures/hf/scenarios/gpt2.q1_wrong_layer_and_cross_request.json" "$MODEL" "$TRACE"
 
