@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import format_v1, format_v2
+from . import format_v1, format_v2, kv_cache
 from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
                         _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
                         write_safetensors)
@@ -257,6 +257,7 @@ def _parse_document(doc: Any, file: str):
         raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
     V = model["vocab_size"]
     recorded = _recorded_layers(top, model["num_layers"])
+    kv_cache.parse_kv_cache(doc, file, model["num_layers"])  # kept in `extra`, validated here
     if recorded is not None and version == 1:
         top.fail("recorded_layers", 'a layer subset needs format version 2 (kvtrace_version "2")')
     L = len(recorded) if recorded is not None else model["num_layers"]

@@ -34,6 +34,7 @@ struct Case {
   bool batch = false;
   double temperature = 0.0;
   int64_t speculative = 0;      // draft tokens per step (speculative decoding)
+  std::string kvCache = "";     // a quantised cache (int8, fp8_e4m3, fp8_e5m2)
   std::vector<int64_t> prompt = {};  // request 0's prompt instead of the golden one
 };
 
@@ -82,6 +83,7 @@ AuditResult runCase(const Case& c) {
   EngineOptions o;
   for (const auto& f : c.faults) o.faults.push_back(FaultSpec::parse(f));
   o.speculativeDrafts = c.speculative;
+  o.kvCacheDtype = c.kvCache;
   Trace trace = Engine(model).run(specs, o);
   auto fresh = Model::load(dir);
   return Auditor::audit(*fresh, trace);
@@ -185,6 +187,39 @@ std::vector<Case> faultCases(const std::string& m) {
       c.prompt = speculativePrompt(m);
       cs.push_back(c);
     }
+  for (const char* dtype : {"int8", "fp8_e4m3"})
+    for (int64_t layer : {0, 2})
+      for (int64_t step : {1, 3}) {
+        Case c{std::string("kv_quantization ") + dtype + " layer=" + std::to_string(layer) +
+                   " step=" + std::to_string(step),
+               m,
+               {"kv_quantization:layer=" + std::to_string(layer) + ",step=" + std::to_string(step)},
+               {"kv_quantization"},
+               0,
+               step,
+               layer};
+        c.kvCache = dtype;
+        cs.push_back(c);
+      }
+  // A scale 10% off is below one fp8 step per element; the row's exact absmax still shows it.
+  Case subStep{"kv_quantization fp8_e4m3 scale=90 layer=1 step=2",
+               m,
+               {"kv_quantization:scale=90,layer=1,step=2"},
+               {"kv_quantization"},
+               0,
+               2,
+               1};
+  subStep.kvCache = "fp8_e4m3";
+  cs.push_back(subStep);
+  Case quantWrongLayer{"wrong_layer layer=2 step=2 in an fp8_e4m3 cache",
+                       m,
+                       {"wrong_layer:layer=2,source=1,step=2"},
+                       {"wrong_layer"},
+                       0,
+                       2,
+                       2};
+  quantWrongLayer.kvCache = "fp8_e4m3";
+  cs.push_back(quantWrongLayer);
   Case both{"wrong_layer + cross_request (worked case)", m, {"wrong_layer:layer=2,source=1", "cross_request:request=1,victim=0"},
             {"wrong_layer", "cross_request"}, 0, 0, 2, 2};
   cs.push_back(both);
@@ -214,6 +249,14 @@ std::vector<Case> allCases() {
     Case specTwo{"clean speculative decoding, two requests", m, {}, {}, 0, -1, -2, 2};
     specTwo.speculative = 3;
     cs.push_back(specTwo);
+    for (const char* dtype : {"int8", "fp8_e4m3", "fp8_e5m2"}) {
+      Case quantized{std::string("clean ") + dtype + " KV cache", m, {}, {}};
+      quantized.kvCache = dtype;
+      cs.push_back(quantized);
+    }
+    Case quantizedTwo{"clean int8 KV cache, two requests", m, {}, {}, 0, -1, -2, 2};
+    quantizedTwo.kvCache = "int8";
+    cs.push_back(quantizedTwo);
     for (auto& c : faultCases(m)) cs.push_back(c);
   }
   return cs;

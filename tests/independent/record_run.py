@@ -60,6 +60,8 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
                    events=s.events, tick=i, slot=s.slot, rng_draws_before=s.rng_before,
                    rng_draws_after=s.rng_after, draft_count=s.draft_count,
                    accepted_count=s.accepted_count)
+    if run.kv_cache:  # a quantised cache declares its element type and scales
+        w.extra["kv_cache"] = run.kv_cache
     if len(run.weights_dirs) > 1:  # the engine swapped checkpoints (stale_cache)
         w.extra["weights_checkpoints"] = [
             {"weights_version": v, "directory": os.path.abspath(d), "fingerprint": kvtrace.model_fingerprint(d)}

@@ -26,6 +26,12 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
   speculative_rollback:draft=K,step=S   the same, but from step S the cache's crop() is a
                                         no-op (a cache type whose trim does nothing): the
                                         rejected drafts' rows stay
+  kv_cache:format=F[,static=1]          not a bug: a quantised cache (int8, fp8_e4m3,
+                                        fp8_e5m2; quantized_cache.py), the trace declares it;
+                                        static=1: one scale per layer (calibrated on the prefill)
+  kv_quantization:format=F,scale=P,layer=L,step=S
+                                        that cache, but from step S layer L's rows are
+                                        dequantised with P percent of their scale
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_model import DTYPES, KVCache, Model, ModelConfig, Precision  # noqa: E402,F401
+from quantized_cache import QuantizedCache  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- bugs
@@ -55,8 +62,11 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "rng_extra_draw": {"step": 0},
     "speculative": {"draft": 3},
     "speculative_rollback": {"draft": 3, "step": 1},
+    "kv_cache": {"format": "int8", "static": 0},
+    "kv_quantization": {"format": "int8", "scale": 200, "layer": 0, "step": 1, "static": 0},
 }
-CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback")
+CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization")
+STRING_PARAMS = ("format",)
 POLICY_BUGS = ("tie_rule", "rng_extra_draw")
 
 
@@ -93,6 +103,8 @@ def parse_bug(spec) -> List[Dict[str, object]]:
             try:
                 if k == "prompt":
                     params[k] = [int(t) for t in (v.split("/") if isinstance(v, str) else v)]
+                elif k in STRING_PARAMS:
+                    params[k] = str(v)
                 else:
                     params[k] = int(v)
             except (TypeError, ValueError):
@@ -254,6 +266,7 @@ class RunLog:
         self.steps: List[StepLog] = []
         self.injected: List[Dict[str, object]] = []
         self.weights_dirs: List[str] = []
+        self.kv_cache: Optional[Dict[str, object]] = None  # a quantised cache's trace header
 
 
 class DecodeEngine:
@@ -280,6 +293,13 @@ class DecodeEngine:
             return DuplicateAppendCache(L, self.bugs["duplicate_append"]["step"])
         if "speculative_rollback" in self.bugs:
             return NoCropCache(L, self.bugs["speculative_rollback"]["step"])
+        if "kv_cache" in self.bugs:
+            b = self.bugs["kv_cache"]
+            return QuantizedCache(L, b["format"], static=bool(b["static"]))
+        if "kv_quantization" in self.bugs:
+            b = self.bugs["kv_quantization"]
+            return QuantizedCache(L, b["format"], (b["layer"], b["step"], b["scale"] / 100.0),
+                                  static=bool(b["static"]))
         return KVCache(L)
 
     def drafts_per_step(self) -> int:
@@ -375,6 +395,8 @@ class DecodeEngine:
             if model.directory != original_dir:
                 model.load_weights(original_dir)
         self._note_injections(run)
+        if isinstance(cache, QuantizedCache):
+            run.kv_cache = cache.header()
         if isinstance(cache, NoCropCache):
             b = self.bugs["speculative_rollback"]
             run.injected.append({"bug": "speculative_rollback", "draft": b["draft"], "from_step": b["step"],
@@ -403,7 +425,7 @@ class DecodeEngine:
     def _note_injections(self, run: RunLog) -> None:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
-                     "rng_extra_draw", "speculative"):
+                     "rng_extra_draw", "speculative", "kv_cache", "kv_quantization"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:

@@ -228,6 +228,34 @@ class IndependentEngineTest(unittest.TestCase):
                     check(self, f"engine {model} float16", name, "model+trace", expect,
                           fr.audit(trace, model=os.path.join(MODELS, model)))
 
+    def test_quantized_cache(self):
+        """KV Scope's addition: a quantised cache (int8, fp8; quantized_cache.py rounds with
+        frexp, KV Scope with log2) audits clean against the rounded reference, and a wrong
+        dequantisation scale at two layers and two steps is kv_quantization there."""
+        for model in PROMPTS:
+            for dtype in ("float32", "bfloat16"):
+                for fmt in ("int8", "fp8_e4m3"):
+                    with self.subTest(model=model, dtype=dtype, fmt=fmt):
+                        trace, _ = self._record(model, dtype, f"kv-{fmt}", f"kv_cache:format={fmt}")
+                        check(self, f"engine {model} {dtype}", f"{fmt} cache clean", "model+trace",
+                              fr.Expectation([]), fr.audit(trace, model=os.path.join(MODELS, model)))
+                        for layer, step in ((0, 1), (2, 3)):
+                            bug = f"kv_quantization:format={fmt},layer={layer},step={step}"
+                            trace, _ = self._record(model, dtype, f"kvq-{fmt}-{layer}-{step}", bug)
+                            check(self, f"engine {model} {dtype}", f"{fmt} scale x2 L{layer} s{step}",
+                                  "model+trace", fr.Expectation(["kv_quantization"], step, layer),
+                                  fr.audit(trace, model=os.path.join(MODELS, model)))
+                # Static per-layer scales (calibrated on the prefill, like vLLM's k_scale/v_scale),
+                # then read back with another scale than they were written with (SGLang's FP8
+                # KV scales were silently left at 1.0: sgl-project/sglang#18818).
+                trace, _ = self._record(model, dtype, "kv-static", "kv_cache:format=fp8_e4m3,static=1")
+                check(self, f"engine {model} {dtype}", "fp8_e4m3 static scales clean", "model+trace",
+                      fr.Expectation([]), fr.audit(trace, model=os.path.join(MODELS, model)))
+                trace, _ = self._record(model, dtype, "kvq-static",
+                                        "kv_quantization:format=fp8_e4m3,static=1,layer=1,step=2,scale=50")
+                check(self, f"engine {model} {dtype}", "fp8_e4m3 static scale x0.5 L1 s2", "model+trace",
+                      fr.Expectation(["kv_quantization"], 2, 1), fr.audit(trace, model=os.path.join(MODELS, model)))
+
     def test_speculative_decoding(self):
         """KV Scope's addition: greedy speculative decoding with prompt-lookup drafts, the
         rejected ones cropped (clean), and a cache whose crop() is a no-op from step 2

@@ -1,7 +1,7 @@
 // kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch] [--snapshots] [--uncached]
-//     [--speculative K]
+//     [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2]
 //     [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
@@ -42,6 +42,7 @@ struct GenerateOptions {
   bool snapshots = false;
   bool uncached = false;
   int64_t speculative = 0;
+  std::string kvCache;
   std::vector<std::string> weightUpdates;
 };
 
@@ -170,6 +171,7 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   if (o.speculative < 0 || o.speculative > 16)
     throw UsageError("--speculative must be in 0..16, got " + std::to_string(o.speculative));
   options.speculativeDrafts = o.speculative;
+  options.kvCacheDtype = o.kvCache;
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
@@ -264,6 +266,9 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                   "Speculative decoding: propose K prompt-lookup draft tokens per decode step and "
                   "verify them in one forward, rolling the rejected ones back (greedy requests "
                   "decoding alone; 0 = off)");
+  cmd->add_option("--kv-cache", o->kvCache,
+                  "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
+                  "kv head (records are rounded when written; the trace declares it)");
   cmd->add_option(
          "--weight-update", o->weightUpdates,
          "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "

@@ -20,6 +20,9 @@ struct RequestReference {
   FloatTensor logits;                // [T, V]
   std::vector<FloatTensor> keys;     // per layer [h_kv, T, d]
   std::vector<FloatTensor> values;   // per layer [h_kv, T, d]
+  // A quantised cache's reference rounds its K/V; per position, how far that rounding moves
+  // the logits (max |rounded - unrounded reference|). Empty otherwise.
+  std::vector<float> roundingEffect;
 };
 
 enum class KvKind { Keys, Values };

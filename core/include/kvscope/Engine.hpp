@@ -45,6 +45,11 @@ struct EngineOptions {
   // n-gram drafts) and verifies them in one forward; greedy requests decoding alone only.
   // Rejected drafts are rolled back from the cache (the speculative_rollback fault skips it).
   int64_t speculativeDrafts = 0;
+  // A quantised KV cache (KvQuantization::dtypes(): int8, fp8_e4m3, fp8_e5m2; "" = none):
+  // records are quantised per token and kv head when written and read back dequantised.
+  // The kv_quantization fault turns on int8 when this is empty. With `uncached`, every
+  // entry of the full-prefix pass is rounded the same way: the reference of such a cache.
+  std::string kvCacheDtype;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

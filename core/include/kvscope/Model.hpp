@@ -10,6 +10,7 @@
 
 #include "kvscope/Checkpoint.hpp"
 #include "kvscope/FloatTensor.hpp"
+#include "kvscope/KvQuantization.hpp"
 #include "kvscope/MemoryBudget.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/TensorSink.hpp"
@@ -58,7 +59,10 @@ class Model {
   /// One uncached pass over `ids` (inference mode). Throws UsageError for ids outside the
   /// embedding, ContextLimitError for a prompt longer than the context, and
   /// OutOfMemoryError (before allocating) when the pass cannot fit in memory.
-  ReferenceRun reference(const std::vector<int64_t>& ids) const;
+  /// With a quantised `cache` (KvQuantization), every K/V entry is rounded as that cache
+  /// stores it before the attention reads it: the uncached reference of a correct
+  /// quantised cache (records and logits then include the rounding).
+  ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {}) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory.
@@ -70,7 +74,8 @@ class Model {
 
  private:
   Model() = default;
-  ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids) const;
+  ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids,
+                                  const KvQuantization& cache) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvscope/FloatTensor.hpp"
+#include "kvscope/KvQuantization.hpp"
 #include "kvscope/SamplingPolicy.hpp"
 
 namespace kvscope {
@@ -118,6 +119,7 @@ struct Trace {
   std::vector<TraceStep> steps;  // in recording order
   std::vector<TraceEvent> events;
   std::vector<std::string> faults;  // fault specs the built-in engine injected (for the record)
+  KvQuantization kvCache;           // the cache's element type when it is quantised (fp8, int8)
   std::string tensorDtype = "F32";  // how the file stores its K/V tensors (F32 | F16 | BF16);
                                     // set by TraceFile::read, not part of equality
   // The model layers the trace holds K/V records for (a minimized trace keeps a few),

@@ -9,6 +9,7 @@
 #include "audit/FindingBuilder.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/PolicyStage.hpp"
+#include "audit/QuantizationEvidence.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/RngPairCheck.hpp"
@@ -24,12 +25,14 @@ namespace {
 class AuditRun {
  public:
   AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
-           const std::string& storage, const Trace* referenceTrace = nullptr)
+           const std::string& storage, const Trace* referenceTrace = nullptr,
+           bool referenceRounded = true)
       : trace_(cached),
         referenceTrace_(referenceTrace),
         refs_(refs),
         opts_(o),
-        tol_(cached.model.computeDtype, o.toleranceScale, storage, cached.model.numLayers),
+        tol_(cached.model.computeDtype, o.toleranceScale, storage, cached.model.numLayers,
+             cached.kvCache, referenceRounded),
         window_(slidingWindow) {}
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
@@ -161,6 +164,7 @@ class AuditRun {
                ? " (near tie: top-2 margin " + numberText(first->top2Margin, 3) + ")"
                : ""));
     }
+    if (tol_.cache().quantized()) st.checks.push_back(quantizationBudgetCheck(tol_, analyses));
     st.status = compared == 0 ? StageStatus::Skipped : diverged ? StageStatus::Fail : StageStatus::Pass;
     st.summary = compared == 0 ? "no logits to compare"
                  : diverged    ? std::to_string(diverged) + " of " + std::to_string(compared) +
@@ -235,7 +239,8 @@ class AuditRun {
                         " layer checksums or snapshots verified against the rebuilt cache)"
                   : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
     const bool cacheFail = f.has(finding::DuplicateAppend) || f.has(finding::WrongLayer) ||
-                           f.has(finding::SpeculativeRollback) || lengthBad > 0;
+                           f.has(finding::SpeculativeRollback) || f.has(finding::KvQuantization) ||
+                           lengthBad > 0;
     cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
     cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
                     : badRecords ? "structure ok; record values differ (explained by a later stage)"
@@ -486,7 +491,9 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
                                       detail::Tolerance::unitRoundoff(cached.tensorDtype)
                                   ? reference.tensorDtype
                                   : cached.tensorDtype;
-  AuditRun run(cached, refs, options, 0, storage, shared.get());
+  // A reference trace that declares the same quantised cache was rounded alike.
+  AuditRun run(cached, refs, options, 0, storage, shared.get(),
+               reference.kvCache == cached.kvCache);
   AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
   out.referenceTrace = shared;
   // Views show a reference side for every request, also where stage 1 stopped the audit

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "audit/NumberText.hpp"
+#include "audit/QuantizationEvidence.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/RewriteOrigin.hpp"
 #include "audit/SignatureSearch.hpp"
@@ -45,9 +46,7 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
       if (m->kind == finding::WrongLayer) {
         ev["source_layer"] = static_cast<double>(m->sourceLayer);
         f.add(FindingDraft(finding::WrongLayer)
-                  .request(r)
-                  .step(st.step)
-                  .tick(st.tick)
+                  .at(st)
                   .layer(l)
                   .confidence(0.97)
                   .explanation(
@@ -64,9 +63,7 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
         ev["other_request"] = static_cast<double>(m->otherRequest);
         ev["other_layer"] = static_cast<double>(m->sourceLayer);
         f.add(FindingDraft(finding::CrossRequest)
-                  .request(r)
-                  .step(st.step)
-                  .tick(st.tick)
+                  .at(st)
                   .layer(l)
                   .confidence(0.97)
                   .explanation("layer " + std::to_string(l) + "'s " + rows +
@@ -109,9 +106,7 @@ void Diagnosis::rewritten(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
     ev["max_logit_error"] = a.logitError;
   }
   f.add(FindingDraft(finding::CrossRequest)
-            .request(r)
-            .step(st.step)
-            .tick(st.tick)
+            .at(st)
             .layer(l)
             .confidence(sharer >= 0  ? 0.9
                         : other >= 0 ? 0.8
@@ -212,9 +207,7 @@ void Diagnosis::speculativeRollback(int64_t r, const StepAnalysis& a, FindingBui
   ex += "; later steps attend over them";
   const bool valuesAgree = checked && vsDraft <= tolerance;
   f.add(FindingDraft(finding::SpeculativeRollback)
-            .request(r)
-            .step(st.step)
-            .tick(st.tick)
+            .at(st)
             .layer(a.rollbackLayer)
             .position(at)
             .confidence(valuesAgree ? 0.99 : 0.9)
@@ -227,9 +220,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   if (a.rollbackLayer >= 0) speculativeRollback(r, a, f);
   if (a.duplicatedPrevious) {
     f.add(FindingDraft(finding::DuplicateAppend)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.cacheRealBefore)
               .confidence(0.95)
               .explanation("the step fed " + std::to_string(st.fedIds.size()) +
@@ -249,9 +240,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   if (a.duplicateLayer >= 0) {
     const auto l = static_cast<size_t>(a.duplicateLayer);
     f.add(FindingDraft(finding::DuplicateAppend)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .layer(a.duplicateLayer)
               .position(a.cacheRealBefore)
               .confidence(0.97)
@@ -316,9 +305,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     }
     if (owner >= 0)
       f.add(FindingDraft(finding::CrossRequest)
-                .request(r)
-                .step(st.step)
-                .tick(st.tick)
+                .at(st)
                 .position(a.cacheRealBefore)
                 .confidence(0.9)
                 .explanation("the tokens fed at this step belong to request " +
@@ -327,9 +314,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     else
       f.add(
           FindingDraft(finding::Position)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.cacheRealBefore)
               .confidence(0.6)
               .explanation(
@@ -367,9 +352,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     const bool valuesAgree = a.staleValuesChecked && a.reusedVsOld <= a.staleTolerance &&
                              a.freshVsNew <= a.staleTolerance && a.reusedVsNew > a.staleTolerance;
     f.add(FindingDraft(finding::StaleCache)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.cacheRealBefore)
               .confidence(valuesAgree ? 0.99 : 0.9)
               .explanation(ex)
@@ -377,9 +360,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   }
   if (a.beyondContext) {
     f.add(FindingDraft(finding::ContextLimit)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.beyondPosition)
               .confidence(1.0)
               .explanation("position " + std::to_string(a.beyondPosition) +
@@ -410,9 +391,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       if (m->kind == finding::WrongLayer) {
         ev["source_layer"] = static_cast<double>(m->layer);
         f.add(FindingDraft(finding::WrongLayer)
-                  .request(r)
-                  .step(st.step)
-                  .tick(st.tick)
+                  .at(st)
                   .layer(a.firstBadLayer)
                   .position(a.firstBadStreamIndex)
                   .confidence(0.95)
@@ -429,9 +408,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
         ev["other_request"] = static_cast<double>(m->request);
         ev["other_position"] = static_cast<double>(m->position);
         f.add(FindingDraft(finding::CrossRequest)
-                  .request(r)
-                  .step(st.step)
-                  .tick(st.tick)
+                  .at(st)
                   .layer(a.firstBadLayer)
                   .position(a.firstBadStreamIndex)
                   .confidence(0.95)
@@ -448,9 +425,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
         ev["computed_at_position"] = static_cast<double>(m->position);
         f.add(
             FindingDraft(finding::Position)
-                .request(r)
-                .step(st.step)
-                .tick(st.tick)
+                .at(st)
                 .layer(0)
                 .position(a.firstBadStreamIndex)
                 .confidence(0.9)
@@ -467,14 +442,17 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
       }
       return;
     }
+    if (tol_.cache().quantized())
+      if (auto q = measureQuantization(a, *own, tol_)) {
+        f.add(quantizationFinding(a, *q, tol_, ev));
+        return;
+      }
     // A query at position i first sees a window bug at i >= window (one key too many/few).
     const bool windowed = slidingWindow_ > 0 && a.firstBadStreamIndex >= slidingWindow_;
     if (windowed) {
       ev["window"] = static_cast<double>(slidingWindow_);
       f.add(FindingDraft(finding::SlidingWindow)
-                .request(r)
-                .step(st.step)
-                .tick(st.tick)
+                .at(st)
                 .layer(a.firstBadLayer)
                 .position(a.firstBadStreamIndex)
                 .confidence(0.6)
@@ -488,9 +466,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     }
     if (l > 0) {
       f.add(FindingDraft(finding::WrongLayer)
-                .request(r)
-                .step(st.step)
-                .tick(st.tick)
+                .at(st)
                 .layer(a.firstBadLayer)
                 .position(a.firstBadStreamIndex)
                 .confidence(0.5)
@@ -502,9 +478,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                 .evidence(ev));
     } else {
       f.add(FindingDraft(finding::Reference)
-                .request(r)
-                .step(st.step)
-                .tick(st.tick)
+                .at(st)
                 .layer(0)
                 .position(a.firstBadStreamIndex)
                 .confidence(0.5)
@@ -522,9 +496,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   if (windowed) {
     ev["window"] = static_cast<double>(slidingWindow_);
     f.add(FindingDraft(finding::SlidingWindow)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.lastRealStreamIndex())
               .confidence(0.7)
               .explanation("every K/V record matches but the logits differ by " +
@@ -535,9 +507,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   } else {
     if (other >= 0) ev["other_request"] = static_cast<double>(other);
     f.add(FindingDraft(finding::CrossRequest)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.lastRealStreamIndex())
               .confidence(other >= 0 ? 0.6 : 0.4)
               .explanation(
@@ -560,9 +530,7 @@ void Diagnosis::driftAndTies(int64_t r, const StepAnalysis& a, FindingBuilder& f
   const float best = *std::max_element(lg.begin(), lg.end());
   if (lg[static_cast<size_t>(st.chosenToken)] == best && lg[static_cast<size_t>(a.referenceToken)] < best)
     f.add(FindingDraft(finding::Drift)
-              .request(r)
-              .step(st.step)
-              .tick(st.tick)
+              .at(st)
               .position(a.lastRealStreamIndex())
               .confidence(0.8)
               .explanation("the greedy token flipped from " + std::to_string(a.referenceToken) +

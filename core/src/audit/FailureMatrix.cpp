@@ -33,6 +33,9 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "after speculative decoding the cache length exceeds the accepted tokens by the rejected "
        "drafts",
        "the rollback (cache trim) after draft verification"},
+      {finding::KvQuantization,
+       "a quantised cache's records sit more than a quantisation step from the projection",
+       "the quantisation scale and element type of the cache"},
   };
   return table;
 }

@@ -9,6 +9,7 @@
 
 #include "kvscope/AuditReport.hpp"
 #include "kvscope/FailureMatrix.hpp"
+#include "kvscope/Trace.hpp"
 
 namespace kvscope::detail {
 
@@ -27,6 +28,13 @@ class FindingDraft {
   /// Engine clock of the step: orders findings of different requests (not reported).
   FindingDraft& tick(int64_t v) {
     tick_ = v;
+    return *this;
+  }
+  /// The recorded step the finding is about: its request, step and tick.
+  FindingDraft& at(const TraceStep& s) {
+    f_.request = s.request;
+    f_.step = s.step;
+    tick_ = s.tick;
     return *this;
   }
   FindingDraft& layer(int64_t v) {

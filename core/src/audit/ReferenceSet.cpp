@@ -9,6 +9,23 @@
 
 namespace kvscope::detail {
 
+namespace {
+// Per position: max |rounded - unrounded logits|, what the cache's rounding alone does.
+std::vector<float> roundingEffect(const ReferenceRun& rounded, const ReferenceRun& exact) {
+  std::vector<float> out;
+  if (rounded.logits.shape != exact.logits.shape || rounded.logits.shape.size() != 2) return out;
+  const int64_t T = rounded.logits.shape[0], V = rounded.logits.shape[1];
+  out.assign(static_cast<size_t>(T), 0.0f);
+  for (int64_t p = 0; p < T; ++p)
+    for (int64_t v = 0; v < V; ++v) {
+      const auto i = static_cast<size_t>(p * V + v);
+      out[static_cast<size_t>(p)] = std::max(
+          out[static_cast<size_t>(p)], std::fabs(rounded.logits.data[i] - exact.logits.data[i]));
+    }
+  return out;
+}
+}  // namespace
+
 ReferenceSet::ReferenceSet(const Model& model, const Trace& trace,
                            std::map<uint64_t, std::string> weightsDirectories)
     : model_(&model), trace_(&trace), directories_(std::move(weightsDirectories)) {}
@@ -73,8 +90,9 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     const auto limit = static_cast<size_t>(m->config().maxPositions);
     if (ids.size() > limit) ids.resize(limit);  // positions beyond the context do not exist
     if (ids.empty()) return nullptr;
-    ReferenceRun run = m->reference(ids);
+    ReferenceRun run = m->reference(ids, trace_->kvCache);
     ref.request = request;
+    if (trace_->kvCache.quantized()) ref.roundingEffect = roundingEffect(run, m->reference(ids));
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);
@@ -115,7 +133,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& i
   if (!model_ || ids.empty()) return nullptr;
   const Model* m = modelFor(version);
   if (!m || static_cast<int64_t>(ids.size()) > m->config().maxPositions) return nullptr;
-  return std::make_unique<ReferenceRun>(m->reference(ids));
+  return std::make_unique<ReferenceRun>(m->reference(ids, trace_->kvCache));
 }
 
 FloatTensor ReferenceSet::probeLayer0(int64_t token, int64_t count, uint64_t version) {

@@ -1,6 +1,8 @@
 // The references an audit compares against, per (request, weights version): from a model
 // (one teacher-forced uncached pass over the request's own stream, with the trace's
 // weight updates replayed for later versions) or from another trace (trace+trace mode).
+// A trace that declares a quantised cache gets a model reference whose K/V entries are
+// rounded the same way (Model::reference): what a correct quantised cache holds.
 #pragma once
 
 #include <map>

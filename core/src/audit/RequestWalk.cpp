@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "audit/QuantizationEvidence.hpp"
+
 namespace kvscope::detail {
 
 int64_t StepAnalysis::lastRealStreamIndex() const {
@@ -41,6 +43,7 @@ RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
     : trace_(trace),
       request_(request),
       tol_(tolerance),
+      rowScaled_(tolerance.cache().quantized() && tolerance.cache().scale == "per_token_head"),
       reference_(std::move(reference)),
       whyMissing_(std::move(whyMissing)) {
   stream_ = request.stream();
@@ -268,7 +271,12 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
     vErr = std::max(vErr, ve);
     kTol = std::max(kTol, kt);
     vTol = std::max(vTol, vt);
-    if ((ke > kt || ve > vt) && a.firstBadLayer < 0) {
+    // A symmetric per-row scale stores each row's largest element exactly.
+    const bool scaleMoved =
+        rowScaled_ &&
+        rowScaleGap(rec.keys, rec.values, static_cast<int64_t>(j), ref.keys[l], ref.values[l], p) >
+            tol_.forRowScale(static_cast<int64_t>(l), p, std::max(km, vm));
+    if ((ke > kt || ve > vt || scaleMoved) && a.firstBadLayer < 0) {
       a.firstBadLayer = static_cast<int>(l);
       a.firstBadColumn = static_cast<int64_t>(j);
       a.firstBadRealOrdinal = a.realOrdinal(static_cast<int64_t>(j));
@@ -306,6 +314,8 @@ void RequestWalk::compareLogits(StepAnalysis& a, const RequestReference& ref) {
   a.logitsCompared = true;
   a.logitError = err;
   a.logitTol = tol_.forLogits(p, mag);
+  if (p < static_cast<int64_t>(ref.roundingEffect.size()))  // a quantised cache's reference
+    a.logitTol += tol_.flipFraction() * ref.roundingEffect[static_cast<size_t>(p)];
   a.top2Margin = best - second;
   a.referenceToken = arg;
   a.logitsDiverged = err > a.logitTol;

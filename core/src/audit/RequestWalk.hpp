@@ -37,6 +37,7 @@ class RequestWalk {
   const Trace& trace_;
   const TraceRequest& request_;
   const Tolerance& tol_;
+  bool rowScaled_;  // a per_token_head quantised cache: each row's absmax is stored exactly
   ReferenceLookup reference_;
   std::vector<int64_t> stream_;
   // The cache rebuilt from appended records: [layer][head] -> t*d floats.

@@ -46,21 +46,43 @@ double Tolerance::positionFactor(int64_t position) {
 }
 
 Tolerance::Tolerance(const std::string& computeDtype, double scale, const std::string& storageDtype,
-                     int64_t numLayers)
+                     int64_t numLayers, KvQuantization cache, bool referenceRounded)
     : dtype_(canonical(computeDtype.empty() ? "float32" : computeDtype)),
       recordBase_(recordBaseFor(dtype_) * scale),
       logitBase_(logitBaseFor(dtype_) * scale),
       storageFloor_(2.0 * unitRoundoff(storageDtype)),
-      numLayers_(numLayers) {}
+      numLayers_(numLayers),
+      cache_(std::move(cache)),
+      referenceRounded_(referenceRounded),
+      quantRelative_((referenceRounded
+                          ? std::max(kRoundingFlipCarry, kQuantizationCarry * flipFraction())
+                          : kQuantizationCarry) *
+                     cache_.relativeHalfStep() * scale) {}
+
+double Tolerance::flipFraction() const {
+  const double u = cache_.relativeHalfStep();
+  if (!referenceRounded_ || u <= 0) return 0.0;
+  return std::min(1.0, recordBase_ / u);
+}
 
 double Tolerance::forRecord(int64_t layer, int64_t position, double maxAbs) const {
   const double m = std::max(1.0, maxAbs);
-  return std::min(recordBase_ * depthFactor(layer) * positionFactor(position), kMaxRelative) * m +
-         storageFloor_ * m;
+  const double carried = quantRelative_ * static_cast<double>(std::max<int64_t>(layer, 0));
+  return std::min(recordBase_ * depthFactor(layer) * positionFactor(position) + carried,
+                  kMaxRelative) *
+             m +
+         storageFloor_ * m + (referenceRounded_ ? 2.0 : 1.0) * cache_.halfStep(layer, maxAbs);
+}
+
+double Tolerance::forRowScale(int64_t layer, int64_t position, double maxAbs) const {
+  return forRecord(layer, position, maxAbs) -
+         (referenceRounded_ ? 2.0 : 1.0) * cache_.halfStep(layer, maxAbs);
 }
 
 double Tolerance::forLogits(int64_t position, double maxAbs) const {
-  return std::min(logitBase_ * depthFactor(numLayers_) * positionFactor(position), kMaxRelative) *
+  const double carried = quantRelative_ * static_cast<double>(std::max<int64_t>(numLayers_, 0));
+  return std::min(logitBase_ * depthFactor(numLayers_) * positionFactor(position) + carried,
+                  kMaxRelative) *
          std::max(1.0, maxAbs);
 }
 
@@ -72,6 +94,16 @@ std::string Tolerance::describe() const {
   if (storageFloor_ > 1e-6) os << " + " << storageFloor_ << " x max(1, |ref|) (trace storage)";
   os << "; logits min(" << logitBase_ << " x " << depthFactor(numLayers_) << " (depth "
      << numLayers_ << ") x (1 + log2(1 + pos)/16), " << kMaxRelative << ") x max(1, |ref|)";
+  if (cache_.quantized())
+    os << "; quantised cache (" << cache_.describe() << "), reference "
+       << (referenceRounded_ ? "rounded alike: records + one quantisation step"
+                             : "not rounded: records + half a quantisation step")
+       << " (" << cache_.relativeHalfStep() << " x |record| per half step), + " << quantRelative_
+       << " x layer inside the cap for the rounding earlier layers read, logits + "
+       << quantRelative_ << " x " << numLayers_ << " inside the cap";
+  if (cache_.quantized() && referenceRounded_)
+    os << " + " << flipFraction()
+       << " x how far the rounding moves the position's logits (rounded vs unrounded reference)";
   return os.str();
 }
 

@@ -10,6 +10,25 @@
 //   max(1, m) depth(l) = 1 + l              pos(p) = 1 + log2(1 + p) / 16 storage floor = 2 * unit
 //   roundoff of the trace's K/V storage dtype * max(1, m)
 //
+// A quantised cache (trace field kv_cache) adds what its element type cannot represent
+// (u = KvQuantization::relativeHalfStep, step = KvQuantization::step):
+//   reference rounded the same way (model modes; a reference trace declaring the same cache):
+//     record + step(layer, m)            an element near a rounding edge may round the other way
+//            + c x u x layer inside the cap     what such flips carry into later layers
+//     logits + c x u x layers inside the cap
+//            + f x rounding effect       f of what the whole rounding moves that position's
+//                                        logits (rounded vs unrounded reference; model modes)
+//     f = min(1, base / u), the share of elements whose rounding a compute dtype's noise can
+//     flip (float32 4e-4 of fp8_e4m3's; bf16 all of int8's), c = max(0.5, 10 f)
+//   reference not rounded (a trace+trace audit against an unquantised reference trace):
+//     record + step(layer, m) / 2        the record's own rounding
+//            + 10 x u x layer inside the cap    the rounding earlier layers' attention read
+//     logits + 10 x u x layers inside the cap
+// Layer 0's records depend on no cache, so there the budget is the rounding alone: a wrong
+// scale shows at layer 0 as an error of whole quantisation steps. 10 is the factor the bf16
+// bases carry over bf16's unit roundoff (4e-2 vs 2^-8); a float reference of a deep model
+// under an fp8 cache reaches the cap, where only errors of a record's size are bugs.
+//
 // The caps (a quarter of the magnitude for K/V, 15% for logits) keep deep reduced-precision
 // runs auditable: another layer's or position's K/V differs by about its whole magnitude,
 // and a bug moves logits by tens of percent, while bf16 drift of a real model stays well
@@ -27,6 +46,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kvscope/KvQuantization.hpp"
+
 namespace kvscope::detail {
 
 class Tolerance {
@@ -34,10 +55,16 @@ class Tolerance {
   /// `computeDtype`: the trace's compute_dtype; `storageDtype`: how its K/V tensors are
   /// stored (F32 | F16 | BF16); `numLayers`: depth used for the logits.
   explicit Tolerance(const std::string& computeDtype, double scale = 1.0,
-                     const std::string& storageDtype = "F32", int64_t numLayers = 0);
+                     const std::string& storageDtype = "F32", int64_t numLayers = 0,
+                     KvQuantization cache = {}, bool referenceRounded = true);
   /// Absolute tolerance for a K/V record of `layer` at stream position `position` whose
   /// reference magnitude is `maxAbs`.
   double forRecord(int64_t layer, int64_t position, double maxAbs) const;
+  /// The same without the quantisation step: how far the largest magnitude of one row (one
+  /// token, one kv head) of a per_token_head cache may move, since a symmetric absmax scale
+  /// stores that element exactly. A wrong scale moves it even when no element moves by a
+  /// whole step.
+  double forRowScale(int64_t layer, int64_t position, double maxAbs) const;
   /// Absolute tolerance for a logits row at `position` whose reference magnitude is `maxAbs`.
   double forLogits(int64_t position, double maxAbs) const;
   /// The relative base for K/V records at layer 0 (and for logits before the depth factor).
@@ -54,6 +81,17 @@ class Tolerance {
   static double positionFactor(int64_t position);
   static constexpr double kMaxRelative = 0.25;       // K/V records
   static constexpr double kMaxLogitRelative = 0.15;  // logits
+  static constexpr double kQuantizationCarry = 10.0;  // unrounded reference (header comment)
+  static constexpr double kRoundingFlipCarry = 0.5;   // rounded reference
+  /// The quantised cache this audit budgets for (not quantised when the trace says none).
+  const KvQuantization& cache() const { return cache_; }
+  /// Added to the relative base per layer for a quantised cache (0 otherwise).
+  double quantizationRelative() const { return quantRelative_; }
+  /// The share of a quantised cache's elements whose rounding the compute dtype's noise may
+  /// flip against a rounded reference (0 when not quantised or the reference is not rounded).
+  double flipFraction() const;
+  /// Whether the reference's K/V entries were rounded as the cache rounds them.
+  bool referenceRounded() const { return referenceRounded_; }
   /// One line for reports: the formula with this audit's numbers.
   std::string describe() const;
 
@@ -63,6 +101,9 @@ class Tolerance {
   double logitBase_;
   double storageFloor_;
   int64_t numLayers_;
+  KvQuantization cache_;
+  bool referenceRounded_ = true;
+  double quantRelative_ = 0.0;
 };
 
 }  // namespace kvscope::detail

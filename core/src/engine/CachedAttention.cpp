@@ -6,15 +6,30 @@ namespace kvscope::detail {
 
 CachedAttention::CachedAttention(KvCache& cache, std::vector<RequestState*> group,
                                  std::vector<std::vector<uint8_t>> fedMask, const FaultPlan& faults,
-                                 std::vector<int64_t> layerWindows)
+                                 std::vector<int64_t> layerWindows, const KvQuantizer& quantizer)
     : cache_(cache),
       group_(std::move(group)),
       fedMask_(std::move(fedMask)),
       faults_(faults),
-      windows_(std::move(layerWindows)) {
+      windows_(std::move(layerWindows)),
+      quantizer_(quantizer) {
   stashK_.resize(static_cast<size_t>(cache_.layers()));
   stashV_.resize(static_cast<size_t>(cache_.layers()));
   for (auto* r : group_) before_.push_back(r->lengths);
+}
+
+void CachedAttention::roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) {
+  if (!quantizer_.active()) return;
+  std::vector<torch::Tensor> ks, vs;
+  for (int64_t b = 0; b < kNew.size(0); ++b) {
+    const RequestState& r = *group_[static_cast<size_t>(b)];
+    // kv_quantization: this row's records are dequantised with a wrong scale.
+    const double factor = faults_.quantizationScaleFactor(r.id, r.step, layer);
+    ks.push_back(quantizer_.roundTrip(kNew.select(0, b), layer, /*keys=*/true, factor));
+    vs.push_back(quantizer_.roundTrip(vNew.select(0, b), layer, /*keys=*/false, factor));
+  }
+  kNew = torch::stack(ks, 0);
+  vNew = torch::stack(vs, 0);
 }
 
 KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) {

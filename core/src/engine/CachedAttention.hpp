@@ -1,11 +1,12 @@
 // AttentionContext over the engine's KvCache for one forward of a group of requests
 // (one row each, equal lengths): appends the new records, then attends over the cache.
-// Fault hooks change what is written where.
+// Fault hooks change what is written where; a quantised cache rounds what is written.
 #pragma once
 
 #include <vector>
 
 #include "cache/KvCache.hpp"
+#include "cache/KvQuantizer.hpp"
 #include "engine/FaultPlan.hpp"
 #include "engine/RequestState.hpp"
 #include "model/AttentionContext.hpp"
@@ -17,8 +18,9 @@ class CachedAttention : public AttentionContext {
   /// `fedMask` [B][s]: 1 real token, 0 padding.
   CachedAttention(KvCache& cache, std::vector<RequestState*> group,
                   std::vector<std::vector<uint8_t>> fedMask, const FaultPlan& faults,
-                  std::vector<int64_t> layerWindows);
+                  std::vector<int64_t> layerWindows, const KvQuantizer& quantizer);
   KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
+  void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
 
@@ -28,6 +30,7 @@ class CachedAttention : public AttentionContext {
   std::vector<std::vector<uint8_t>> fedMask_;
   const FaultPlan& faults_;
   std::vector<int64_t> windows_;
+  const KvQuantizer& quantizer_;  // a quantised cache stores (and so reads) rounded records
   std::vector<torch::Tensor> stashK_, stashV_;  // [layer] this forward's records, for wrong_layer
   std::vector<std::vector<int64_t>> before_;
 };

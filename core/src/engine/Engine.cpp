@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cache/KvCache.hpp"
+#include "cache/KvQuantizer.hpp"
 #include "engine/CachedAttention.hpp"
 #include "engine/FaultPlan.hpp"
 #include "engine/RequestState.hpp"
@@ -41,6 +42,17 @@ class EngineRun {
     specDrafts_ =
         options.speculativeDrafts > 0 ? options.speculativeDrafts : faults_.speculativeDrafts();
     if (specDrafts_ > 16) throw UsageError("at most 16 speculative draft tokens per step");
+    KvQuantization quant;
+    quant.dtype = options.kvCacheDtype.empty() && faults_.needsQuantizedCache() && !options.uncached
+                      ? "int8"
+                      : options.kvCacheDtype;
+    try {
+      quant.validate(cfg_.numLayers);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--kv-cache: ") + e.what() +
+                       " (known: int8, fp8_e4m3, fp8_e5m2)");
+    }
+    quantizer_ = detail::KvQuantizer(quant);
     for (size_t i = 0; i < specs.size(); ++i) {
       const auto& s = specs[i];
       if (s.promptIds.empty()) throw UsageError("request " + std::to_string(i) + " has an empty prompt");
@@ -116,6 +128,7 @@ class EngineRun {
     trace.mode = options_.uncached ? "uncached" : "cached";
     trace.model = modelInfo();
     trace.faults = faults_.describe();
+    trace.kvCache = quantizer_.format();
     trace_ = &trace;
     int64_t tick = 0;
     const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},
@@ -301,8 +314,11 @@ class EngineRun {
     torch::Tensor logits;
     if (options_.uncached) {
       KvTapCollector taps;
-      detail::UncachedAttention attention(torch::tensor(std::vector<int64_t>(mask[0].begin(), mask[0].end())).to(torch::kBool).view({1, W}),
-                                          impl_.layerWindows);
+      detail::UncachedAttention attention(
+          torch::tensor(std::vector<int64_t>(mask[0].begin(), mask[0].end()))
+              .to(torch::kBool)
+              .view({1, W}),
+          impl_.layerWindows, &quantizer_);
       logits = impl_.forward(idsT, posT, attention, &taps);
       for (int64_t l = 0; l < cfg_.numLayers; ++l) {
         TraceLayerRecord rec;
@@ -313,7 +329,8 @@ class EngineRun {
         records[0].push_back(std::move(rec));
       }
     } else {
-      detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows);
+      detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows,
+                                        quantizer_);
       logits = impl_.forward(idsT, posT, attention, nullptr);
       std::vector<std::vector<int64_t>> appendedUntil(B);
       for (size_t b = 0; b < B; ++b) {
@@ -490,6 +507,7 @@ class EngineRun {
   int64_t staleLayer_ = 0;
   int64_t padId_ = 0;
   int64_t specDrafts_ = 0;  // speculative decoding: draft tokens per step (0 = off)
+  detail::KvQuantizer quantizer_{KvQuantization{}};  // the cache's element type
   Trace* trace_ = nullptr;
 };
 

@@ -26,6 +26,12 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
       checkLayer(f, "layer", true);
       if (f.get("draft") < 1 || f.get("draft") > 16)
         throw UsageError("fault '" + f.toString() + "': draft must be in 1..16");
+    } else if (f.name == "kv_quantization") {
+      checkLayer(f, "layer", true);
+      if (f.get("scale") <= 0 || f.get("scale") == 100 || f.get("scale") > 100000)
+        throw UsageError("fault '" + f.toString() +
+                         "': scale must be a percentage in 1..100000 other than 100 (100 is the "
+                         "right scale: no fault)");
     } else if (f.name == "stale_cache") {
       checkLayer(f, "layer", false);
     } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
@@ -132,6 +138,16 @@ int64_t FaultPlan::speculativeDrafts() const {
   if (const auto* f = find("speculative_rollback")) return f->get("draft");
   return 0;
 }
+
+double FaultPlan::quantizationScaleFactor(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("kv_quantization"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer))
+      return static_cast<double>(f->get("scale")) / 100.0;
+  return 1.0;
+}
+
+bool FaultPlan::needsQuantizedCache() const { return find("kv_quantization") != nullptr; }
 
 std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
   if (const auto* f = find("stale_cache"))

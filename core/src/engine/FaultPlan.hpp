@@ -35,6 +35,11 @@ class FaultPlan {
   bool skipRollback(int64_t request, int64_t step, int64_t layer) const;
   /// Draft tokens per step the speculative_rollback fault asks for (0 without it).
   int64_t speculativeDrafts() const;  // 1 when the sliding window keeps one key too many
+  /// kv_quantization: the factor (request, step, layer)'s records are dequantised with
+  /// instead of their own scale (1 without the fault).
+  double quantizationScaleFactor(int64_t request, int64_t step, int64_t layer) const;
+  /// The kv_quantization fault needs a quantised cache (int8 unless one is chosen).
+  bool needsQuantizedCache() const;
   /// The stale_cache fault: a weight update at a tick whose cache is kept.
   struct StaleUpdate {
     int64_t tick;

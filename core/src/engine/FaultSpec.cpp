@@ -73,6 +73,15 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
         {"step", "first step whose rollback is skipped", "1"},
         {"layer", "layer not rolled back (-1 = all)", "-1"},
         {"request", "request affected (-1 = all)", "-1"}}},
+      {"kv_quantization",
+       "a quantised KV cache (int8 per token and kv head when --kv-cache is not given) whose "
+       "records of `layer` are dequantised with `scale` percent of their scale from step `step` "
+       "on (a wrong scale)",
+       "the error of a record exceeds its quantisation step",
+       {{"scale", "the dequantisation scale used, in percent of the right one", "200"},
+        {"step", "first step affected (0 = prefill)", "1"},
+        {"layer", "layer affected (-1 = all)", "0"},
+        {"request", "request affected (-1 = all)", "-1"}}},
       {"window_off_by_one",
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",

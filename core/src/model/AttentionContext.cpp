@@ -19,4 +19,10 @@ KvView UncachedAttention::attend(int64_t layer, const torch::Tensor& kNew,
   return {kNew, vNew, buildAllowedMask(idx, idx, keyValid_, windows_.at(static_cast<size_t>(layer)))};
 }
 
+void UncachedAttention::roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) {
+  if (!quantizer_ || !quantizer_->active()) return;
+  kNew = quantizer_->roundTrip(kNew, layer, /*keys=*/true);
+  vNew = quantizer_->roundTrip(vNew, layer, /*keys=*/false);
+}
+
 }  // namespace kvscope::detail

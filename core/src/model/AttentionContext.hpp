@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cache/KvQuantizer.hpp"
+
 namespace kvscope::detail {
 
 struct KvView {
@@ -20,6 +22,14 @@ class AttentionContext {
   virtual ~AttentionContext() = default;
   /// kNew, vNew: [B, h_kv, s, d], this layer's records for the s fed tokens (keys after RoPE).
   virtual KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) = 0;
+  /// What the cache's element type keeps of this layer's new records (a quantised cache
+  /// rounds them; identity otherwise). The forward calls it before the k_proj/v_proj taps
+  /// and attend(), so taps report and attention reads what is stored.
+  virtual void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) {
+    (void)layer;
+    (void)kNew;
+    (void)vNew;
+  }
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&
@@ -34,13 +44,18 @@ torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tenso
 /// real tokens (all true without padding).
 class UncachedAttention : public AttentionContext {
  public:
-  UncachedAttention(torch::Tensor keyValid, std::vector<int64_t> layerWindows)
-      : keyValid_(std::move(keyValid)), windows_(std::move(layerWindows)) {}
+  /// `quantizer`: the rounding of a quantised cache whose correct use this pass stands for
+  /// (every entry, the step's own included, read back rounded); nullptr for none.
+  UncachedAttention(torch::Tensor keyValid, std::vector<int64_t> layerWindows,
+                    const KvQuantizer* quantizer = nullptr)
+      : keyValid_(std::move(keyValid)), windows_(std::move(layerWindows)), quantizer_(quantizer) {}
   KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
+  void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
 
  private:
   torch::Tensor keyValid_;  // [B, s] bool
   std::vector<int64_t> windows_;
+  const KvQuantizer* quantizer_;
 };
 
 }  // namespace kvscope::detail

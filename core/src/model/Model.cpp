@@ -142,13 +142,15 @@ void Model::checkReferenceMemory(int64_t tokens) const {
       "--trace B loads no model), or a machine with more memory");
 }
 
-ReferenceRun Model::reference(const std::vector<int64_t>& ids) const {
+ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache) const {
   checkReferenceMemory(static_cast<int64_t>(ids.size()));
-  return detail::guardAllocations("the uncached reference over " + std::to_string(ids.size()) + " tokens",
-                                  [&] { return referenceUnchecked(ids); });
+  return detail::guardAllocations(
+      "the uncached reference over " + std::to_string(ids.size()) + " tokens",
+      [&] { return referenceUnchecked(ids, cache); });
 }
 
-ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids) const {
+ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids,
+                                       const KvQuantization& cache) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
@@ -156,7 +158,9 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids) const {
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);
   auto pos = torch::arange(T, torch::kLong).view({1, -1});
-  detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows);
+  const detail::KvQuantizer rounding(cache);
+  detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows,
+                                      &rounding);
   auto logits = impl_->forward(idT, pos, attention, &collector);
   collector.finish();
   run.logits = detail::toFloatTensor(logits.select(0, 0));

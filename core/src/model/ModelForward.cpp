@@ -75,6 +75,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   }
   k = k.contiguous();
   v = v.contiguous();
+  attention.roundRecords(layer, k, v);
   tap(taps, layer, "k_proj", k);
   tap(taps, layer, "v_proj", v);
   detail::KvView kv = attention.attend(layer, k, v);

@@ -84,7 +84,7 @@ bool TraceEvent::operator==(const TraceEvent& o) const {
 bool Trace::operator==(const Trace& o) const {
   return formatVersion == o.formatVersion && engine == o.engine && mode == o.mode &&
          model == o.model && requests == o.requests && steps == o.steps && events == o.events &&
-         faults == o.faults && recordedLayers == o.recordedLayers;
+         faults == o.faults && recordedLayers == o.recordedLayers && kvCache == o.kvCache;
 }
 
 const TraceRequest* Trace::findRequest(int64_t id) const {

@@ -4,6 +4,7 @@
 
 #include "kvscope/Error.hpp"
 #include "trace/JsonFieldReader.hpp"
+#include "trace/TraceKvCacheJson.hpp"
 #include "util/InputLimits.hpp"
 
 namespace kvscope::detail {
@@ -66,6 +67,7 @@ json traceHeaderToJson(const Trace& t, int version) {
                              {"weights_version", e.weightsVersion}, {"tensor", e.tensor},
                              {"scale", e.scale}, {"seed", e.seed}});
   doc["faults"] = t.faults;
+  if (t.kvCache.quantized()) doc["kv_cache"] = kvCacheToJson(t.kvCache);
   if (t.isLayerSubset()) doc["recorded_layers"] = t.recordedLayers;  // absent: every layer
   return doc;
 }
@@ -152,6 +154,7 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
     }
   }
   t.faults = top.strings("faults");
+  t.kvCache = kvCacheFromJson(doc, file, t.model.numLayers);
   t.recordedLayers = recordedLayersFromJson(top, t.model.numLayers);
   return t;
 }
