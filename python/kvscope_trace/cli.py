@@ -31,6 +31,12 @@ def info(trace: Trace, path: str = "") -> str:
            f"snapshots: {'yes' if trace.has_snapshots() else 'no'}, "
            f"checksums: {'yes' if any(l.checksum_k for s in trace.steps for l in s.layers) else 'no'}, "
            f"events: {len(trace.events)}, faults: {len(trace.faults)}"]
+    kv = trace.extra.get("kv_cache")
+    if kv:
+        out.append(f"kv cache: {kv['dtype']}, " + ("static scales per layer" if kv.get("scale") == "per_layer"
+                                                  else "a scale per token and kv head"))
+    if trace.recorded_layers is not None:
+        out.append(f"recorded layers: {trace.recorded_layers} of {m['num_layers']}")
     for r in trace.requests:
         steps = trace.steps_of(r["id"])
         p = r["policy"]

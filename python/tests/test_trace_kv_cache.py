@@ -9,6 +9,7 @@ import unittest
 import numpy as np
 
 from kvscope_trace import TraceError, TraceWriter, read_trace, write_trace
+from kvscope_trace.cli import info
 
 MODEL = {"architecture": "llama", "num_layers": 2, "num_kv_heads": 1, "head_dim": 4,
          "vocab_size": 50, "max_positions": 64}
@@ -40,6 +41,7 @@ class KvCacheField(unittest.TestCase):
             writer(kv).save(self.path("a.kvtrace"))
             t = read_trace(self.path("a.kvtrace"))
             self.assertEqual(t.extra["kv_cache"], kv)
+            self.assertIn(f"kv cache: {kv['dtype']}", info(t, "a.kvtrace"))
             write_trace(t, self.path("b.kvtrace"))
             self.assertEqual(read_trace(self.path("b.kvtrace")).extra["kv_cache"], kv)
             os.remove(self.path("a.kvtrace"))
