@@ -32,8 +32,6 @@ int FailureMatrixModel::additionsHeadingRow() {
 int FailureMatrixModel::rowFor(const Finding& finding) {
   const auto& table = rows();
   for (size_t i = 0; i < table.size(); ++i)
-    if (table[i] && finding.matrixRow == table[i]->observation) return static_cast<int>(i);
-  for (size_t i = 0; i < table.size(); ++i)
     if (table[i] && finding.id == table[i]->id) return static_cast<int>(i);
   return -1;
 }

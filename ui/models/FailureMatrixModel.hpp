@@ -30,7 +30,8 @@ class FailureMatrixModel : public QAbstractTableModel {
   static const std::vector<const FailureMatrixRow*>& rows();
   /// The model row of the heading above KV Scope's additions (-1 when there are none).
   static int additionsHeadingRow();
-  /// Matrix row for a finding (by its observation text, else its id); -1 when none.
+  /// Matrix row for a finding (the row of its id: the core derives the finding's
+  /// observation and first check from that row); -1 when none.
   static int rowFor(const Finding& finding);
 
   explicit FailureMatrixModel(QObject* parent = nullptr);
