@@ -15,6 +15,7 @@ PACKAGES=(
   python3 python3-numpy python3-torch python3-venv python3-setuptools python3-wheel python3-pip
   xvfb xauth fonts-dejavu-core
   help2man shared-mime-info
+  clang libclang-rt-dev
 )
 
 missing=()
