@@ -16,6 +16,7 @@
 #include "kvscope/FaultSpec.hpp"
 #include "kvscope/KvQuantization.hpp"
 #include "kvscope/TraceFile.hpp"
+#include "kvscope/TraceMinimizer.hpp"
 
 using namespace kvscope;
 namespace fs = std::filesystem;
@@ -211,6 +212,16 @@ TEST(KvQuantization, WrongScaleIsDiagnosedWithStepsAndRatio) {
   EXPECT_GT(f.evidence.at("error_in_steps"), 10.0);
   EXPECT_NE(f.explanation.find("wrong scale"), std::string::npos) << f.explanation;
   EXPECT_EQ(r.stages[1].status, StageStatus::Fail);
+  // The minimal reproducer keeps the declared cache, so it still shows the finding.
+  TraceCut cut;
+  cut.lastTick = 2;
+  cut.layers = {1};
+  const Trace small = cutTrace(t, cut);
+  EXPECT_EQ(small.kvCache, t.kvCache);
+  const auto again = Auditor::audit(*m, TraceFile::read(write(small, "wrong-scale-min.kvtrace"))).report;
+  ASSERT_FALSE(again.findings.empty()) << again.toText();
+  EXPECT_EQ(again.findings.front().id, finding::KvQuantization) << again.toText();
+  EXPECT_EQ(again.findings.front().layer, 1);
   // trace+trace against the rounded uncached run: the same finding.
   const auto pair = Auditor::auditTraces(run("llama", "int8", {}, true), t).report;
   ASSERT_FALSE(pair.findings.empty()) << pair.toText();
