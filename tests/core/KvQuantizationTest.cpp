@@ -218,7 +218,8 @@ TEST(KvQuantization, WrongScaleIsDiagnosedWithStepsAndRatio) {
   cut.layers = {1};
   const Trace small = cutTrace(t, cut);
   EXPECT_EQ(small.kvCache, t.kvCache);
-  const auto again = Auditor::audit(*m, TraceFile::read(write(small, "wrong-scale-min.kvtrace"))).report;
+  const auto again =
+      Auditor::audit(*m, TraceFile::read(write(small, "wrong-scale-min.kvtrace"))).report;
   ASSERT_FALSE(again.findings.empty()) << again.toText();
   EXPECT_EQ(again.findings.front().id, finding::KvQuantization) << again.toText();
   EXPECT_EQ(again.findings.front().layer, 1);
