@@ -41,6 +41,16 @@ TEST(AuditSmoke, WrongLayerAndCrossRequest) {
   std::cout << r.report.toText();
   EXPECT_TRUE(r.report.hasFinding("wrong_layer"));
   EXPECT_TRUE(r.report.hasFinding("cross_request"));
+  // The finding's observation and first check name its layers, not the matrix's example.
+  for (const auto& f : r.report.findings)
+    if (f.id == "wrong_layer") {
+      EXPECT_EQ(f.layer, 2);
+      EXPECT_EQ(f.matrixRow, "layer 1 matches, layer 2 differs");
+      EXPECT_EQ(f.firstCheck, "layer 2's cache source and append");
+    }
+  auto one = runWith("llama", {"wrong_layer:layer=1,source=0"});
+  ASSERT_FALSE(one.report.findings.empty()) << one.report.toText();
+  EXPECT_EQ(one.report.findings.front().matrixRow, "layer 0 matches, layer 1 differs");
 }
 
 TEST(AuditSmoke, PerStepReferenceCrossCheckAgreesWithTeacherForcing) {

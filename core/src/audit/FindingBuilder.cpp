@@ -13,9 +13,14 @@ Finding FindingDraft::finish() const {
   const auto& row = FailureMatrix::row(f.id);
   f.matrixRow = row.observation;
   f.firstCheck = row.firstCheck;
-  // The matrix row speaks of "layer 2"; the finding names the layer it is about.
-  if (f.id == finding::WrongLayer && f.layer >= 0)
+  // The matrix row speaks of "layer 1" and "layer 2" as an example; the finding names the
+  // layers it is about (the table itself, FailureMatrix::rows(), keeps the method's words).
+  if (f.id == finding::WrongLayer && f.layer >= 0) {
     f.firstCheck = "layer " + std::to_string(f.layer) + "'s cache source and append";
+    f.matrixRow = f.layer > 0 ? "layer " + std::to_string(f.layer - 1) + " matches, layer " +
+                                    std::to_string(f.layer) + " differs"
+                              : "layer 0 differs";
+  }
   return f;
 }
 
