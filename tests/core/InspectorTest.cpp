@@ -224,3 +224,43 @@ TEST(Inspector, CorrectSpeculativeRollbackShowsNoRewrittenRows) {
       EXPECT_LT(v.diffMax, 1e-3f) << "step " << step << " layer " << layer;
     }
 }
+
+TEST(Inspector, TimelineMarksSpeculativeStepsKeptDraftsAndAQuantisedCache) {
+  RequestSpec s;
+  s.promptIds = {324, 86, 78, 422, 324, 86, 78};
+  s.maxNewTokens = 12;
+  s.stopAtEos = false;
+  auto model = Model::load(hfModel("gpt2"));
+  auto timelineOf = [&](const EngineOptions& o) {
+    auto out = std::make_shared<AuditJobOutput>();
+    out->result = Auditor::audit(*model, Engine(model).run({s}, o));
+    return Inspector(out).timeline(0);
+  };
+  auto kinds = [](const RequestTimeline& tl, const std::string& kind) {
+    std::vector<const TimelineMarker*> found;
+    for (const auto& m : tl.markers)
+      if (m.kind == kind) found.push_back(&m);
+    return found;
+  };
+  EngineOptions speculative;
+  speculative.speculativeDrafts = 3;
+  const RequestTimeline clean = timelineOf(speculative);
+  ASSERT_EQ(kinds(clean, "speculative").size(), 1u);
+  EXPECT_EQ(kinds(clean, "speculative").front()->step, 1);
+  EXPECT_TRUE(kinds(clean, "rollback_skipped").empty());
+  EXPECT_TRUE(kinds(clean, "kv_cache").empty());
+  EngineOptions skipped = speculative;
+  skipped.faults = {FaultSpec::parse("speculative_rollback:layer=1,step=1")};
+  const RequestTimeline skippedTimeline = timelineOf(skipped);
+  const auto kept = kinds(skippedTimeline, "rollback_skipped");
+  ASSERT_EQ(kept.size(), 1u);  // the onset only
+  EXPECT_EQ(kept.front()->step, 1);
+  EXPECT_TRUE(kept.front()->alarm);
+  EXPECT_NE(kept.front()->label.find(" kept"), std::string::npos) << kept.front()->label;
+  EngineOptions quantised;
+  quantised.kvCacheDtype = "int8";
+  const RequestTimeline quantisedTimeline = timelineOf(quantised);
+  const auto cache = kinds(quantisedTimeline, "kv_cache");
+  ASSERT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.front()->label, "int8, a scale per token and kv head");
+}

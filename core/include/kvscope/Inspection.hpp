@@ -110,7 +110,8 @@ struct TimelineStep {
 /// step's own events, another request's arrival, a trace-level event (weight update, ...).
 struct TimelineMarker {
   int64_t step = 0;
-  std::string kind;    // arrival | weight_update | context_limit | eos | other_arrival | ...
+  std::string kind;    // arrival | weight_update | context_limit | eos | other_arrival |
+                       // kv_cache | speculative | rollback_skipped | ...
   std::string label;   // e.g. "req 1 arrives (tick 3), same row"
   bool alarm = false;  // a setting in which cache bugs show (weight update, shared row, limit)
 };

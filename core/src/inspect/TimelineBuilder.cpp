@@ -47,6 +47,10 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
 
   const auto steps = result.trace.stepsOf(request);
   int64_t stream = 0;
+  std::vector<int64_t> lengthBefore;  // per layer, the cache length before the step
+  bool draftsSeen = false, keptSeen = false;
+  if (result.trace.kvCache.quantized() && !steps.empty())
+    tl.markers.push_back({steps.front()->step, "kv_cache", result.trace.kvCache.describe(), false});
   for (const TraceStep* st : steps) {
     TimelineStep ts;
     ts.step = st->step;
@@ -76,6 +80,26 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       m.alarm = e == "context_limit" || e == "weight_update";
       tl.markers.push_back(std::move(m));
     }
+    // Speculative decoding: the first verifying step, and the first step whose cache grew by
+    // more than the accepted tokens (the rejected drafts' rows were kept: the onset).
+    if (st->draftCount > 0) {
+      int64_t kept = 0;
+      for (size_t l = 0; l < st->layers.size() && l < lengthBefore.size(); ++l)
+        kept = std::max(kept, st->layers[l].cacheLength - lengthBefore[l] - st->realFedCount());
+      if (kept > 0 && !keptSeen)
+        tl.markers.push_back({st->step, "rollback_skipped",
+                              "speculative: " + std::to_string(kept) + " rejected draft" +
+                                  (kept == 1 ? "" : "s") + " kept",
+                              true});
+      else if (!draftsSeen)
+        tl.markers.push_back({st->step, "speculative",
+                              "speculative: " + std::to_string(st->draftCount) + " drafts, " +
+                                  std::to_string(st->acceptedCount) + " accepted",
+                              false});
+      keptSeen = keptSeen || kept > 0;
+      draftsSeen = true;
+    }
+    lengthBefore = ts.cacheLength;
     tl.steps.push_back(std::move(ts));
   }
   // Generated tokens that were never fed back (the last choice).
