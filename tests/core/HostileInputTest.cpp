@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/ModelConfig.hpp"
@@ -28,14 +29,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path dir() {
-  static const fs::path d = [] {
-    auto p = test::freshDir("hostile-input");
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
-}
+fs::path dir() { return test::scratchDir("hostile-input"); }
 
 std::string readBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "cache/KvQuantizer.hpp"
 #include "kvscope/Auditor.hpp"
@@ -24,11 +25,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path tempDir() {
-  static const fs::path d = test::freshDir("kvquant");
-  fs::create_directories(d);
-  return d;
-}
+fs::path tempDir() { return test::scratchDir("kvquant"); }
 
 KvQuantization format(const std::string& dtype) {
   KvQuantization q;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -21,11 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path tempDir() {
-  static const fs::path d = test::freshDir("speculative");
-  fs::create_directories(d);
-  return d;
-}
+fs::path tempDir() { return test::scratchDir("speculative"); }
 
 // gpt2 fixture: 3 drafts per step, 2 of 3 accepted at step 1 (then 1 of 3, 1 of 2).
 const std::vector<int64_t> kPrompt = {324, 86, 78, 422, 324, 86, 78};

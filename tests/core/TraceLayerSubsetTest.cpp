@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/AuditJob.hpp"
 #include "kvscope/Auditor.hpp"
@@ -25,14 +26,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path dir() {
-  static const fs::path d = [] {
-    auto p = test::freshDir("layer-subset");
-    fs::create_directories(p);
-    return p;
-  }();
-  return d;
-}
+fs::path dir() { return test::scratchDir("layer-subset"); }
 
 Trace run(const std::vector<std::string>& faults, bool snapshots = false) {
   auto model = Model::load(test::hfModel("llama"));
