@@ -10,10 +10,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "RopeScalingCheckpoint.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/CheckpointWriter.hpp"
 #include "kvscope/Engine.hpp"
+#include "kvscope/Error.hpp"
 #include "kvscope/SafetensorsWriter.hpp"
 
 using namespace kvscope;
@@ -59,14 +61,17 @@ std::vector<int64_t> goldenPrompt(const std::string& model, int i) {
   return test::goldenJson(model)["prompts"][static_cast<size_t>(i)]["ids"].get<std::vector<int64_t>>();
 }
 
+// "llama-linear" / "llama-llama3": the llama fixture with that rope_scaling (scratch copy).
 std::string modelDir(const std::string& model) {
+  if (model.rfind("llama-", 0) == 0) return test::ropeScalingLlama(model.substr(6));
   return fs::exists(model) ? model : test::hfModel(model);
 }
 
 AuditResult runCase(const Case& c) {
   const std::string dir = modelDir(c.model);
   auto model = Model::load(dir);
-  const std::string golden = fs::exists(c.model) ? "llama" : c.model;
+  const std::string golden =
+      fs::exists(c.model) || c.model.rfind("llama-", 0) == 0 ? "llama" : c.model;
   std::vector<RequestSpec> specs;
   for (int i = 0; i < c.requests; ++i) {
     RequestSpec s;
@@ -259,6 +264,29 @@ std::vector<Case> allCases() {
     cs.push_back(quantizedTwo);
     for (auto& c : faultCases(m)) cs.push_back(c);
   }
+  // rope_scaling (KV Scope's addition): llama with a linear or llama3 rope_scaling. gpt2 has
+  // no RoPE, so the row does not apply to it (AuditAccuracyRope.RopeScalingDoesNotApplyToGpt2).
+  for (const char* m : {"llama-linear", "llama-llama3"}) {
+    cs.push_back({"clean rope_scaling checkpoint", m, {}, {}});
+    cs.push_back({"clean rope_scaling, two requests", m, {}, {}, 0, -1, -2, 2});
+    for (int64_t layer : {0, 2})
+      for (int64_t step : {1, 3})
+        cs.push_back(
+            {"rope_scaling layer=" + std::to_string(layer) + " step=" + std::to_string(step),
+             m,
+             {"rope_scaling:layer=" + std::to_string(layer) + ",step=" + std::to_string(step)},
+             {"rope_scaling"},
+             0,
+             step,
+             layer});
+    cs.push_back({"rope_scaling prefill (step=0) every layer",
+                  m,
+                  {"rope_scaling:step=0"},
+                  {"rope_scaling"},
+                  0,
+                  0,
+                  0});
+  }
   return cs;
 }
 
@@ -323,17 +351,43 @@ TEST(AuditAccuracyClean, HalfPrecisionCheckpointsHaveNoFindings) {
   }
 }
 
+// The row needs RoPE: on gpt2 (learned position embeddings) and on a llama checkpoint
+// without rope_scaling the engine refuses the fault instead of running a no-op.
+TEST(AuditAccuracyRope, RopeScalingDoesNotApplyToGpt2) {
+  for (const char* m : {"gpt2", "llama"}) {
+    auto model = Model::load(test::hfModel(m));
+    RequestSpec s;
+    s.promptIds = goldenPrompt(m, 0);
+    s.maxNewTokens = 2;
+    EngineOptions o;
+    o.faults.push_back(FaultSpec::parse("rope_scaling"));
+    bool refused = false;
+    try {
+      Engine(model).run({s}, o);
+    } catch (const UsageError& e) {
+      refused = std::string(e.what()).find("rope_scaling") != std::string::npos;
+    }
+    EXPECT_TRUE(refused) << m;
+    table().push_back({std::string("rope_scaling: n/a, ") +
+                           (std::string(m) == "gpt2" ? "no RoPE" : "no rope_scaling"),
+                       m, "fault refused", refused ? "fault refused" : "ran", -1, -2, refused});
+  }
+}
+
 class TablePrinter : public ::testing::Environment {
  public:
   void TearDown() override {
     if (table().empty()) return;
     std::cout << "\nAudit accuracy (expected finding ids vs found; first divergence step/layer)\n";
-    std::cout << std::left << std::setw(44) << "case" << std::setw(10) << "model" << std::setw(28) << "expected"
-              << std::setw(28) << "found" << std::setw(6) << "step" << std::setw(6) << "layer" << "ok\n";
+    std::cout << std::left << std::setw(44) << "case" << std::setw(14) << "model" << std::setw(28)
+              << "expected" << std::setw(28) << "found" << std::setw(6) << "step" << std::setw(6)
+              << "layer"
+              << "ok\n";
     int ok = 0;
     for (const auto& r : table()) {
-      std::cout << std::setw(44) << r.name << std::setw(10) << r.model << std::setw(28) << r.expected << std::setw(28) << r.got
-                << std::setw(6) << r.step << std::setw(6) << r.layer << (r.pass ? "yes" : "NO") << "\n";
+      std::cout << std::setw(44) << r.name << std::setw(14) << r.model << std::setw(28)
+                << r.expected << std::setw(28) << r.got << std::setw(6) << r.step << std::setw(6)
+                << r.layer << (r.pass ? "yes" : "NO") << "\n";
       ok += r.pass;
     }
     std::cout << ok << " of " << table().size() << " cases diagnosed correctly\n";

@@ -23,6 +23,7 @@ inline constexpr const char* Drift = "drift";
 // KV Scope's additions to the method's failure matrix.
 inline constexpr const char* SpeculativeRollback = "speculative_rollback";
 inline constexpr const char* KvQuantization = "kv_quantization";
+inline constexpr const char* RopeScaling = "rope_scaling";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

@@ -8,6 +8,7 @@
 #include "audit/QuantizationEvidence.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/RewriteOrigin.hpp"
+#include "audit/RopeScalingEvidence.hpp"
 #include "audit/SignatureSearch.hpp"
 
 namespace kvscope::detail {
@@ -384,6 +385,19 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     ev["layer_key_error"] = a.keyError[l];
     ev["layer_value_error"] = a.valueError[l];
     if (l > 0) ev["previous_layer_key_error"] = a.keyError[l - 1];
+    // Keys rotated with another RoPE scaling at the right positions: before the position
+    // probe, which reads a dropped linear factor f as the right key at f x the position.
+    if (const ModelConfig* cfg = refs_.modelConfig();
+        cfg && RopeScalingEvidence(*cfg, tol_).applies()) {
+      std::vector<const StepAnalysis*> from;
+      for (const auto& s : analyses_.at(r))
+        if (&s == &a || !from.empty()) from.push_back(&s);
+      const RopeScalingEvidence rope(*cfg, tol_);
+      if (auto m = rope.explain(from, *own)) {
+        f.add(rope.finding(a, *m, ev));
+        return;
+      }
+    }
     SignatureSearch search(refs_, tol_, references_);
     if (auto m = search.explain(r, a, *own)) {
       ev["match_error"] = m->error;

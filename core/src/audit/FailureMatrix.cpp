@@ -36,6 +36,8 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
       {finding::KvQuantization,
        "a quantised cache's records sit more than a quantisation step from the projection",
        "the quantisation scale and element type of the cache"},
+      {finding::RopeScaling, "key error grows with position while values at layer 0 are exact",
+       "the RoPE scaling (rope_scaling factor and type) of the path that computed the keys"},
   };
   return table;
 }

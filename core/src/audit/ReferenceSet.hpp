@@ -32,6 +32,8 @@ class ReferenceSet {
   /// mode only (empty otherwise).
   FloatTensor probeLayer0(int64_t token, int64_t count, uint64_t version);
   bool hasModel() const { return model_ != nullptr; }
+  /// The checkpoint's configuration (its RoPE scaling, ...); nullptr in trace+trace mode.
+  const ModelConfig* modelConfig() const { return model_ ? &model_->config() : nullptr; }
   /// Model mode only: an uncached pass over `ids` (e.g. a stream prefix followed by a
   /// speculative step's rejected drafts) with the weights of `version`; nullptr otherwise.
   std::unique_ptr<ReferenceRun> branch(const std::vector<int64_t>& ids, uint64_t version);

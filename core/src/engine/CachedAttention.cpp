@@ -32,6 +32,11 @@ void CachedAttention::roundRecords(int64_t layer, torch::Tensor& kNew, torch::Te
   vNew = torch::stack(vs, 0);
 }
 
+bool CachedAttention::dropsRopeScaling(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.ropeScalingDropped(r.id, r.step, layer);
+}
+
 KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) {
   const auto L = static_cast<size_t>(layer);
   stashK_[L] = kNew;

@@ -42,6 +42,12 @@ class EngineRun {
     specDrafts_ =
         options.speculativeDrafts > 0 ? options.speculativeDrafts : faults_.speculativeDrafts();
     if (specDrafts_ > 16) throw UsageError("at most 16 speculative draft tokens per step");
+    if (faults_.dropsRopeScaling() && (!cfg_.usesRope() || cfg_.rope.type == "default"))
+      throw UsageError(
+          "fault 'rope_scaling' needs a RoPE checkpoint with rope_scaling (linear, llama3 or "
+          "dynamic); this " +
+          architectureName(cfg_.architecture) + " checkpoint " +
+          (cfg_.usesRope() ? "uses default RoPE" : "has no RoPE (learned position embeddings)"));
     KvQuantization quant;
     quant.dtype = options.kvCacheDtype.empty() && faults_.needsQuantizedCache() && !options.uncached
                       ? "int8"

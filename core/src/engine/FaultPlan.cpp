@@ -32,6 +32,10 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
         throw UsageError("fault '" + f.toString() +
                          "': scale must be a percentage in 1..100000 other than 100 (100 is the "
                          "right scale: no fault)");
+    } else if (f.name == "rope_scaling") {
+      checkLayer(f, "layer", true);
+      if (f.get("step") < 0)
+        throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
     } else if (f.name == "stale_cache") {
       checkLayer(f, "layer", false);
     } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
@@ -148,6 +152,16 @@ double FaultPlan::quantizationScaleFactor(int64_t request, int64_t step, int64_t
 }
 
 bool FaultPlan::needsQuantizedCache() const { return find("kv_quantization") != nullptr; }
+
+bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("rope_scaling"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer))
+      return true;
+  return false;
+}
+
+bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
 
 std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
   if (const auto* f = find("stale_cache"))

@@ -40,6 +40,9 @@ class FaultPlan {
   double quantizationScaleFactor(int64_t request, int64_t step, int64_t layer) const;
   /// The kv_quantization fault needs a quantised cache (int8 unless one is chosen).
   bool needsQuantizedCache() const;
+  /// rope_scaling: (request, step, layer) rotates with the unscaled RoPE frequencies.
+  bool ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const;
+  bool dropsRopeScaling() const;
   /// The stale_cache fault: a weight update at a tick whose cache is kept.
   struct StaleUpdate {
     int64_t tick;

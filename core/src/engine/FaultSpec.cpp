@@ -82,6 +82,15 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
         {"step", "first step affected (0 = prefill)", "1"},
         {"layer", "layer affected (-1 = all)", "0"},
         {"request", "request affected (-1 = all)", "-1"}}},
+      {"rope_scaling",
+       "from step `step` on, the cached path rotates the queries and keys of `layer` (-1 = every "
+       "layer) with the unscaled RoPE frequencies: the checkpoint's rope_scaling (linear, "
+       "llama3, dynamic) is dropped on that path; needs a RoPE checkpoint with rope_scaling "
+       "(not gpt2, which has no RoPE)",
+       "key error grows with position while values at layer 0 are exact",
+       {{"step", "first step affected (0 = prefill)", "1"},
+        {"layer", "layer affected (-1 = all)", "-1"},
+        {"request", "request affected (-1 = all)", "-1"}}},
       {"window_off_by_one",
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",

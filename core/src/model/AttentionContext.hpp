@@ -30,6 +30,13 @@ class AttentionContext {
     (void)kNew;
     (void)vNew;
   }
+  /// Whether batch row `row` of this forward rotates `layer`'s queries and keys with the
+  /// unscaled RoPE frequencies (the rope_scaling fault: a path that drops rope_scaling).
+  virtual bool dropsRopeScaling(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&

@@ -141,9 +141,30 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     std::tie(cos, sin) = rope->cosSin(positions);
   }
   tap(taps, -1, "embed", h);
+  torch::Tensor cosUnscaled, sinUnscaled;  // [B, s, d], only when a row drops rope_scaling
   for (int64_t i = 0; i < config.numLayers; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    h = h + attentionBlock(i, norm(h, w.ln1W, w.ln1B), cos, sin, attention, taps);
+    torch::Tensor layerCos = cos, layerSin = sin;
+    if (cos.defined()) {
+      std::vector<uint8_t> dropped(static_cast<size_t>(ids.size(0)), 0);
+      bool any = false;
+      for (int64_t b = 0; b < ids.size(0); ++b)
+        if (attention.dropsRopeScaling(i, b)) {
+          dropped[static_cast<size_t>(b)] = 1;
+          any = true;
+        }
+      if (any) {
+        if (!cosUnscaled.defined())
+          std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(positions);
+        auto rows =
+            torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kLong)
+                .to(torch::kBool)
+                .view({-1, 1, 1});
+        layerCos = torch::where(rows, cosUnscaled, cos);
+        layerSin = torch::where(rows, sinUnscaled, sin);
+      }
+    }
+    h = h + attentionBlock(i, norm(h, w.ln1W, w.ln1B), layerCos, layerSin, attention, taps);
     h = h + mlpBlock(i, norm(h, w.ln2W, w.ln2B));
     tap(taps, i, "hidden", h);
   }

@@ -4,31 +4,30 @@
 
 namespace kvscope::detail {
 
-namespace {
-torch::Tensor defaultInvFreq(double base, int64_t dim) {
+torch::Tensor RotaryEmbedding::defaultInvFreq(double theta, int64_t dim) {
   // 1 / base ** (arange(0, dim, 2).float() / dim), in float32 as transformers does.
   auto exponent = torch::arange(0, dim, 2, torch::kLong).to(torch::kFloat) / static_cast<float>(dim);
-  return 1.0 / torch::pow(torch::tensor(static_cast<float>(base)), exponent);
+  return 1.0 / torch::pow(torch::tensor(static_cast<float>(theta)), exponent);
 }
-}  // namespace
+
+torch::Tensor RotaryEmbedding::scaled(const RopeConfig& rope, const torch::Tensor& invFreq) {
+  if (rope.type == "linear") return invFreq / static_cast<float>(rope.factor);
+  if (rope.type != "llama3") return invFreq;
+  const double oldContext = static_cast<double>(rope.originalMaxPositions);
+  const double lowWavelen = oldContext / rope.lowFreqFactor;
+  const double highWavelen = oldContext / rope.highFreqFactor;
+  auto wavelen = 2 * M_PI / invFreq;
+  auto scaledFreq = torch::where(wavelen > lowWavelen, invFreq / rope.factor, invFreq);
+  auto smooth =
+      (oldContext / wavelen - rope.lowFreqFactor) / (rope.highFreqFactor - rope.lowFreqFactor);
+  auto smoothed = (1 - smooth) * scaledFreq / rope.factor + smooth * scaledFreq;
+  auto medium = wavelen.ge(highWavelen).logical_and(wavelen.le(lowWavelen));
+  return torch::where(medium, smoothed, scaledFreq).to(torch::kFloat);
+}
 
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config)
     : rope_(config.rope), dim_(config.headDim), maxPositions_(config.maxPositions) {
-  invFreq_ = defaultInvFreq(rope_.theta, dim_);
-  if (rope_.type == "linear") {
-    invFreq_ = invFreq_ / static_cast<float>(rope_.factor);
-  } else if (rope_.type == "llama3") {
-    const double oldContext = static_cast<double>(rope_.originalMaxPositions);
-    const double lowWavelen = oldContext / rope_.lowFreqFactor;
-    const double highWavelen = oldContext / rope_.highFreqFactor;
-    auto wavelen = 2 * M_PI / invFreq_;
-    auto scaled = torch::where(wavelen > lowWavelen, invFreq_ / rope_.factor, invFreq_);
-    auto smooth = (oldContext / wavelen - rope_.lowFreqFactor) /
-                  (rope_.highFreqFactor - rope_.lowFreqFactor);
-    auto smoothed = (1 - smooth) * scaled / rope_.factor + smooth * scaled;
-    auto medium = wavelen.ge(highWavelen).logical_and(wavelen.le(lowWavelen));
-    invFreq_ = torch::where(medium, smoothed, scaled).to(torch::kFloat);
-  }
+  invFreq_ = scaled(rope_, defaultInvFreq(rope_.theta, dim_));
 }
 
 torch::Tensor RotaryEmbedding::invFreqFor(int64_t seqLen) const {
@@ -43,12 +42,22 @@ torch::Tensor RotaryEmbedding::invFreqFor(int64_t seqLen) const {
   return defaultInvFreq(base, dim_);
 }
 
-std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSin(const torch::Tensor& positions) const {
-  const int64_t seqLen = positions.numel() ? positions.max().item<int64_t>() + 1 : 0;
-  auto inv = invFreqFor(seqLen);
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::rotation(const torch::Tensor& positions,
+                                                                  const torch::Tensor& inv) {
   auto freqs = positions.to(torch::kFloat).unsqueeze(-1) * inv.view({1, 1, -1});  // [B, s, d/2]
   auto emb = torch::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSin(
+    const torch::Tensor& positions) const {
+  const int64_t seqLen = positions.numel() ? positions.max().item<int64_t>() + 1 : 0;
+  return rotation(positions, invFreqFor(seqLen));
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSinUnscaled(
+    const torch::Tensor& positions) const {
+  return rotation(positions, defaultInvFreq(rope_.theta, dim_));
 }
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const torch::Tensor& cos,
