@@ -19,7 +19,7 @@ inline std::string ropeScalingLlama(const std::string& type, double factor = 0) 
   namespace fs = std::filesystem;
   if (factor <= 0) factor = type == "linear" ? 2.0 : 8.0;
   const fs::path dir =
-      scratchDir("rope-scaling-" + type + "-" + std::to_string(static_cast<int>(factor)));
+      scratchDir("rope-scaling-" + type + "-" + std::to_string(static_cast<int>(factor * 100)));
   if (fs::exists(dir / "model.safetensors")) return dir.string();
   const fs::path src = hfModel("llama");
   for (const auto& e : fs::directory_iterator(src))

@@ -96,8 +96,8 @@ TEST(RopeScaling, Llama3DroppedAtADeeperLayerKeepsLayer0Exact) {
 }
 
 // Another engine's trace: keys rotated with the factor applied twice (linear 4 where the
-// checkpoint says 2), or llama3's factor applied linearly. Its checkpoint is not ours, so its
-// fingerprint is unknown.
+// checkpoint says 2), llama3's factor applied linearly, or the factor inverted. Its checkpoint is
+// not ours, so its fingerprint is unknown.
 TEST(RopeScaling, OtherScalingsFromAnotherEngine) {
   struct Row {
     std::string recorded, audited;
@@ -107,7 +107,10 @@ TEST(RopeScaling, OtherScalingsFromAnotherEngine) {
   const std::vector<Row> rows = {
       {test::ropeScalingLlama("linear", 4), test::ropeScalingLlama("linear"), 2, "applied twice"},
       {test::ropeScalingLlama("linear", 8), test::ropeScalingLlama("llama3"), 3,
-       "linear scaling by the same factor instead of llama3"}};
+       "linear scaling by the same factor instead of llama3"},
+      // A fused kernel that multiplies by the factor where the prefill divides
+      // (mit-han-lab/llm-awq#334): linear 1/2 where the checkpoint says 2.
+      {test::ropeScalingLlama("linear", 0.5), test::ropeScalingLlama("linear"), 4, "inverted"}};
   for (const auto& r : rows) {
     Trace t = run(r.recorded);
     t.model.fingerprint.clear();

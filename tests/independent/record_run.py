@@ -109,6 +109,27 @@ def _greedy(model: Model, prompt_ids: List[int], steps: int):
     return run.requests[0]["generated"], [s.logits for s in run.steps]
 
 
+def make_rope_checkpoint(src_dir: str, dst_dir: str, rope_parameters: Dict[str, object]) -> str:
+    """A copy of the Llama checkpoint `src_dir` in `dst_dir` whose config.json carries
+    `rope_parameters` (e.g. {"rope_type": "llama3", "factor": 8.0, ...}; rope_theta kept
+    unless given) instead of its own RoPE settings; weights and tokenizer files copied."""
+    if os.path.abspath(src_dir) == os.path.abspath(dst_dir):
+        raise ValueError(f"{dst_dir}: the copy must go to another directory than {src_dir}")
+    os.makedirs(dst_dir, exist_ok=True)
+    for name in os.listdir(src_dir):
+        if name != "config.json" and os.path.isfile(os.path.join(src_dir, name)):
+            shutil.copy2(os.path.join(src_dir, name), os.path.join(dst_dir, name))
+    with open(os.path.join(src_dir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    old = cfg.pop("rope_parameters", None) or {}
+    theta = old.get("rope_theta", cfg.pop("rope_theta", 10000.0))
+    cfg.pop("rope_scaling", None)
+    cfg["rope_parameters"] = {"rope_theta": theta, **rope_parameters}
+    with open(os.path.join(dst_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)
+    return dst_dir
+
+
 def make_tied_checkpoint(src_dir: str, dst_dir: str, prompt_ids: List[int], tie_step: int = 1,
                          dtype: str = "float32", token_b: Optional[int] = None) -> Dict[str, object]:
     """Writes a copy of checkpoint `src_dir` to `dst_dir` (config and tokenizer files

@@ -289,6 +289,38 @@ class BugTest(_Temp):
         with self.assertRaises(ValueError):
             self.run_bug("rng_extra_draw")
 
+    def test_rope_scaling(self):
+        """llama3 frequencies against values computed by hand from transformers' rule (head
+        dim 16, theta 1e4, factor 8, original context 64, low/high 1/4), linear ones divided
+        by the factor, and the rope_scaling bug: exact until its step, then keys differ at the
+        layers it names while values stay exact at layer 0."""
+        llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        m = te.Model(record_run.make_rope_checkpoint(MODELS["llama"], self.path("llama3"), llama3))
+        inv = m._inv_freq().tolist()
+        base = m._inv_freq(scaled=False).tolist()
+        self.assertAlmostEqual(inv[0], 1.0, places=6)       # wavelength 6.3 < 16: kept
+        self.assertAlmostEqual(inv[1], 0.24438, places=4)   # 19.9: smoothed (smooth 0.7403)
+        self.assertAlmostEqual(inv[2], 0.013042, places=5)  # 62.8 <= 64: smoothed (0.0062)
+        for i in range(3, 8):                                # above 64: divided by 8
+            self.assertAlmostEqual(inv[i], base[i] / 8, places=9)
+        lin = te.Model(record_run.make_rope_checkpoint(MODELS["llama"], self.path("linear"),
+                                                       {"rope_type": "linear", "factor": 2.0}))
+        for a, b in zip(lin._inv_freq().tolist(), base):
+            self.assertAlmostEqual(a, b / 2, places=9)
+        with self.assertRaises(ValueError):  # gpt2 has no RoPE; default RoPE has no scaling
+            te.DecodeEngine(self.gpt2, "rope_scaling")
+        clean = te.DecodeEngine(m).run_cached(PROMPT["llama"], 6)
+        bug = te.DecodeEngine(m, "rope_scaling:step=3,layer=1").run_cached(PROMPT["llama"], 6)
+        for a, b in zip(clean.steps[:3], bug.steps[:3]):
+            np.testing.assert_array_equal(a.logits, b.logits)
+        first, fresh = clean.steps[3], bug.steps[3]
+        t = first.cache_keys[0].shape[1] - 1  # the step's own record
+        np.testing.assert_array_equal(first.cache_keys[0][:, t], fresh.cache_keys[0][:, t])
+        np.testing.assert_array_equal(first.cache_values[1][:, t], fresh.cache_values[1][:, t])
+        self.assertGreater(float(np.abs(first.cache_keys[1][:, t] - fresh.cache_keys[1][:, t]).max()), 0.1)
+        self.assertEqual([i for i in bug.injected if i["bug"] == "rope_scaling"][0]["step"], 3)
+
     def test_cache_bugs_on_llama_bf16(self):
         llama = te.Model(MODELS["llama"], "bfloat16")
         P = len(PROMPT["llama"])

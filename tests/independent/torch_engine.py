@@ -32,6 +32,11 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
   kv_quantization:format=F,scale=P,layer=L,step=S
                                         that cache, but from step S layer L's rows are
                                         dequantised with P percent of their scale
+  rope_scaling:step=S,layer=L           from step S (0 = the prefill) the path rotates queries and keys
+                                        of layer L (-1 = all) without the config's
+                                        rope_scaling (the linear / llama3 factor dropped, as
+                                        a decode kernel that ignores it); needs a scaled RoPE
+                                        checkpoint
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "speculative_rollback": {"draft": 3, "step": 1},
     "kv_cache": {"format": "int8", "static": 0},
     "kv_quantization": {"format": "int8", "scale": 200, "layer": 0, "step": 1, "static": 0},
+    "rope_scaling": {"step": 1, "layer": -1},
 }
 CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization")
 STRING_PARAMS = ("format",)
@@ -282,6 +288,19 @@ class DecodeEngine:
         for name in ("cross_request", "stale_cache"):
             if name in self.bugs and self.bugs[name]["step"] < 1:
                 raise ValueError(f"{name}: step must be >= 1 (it acts between two steps)")
+        b = self.bugs.get("rope_scaling")
+        if b:
+            if model.cfg.model_type == "gpt2" or model.cfg.rope["type"] == "default":
+                raise ValueError("rope_scaling needs a RoPE checkpoint with rope_scaling (linear, llama3)")
+            if b["step"] < 0 or not -1 <= b["layer"] < model.cfg.num_layers:
+                raise ValueError(f"rope_scaling: step {b['step']} / layer {b['layer']} out of range")
+
+    def unscaled_rope_layers(self, step: int):
+        """rope_scaling: the layers whose RoPE drops the scaling at this step (None: none)."""
+        b = self.bugs.get("rope_scaling")
+        if not b or step < b["step"]:
+            return None
+        return set(range(self.model.cfg.num_layers)) if b["layer"] < 0 else {b["layer"]}
 
     def new_cache(self) -> KVCache:
         """A fresh cache object, patched when a cache bug is selected."""
@@ -374,7 +393,7 @@ class DecodeEngine:
                     draft = prompt_lookup(list(prompt_ids) + tokens, budget) if budget > 0 else []
                 fed = fed + draft
                 pos = self.positions(past, len(fed), step)
-                logits = model.forward(fed, pos, cache)
+                logits = model.forward(fed, pos, cache, self.unscaled_rope_layers(step))
                 accepted = 0  # greedy verification: draft j stands while row j chooses it
                 while accepted < len(draft) and chooser.choose(logits[len(fed) - len(draft) - 1 + accepted], step)[0] == draft[accepted]:
                     accepted += 1
@@ -425,7 +444,7 @@ class DecodeEngine:
     def _note_injections(self, run: RunLog) -> None:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
-                     "rng_extra_draw", "speculative", "kv_cache", "kv_quantization"):
+                     "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:

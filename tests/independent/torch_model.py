@@ -4,7 +4,8 @@ and Llama-family checkpoints.
 It shares no code with KV Scope's C++ core: weights come from st_numpy.py, the model is
 written here from the transformers definitions (GPT-2: learned positions, LayerNorm,
 Conv1D weights [in, out], fused c_attn, gelu_new, tied head; Llama / Mistral / Qwen2:
-RMSNorm, RoPE, grouped-query attention, SwiGLU, Qwen2 q/k/v biases). The cache is a
+RMSNorm, RoPE with default, linear or llama3 scaling, grouped-query attention, SwiGLU,
+Qwen2 q/k/v biases). The cache is a
 transformers-style object (`update(layer_idx, k, v) -> (k_all, v_all)`,
 `get_seq_length()`, keys stored after RoPE), and the attention mask follows transformers'
 `cache_position` rule: query i of a step may see cache entry j when
@@ -31,7 +32,7 @@ import json
 import math
 import os
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -84,7 +85,7 @@ class ModelConfig:
             if c.get("hidden_act", "silu") != "silu":
                 raise ValueError(f"{path}: hidden_act {c.get('hidden_act')!r} not supported")
             self.tie = c.get("tie_word_embeddings", False)
-            self.rope_theta, self.rope_factor = self._rope(c, path)
+            self.rope = self._rope(c, path)
         else:
             raise ValueError(f"{path}: model_type {self.model_type!r} not supported "
                              f"(gpt2, {', '.join(LLAMA_TYPES)})")
@@ -93,19 +94,29 @@ class ModelConfig:
         self.vocab_size = c["vocab_size"]
 
     @staticmethod
-    def _rope(c: dict, path: str) -> Tuple[float, float]:
-        """(theta, linear scaling factor) from the top level (transformers 4) or from
-        rope_parameters (transformers 5); only the default and linear types."""
+    def _rope(c: dict, path: str) -> Dict[str, object]:
+        """The RoPE parameters from the top level (transformers 4: rope_theta, rope_scaling)
+        or from rope_parameters (transformers 5): theta, type (default, linear, llama3),
+        factor and llama3's low/high frequency factors and original context."""
         params = c.get("rope_parameters") or {}
         scaling = c.get("rope_scaling") or {}
+        src = params if params else scaling
         theta = params.get("rope_theta", c.get("rope_theta", 10000.0))
-        kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-        factor = params.get("factor", scaling.get("factor", 1.0))
+        kind = src.get("rope_type") or src.get("type") or "default"
+        rope = {"theta": float(theta), "type": kind, "factor": 1.0}
         if kind == "default":
-            factor = 1.0
-        elif kind != "linear":
-            raise ValueError(f"{path}: rope type {kind!r} not supported (default, linear)")
-        return float(theta), float(factor)
+            return rope
+        if kind not in ("linear", "llama3"):
+            raise ValueError(f"{path}: rope type {kind!r} not supported (default, linear, llama3)")
+        rope["factor"] = float(src.get("factor", 1.0))
+        if kind == "llama3":
+            try:
+                rope["low"] = float(src["low_freq_factor"])
+                rope["high"] = float(src["high_freq_factor"])
+                rope["original"] = int(src["original_max_position_embeddings"])
+            except KeyError as e:
+                raise ValueError(f"{path}: llama3 rope scaling needs {e.args[0]}") from None
+        return rope
 
     def shape_key(self) -> tuple:
         """What two checkpoints must share for one to replace the other's weights."""
@@ -267,11 +278,31 @@ class Model:
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.cfg.eps)
         return self.prec.r(w * self.prec.r(h.to(x.dtype)))
 
-    def _rope(self, positions: torch.Tensor):
+    def _inv_freq(self, scaled: bool = True) -> torch.Tensor:
+        """RoPE inverse frequencies [d/2] (float32): 1 / theta^(2i/d), then the config's
+        scaling unless `scaled` is False. linear divides every frequency by the factor;
+        llama3 (transformers' _compute_llama3_parameters) divides the low frequencies
+        (wavelength above original / low_freq_factor), keeps the high ones (below original /
+        high_freq_factor) and interpolates smoothly in between."""
+        rope, d = self.cfg.rope, self.cfg.head_dim
+        inv = 1.0 / (rope["theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+        if not scaled or rope["type"] == "default":
+            return inv
+        factor = rope["factor"]
+        if rope["type"] == "linear":
+            return inv / factor
+        original, low, high = rope["original"], rope["low"], rope["high"]
+        wavelen = 2 * math.pi / inv
+        low_freq_wavelen, high_freq_wavelen = original / low, original / high
+        out = torch.where(wavelen > low_freq_wavelen, inv / factor, inv)
+        smooth = (original / wavelen - low) / (high - low)
+        between = (1 - smooth) * out / factor + smooth * out
+        medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+        return torch.where(medium, between, out)
+
+    def _rope(self, positions: torch.Tensor, scaled: bool = True):
         """cos, sin [n, d] for the positions (float32 math, cast to the compute dtype)."""
-        d = self.cfg.head_dim
-        inv = 1.0 / (self.cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-        inv = inv / self.cfg.rope_factor
+        inv = self._inv_freq(scaled)
         freqs = positions.float()[:, None] * inv[None, :]
         emb = torch.cat([freqs, freqs], dim=-1)
         return self.prec.r(emb.cos().to(self.prec.dtype)), self.prec.r(emb.sin().to(self.prec.dtype))
@@ -299,9 +330,11 @@ class Model:
 
     # ---- forward
     @torch.no_grad()
-    def forward(self, ids: List[int], positions: List[int], cache: KVCache) -> torch.Tensor:
+    def forward(self, ids: List[int], positions: List[int], cache: KVCache,
+                unscaled_rope_layers: Optional[Set[int]] = None) -> torch.Tensor:
         """Runs the fed tokens at the given position ids over the cache (which update()
-        extends) and returns float32 logits [n, V]."""
+        extends) and returns float32 logits [n, V]. `unscaled_rope_layers`: layers whose
+        queries and keys rotate without the config's RoPE scaling (the rope_scaling bug)."""
         cfg = self.cfg
         if len(ids) != len(positions) or not ids:
             raise ValueError(f"{len(ids)} ids for {len(positions)} positions")
@@ -313,7 +346,7 @@ class Model:
         if cfg.model_type == "gpt2":
             h = self._forward_gpt2(ids_t, pos_t, cache, past)
         else:
-            h = self._forward_llama(ids_t, pos_t, cache, past)
+            h = self._forward_llama(ids_t, pos_t, cache, past, unscaled_rope_layers or set())
         return self.prec.mm(F.linear, h, self.lm_head).to(torch.float32)
 
     def _heads(self, x, h):
@@ -345,11 +378,13 @@ class Model:
             h = r(h + self._conv1d(m, w["mlp.c_proj.weight"], w["mlp.c_proj.bias"]))
         return r(F.layer_norm(h, (cfg.hidden,), self.ln_f[0], self.ln_f[1], cfg.eps))
 
-    def _forward_llama(self, ids, pos, cache, past):
+    def _forward_llama(self, ids, pos, cache, past, unscaled_layers):
         cfg, r = self.cfg, self.prec.r
         h = F.embedding(ids, self.embed)
-        cos, sin = self._rope(pos)
+        scaled = self._rope(pos)
+        unscaled = self._rope(pos, scaled=False) if unscaled_layers else scaled
         for l, w in enumerate(self.layers):
+            cos, sin = unscaled if l in unscaled_layers else scaled
             x = self._rms_norm(h, w["input_layernorm.weight"])
             q = self._heads(self._linear(x, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"]), cfg.num_heads)
             k = self._heads(self._linear(x, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"]), cfg.num_kv_heads)

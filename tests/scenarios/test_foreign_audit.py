@@ -256,6 +256,39 @@ class IndependentEngineTest(unittest.TestCase):
                 check(self, f"engine {model} {dtype}", "fp8_e4m3 static scale x0.5 L1 s2", "model+trace",
                       fr.Expectation(["kv_quantization"], 2, 1), fr.audit(trace, model=os.path.join(MODELS, model)))
 
+    def test_rope_scaling(self):
+        """KV Scope's addition: llama checkpoints with linear and llama3 rope_scaling (the
+        independent engine computes llama3's frequencies its own way, from transformers'
+        rule) audit clean; a decode path that drops the scaling from step 1 (every layer) or
+        step 3 (layer 1 only) is rope_scaling there. gpt2 has no RoPE: the bug does not apply."""
+        scalings = {"linear": {"rope_type": "linear", "factor": 2.0},
+                    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}
+        for kind, rope in scalings.items():
+            ckpt = record_run.make_rope_checkpoint(os.path.join(MODELS, "llama"),
+                                                   os.path.join(self.tmp, f"llama-{kind}"), rope)
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(rope=kind, dtype=dtype):
+                    src = f"engine llama-{kind} {dtype}"
+                    trace, _ = self._record("llama", dtype, f"rope-{kind}-clean", model_dir=ckpt)
+                    check(self, src, f"{kind} rope_scaling clean", "model+trace", fr.Expectation([]),
+                          fr.audit(trace, model=ckpt))
+                    for step, layer in ((1, -1), (3, 1)):
+                        trace, _ = self._record("llama", dtype, f"rope-{kind}-{step}-{layer}",
+                                                f"rope_scaling:step={step},layer={layer}", model_dir=ckpt)
+                        out = fr.audit(trace, model=ckpt)
+                        where = "every layer" if layer < 0 else f"L{layer}"
+                        check(self, src, f"scaling dropped from s{step}, {where}", "model+trace",
+                              fr.Expectation(["rope_scaling"], step, max(layer, 0)), out)
+                        f = next(x for x in out.report["findings"] if x["id"] == "rope_scaling")
+                        self.assertEqual(f["evidence"]["hypothesis"], 1)  # the factor dropped
+                        self.assertLessEqual(f["evidence"]["rerotated_key_error"], f["evidence"]["tolerance"])
+                        if kind == "linear":  # the right key at 2p: not a position offset
+                            self.assertEqual(f["evidence"]["equivalent_position"], 2 * f["evidence"]["first_position"])
+        with self.assertRaises(ValueError):
+            self._record("gpt2", "float32", "rope-gpt2", "rope_scaling")
+        ROWS.append(["engine gpt2", "rope_scaling", "-", "n/a (no RoPE)", "bug refused", "-", "ok"])
+
     def test_speculative_decoding(self):
         """KV Scope's addition: greedy speculative decoding with prompt-lookup drafts, the
         rejected ones cropped (clean), and a cache whose crop() is a no-op from step 2

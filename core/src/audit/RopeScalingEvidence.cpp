@@ -108,6 +108,10 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
   hyps.push_back(
       {1, "the scaling dropped (the default frequencies of rope_theta)", toVector(base)});
   hyps.push_back({2, "the scaling applied twice", toVector(RotaryEmbedding::scaled(rope, rightT))});
+  RopeConfig inverted = rope;  // a kernel that multiplies by the factor where it should divide
+  inverted.factor = 1.0 / rope.factor;
+  hyps.push_back({4, "the factor inverted (frequencies multiplied by it instead of divided)",
+                  toVector(RotaryEmbedding::scaled(inverted, base))});
   if (rope.type == "llama3") {
     RopeConfig linear = rope;
     linear.type = "linear";

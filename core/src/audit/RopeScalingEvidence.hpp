@@ -1,10 +1,10 @@
 // Evidence for a RoPE scaling mismatch (rope_scaling): a layer's new keys differ from the
 // reference while its values are exact, and they equal the reference keys with the
 // reference rotation undone and redone with another scaling of the checkpoint's RoPE
-// frequencies (the factor dropped, applied twice, or linear instead of llama3). Records are
-// compared at the same, recorded, position ids: with linear factor f a dropped factor puts a
-// key at position p where the checkpoint puts f x p, which the layer-0 position probe alone
-// would read as a position offset.
+// frequencies (the factor dropped, applied twice, inverted, or linear instead of llama3).
+// Records are compared at the same, recorded, position ids: with linear factor f a dropped
+// factor puts a key at position p where the checkpoint puts f x p, which the layer-0
+// position probe alone would read as a position offset.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 namespace kvscope::detail {
 
 struct RopeScalingMatch {
-  int hypothesis = 0;         // 1 factor dropped, 2 applied twice, 3 linear instead of llama3
+  int hypothesis = 0;  // 1 factor dropped, 2 applied twice, 3 linear instead of llama3, 4 inverted
   std::string description;    // "the scaling dropped (default frequencies of rope_theta)"
   double rerotatedError = 0;  // max |record - re-rotated reference key| over the records
   double tolerance = 0;       // the largest record tolerance among them
