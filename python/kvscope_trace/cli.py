@@ -35,6 +35,11 @@ def info(trace: Trace, path: str = "") -> str:
     if kv:
         out.append(f"kv cache: {kv['dtype']}, " + ("static scales per layer" if kv.get("scale") == "per_layer"
                                                   else "a scale per token and kv head"))
+    rope = m.get("rope_parameters")
+    if rope:
+        out.append(f"rope scaling: {rope.get('rope_type', 'default')} factor {rope.get('factor', 1.0):g}"
+                   + (f", original context {rope['original_max_position_embeddings']}"
+                      if rope.get("original_max_position_embeddings") else ""))
     if trace.recorded_layers is not None:
         out.append(f"recorded layers: {trace.recorded_layers} of {m['num_layers']}")
     for r in trace.requests:

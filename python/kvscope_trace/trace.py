@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import format_v1, format_v2, kv_cache
+from . import format_v1, format_v2, kv_cache, rope
 from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
                         _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
                         write_safetensors)
@@ -255,6 +255,7 @@ def _parse_document(doc: Any, file: str):
         model[k] = m.integer(k, 0)
     if min(model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"]) <= 0:
         raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
+    rope.parse_rope(model, file)  # kept in `model`, validated here
     V = model["vocab_size"]
     recorded = _recorded_layers(top, model["num_layers"])
     kv_cache.parse_kv_cache(doc, file, model["num_layers"])  # kept in `extra`, validated here

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "RopeScalingCheckpoint.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/KvScope.hpp"  // the start-here header: every entry point compiles from it
 
@@ -263,4 +264,27 @@ TEST(Inspector, TimelineMarksSpeculativeStepsKeptDraftsAndAQuantisedCache) {
   const auto cache = kinds(quantisedTimeline, "kv_cache");
   ASSERT_EQ(cache.size(), 1u);
   EXPECT_EQ(cache.front()->label, "int8, a scale per token and kv head");
+  EXPECT_TRUE(kinds(clean, "rope").empty());  // default RoPE declares nothing
+}
+
+TEST(Inspector, TimelineMarksTheRopeScalingAndWhereKeysLeaveIt) {
+  AuditJobSpec spec;
+  spec.modelDir = ropeScalingLlama("llama3");
+  spec.promptIds = {{0, 34, 86, 69, 301, 291, 938}};
+  spec.maxNewTokens = 6;
+  spec.faults = {"rope_scaling:layer=1,step=2"};
+  const RequestTimeline tl =
+      Inspector(std::make_shared<const AuditJobOutput>(runAuditJob(spec))).timeline(0);
+  std::vector<const TimelineMarker*> rope, mismatch;
+  for (const auto& m : tl.markers) {
+    if (m.kind == "rope") rope.push_back(&m);
+    if (m.kind == "rope_scaling") mismatch.push_back(&m);
+  }
+  ASSERT_EQ(rope.size(), 1u);
+  EXPECT_EQ(rope.front()->label, "RoPE llama3 x8");
+  EXPECT_FALSE(rope.front()->alarm);
+  ASSERT_EQ(mismatch.size(), 1u);
+  EXPECT_EQ(mismatch.front()->step, 2);
+  EXPECT_TRUE(mismatch.front()->alarm);
+  EXPECT_EQ(mismatch.front()->label, "layer 1 keys at another RoPE scaling");
 }

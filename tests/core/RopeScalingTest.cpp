@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 
 #include "RopeScalingCheckpoint.hpp"
 #include "TestSupport.hpp"
@@ -141,6 +143,59 @@ TEST(RopeScaling, PositionOffsetOnAScaledCheckpointStaysPosition) {
   EXPECT_EQ(f.step, 1);
   EXPECT_EQ(f.evidence.at("offset"), 3.0);
   EXPECT_FALSE(rep.hasFinding(finding::RopeScaling));
+}
+
+// The trace carries the engine's RoPE scaling (model.rope_parameters), so a trace+trace
+// audit without the checkpoint can re-rotate the reference trace's keys.
+TEST(RopeScaling, TraceCarriesTheScalingForTracePlusTrace) {
+  const std::string dir = test::ropeScalingLlama("llama3");
+  auto model = Model::load(dir);
+  RequestSpec s;
+  s.promptIds = test::goldenJson("llama")["prompts"][0]["ids"].get<std::vector<int64_t>>();
+  s.maxNewTokens = 8;
+  s.stopAtEos = false;
+  EngineOptions ref;
+  ref.uncached = true;
+  const Trace reference = roundTrip(Engine(model).run({s}, ref), "llama3-uncached.kvtrace");
+  ASSERT_TRUE(reference.model.rope.has_value());
+  EXPECT_EQ(reference.model.rope->type, "llama3");
+  EXPECT_EQ(reference.model.rope->originalMaxPositions, 64);
+  const Trace cached =
+      roundTrip(run(dir, {"rope_scaling:layer=2,step=3"}), "llama3-cached.kvtrace");
+  const AuditReport rep = Auditor::auditTraces(reference, cached).report;
+  const Finding& f = only(rep, finding::RopeScaling);
+  EXPECT_EQ(f.step, 3);
+  EXPECT_EQ(f.layer, 2);
+  EXPECT_EQ(f.evidence.at("hypothesis"), 1.0);
+  // Without the field the audit cannot re-derive the scaling: no rope_scaling finding.
+  Trace unknown = cached;
+  unknown.model.rope.reset();
+  EXPECT_FALSE(Auditor::auditTraces(reference, unknown).report.hasFinding(finding::RopeScaling));
+  // Default RoPE and gpt2 write no field; a malformed one is refused naming the field.
+  EXPECT_FALSE(run(test::hfModel("llama")).model.rope.has_value());
+  const auto path = (test::scratchDir("rope-scaling-traces") / "llama3-cached.kvtrace").string();
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> bad = {
+      {[](nlohmann::json& d) { d["model"]["rope_parameters"]["rope_type"] = "yarn2"; },
+       "model.rope_parameters.rope_type"},
+      {[](nlohmann::json& d) { d["model"]["rope_parameters"]["factor"] = -2; },
+       "model.rope_parameters.factor"},
+      {[](nlohmann::json& d) {
+         d["model"]["rope_parameters"].erase("original_max_position_embeddings");
+       },
+       "model.rope_parameters.original_max_position_embeddings"},
+      {[](nlohmann::json& d) { d["model"]["rope_parameters"] = 8; }, "model.rope_parameters"}};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const auto out =
+        (test::scratchDir("rope-scaling-traces") / ("bad" + std::to_string(i) + ".kvtrace"))
+            .string();
+    test::rewriteTrace(path, out, bad[i].first);
+    try {
+      TraceFile::read(out);
+      ADD_FAILURE() << "accepted " << bad[i].second;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), bad[i].second) << e.what();
+    }
+  }
 }
 
 TEST(RopeScaling, FaultNeedsARopeScalingCheckpoint) {

@@ -406,4 +406,15 @@ class Model:
                 "head_dim": c.head_dim, "vocab_size": c.vocab_size, "max_positions": c.max_positions,
                 "architecture": c.model_type, "directory": os.path.abspath(c.directory),
                 "fingerprint": fingerprint, "stored_dtype": stored_dtype,
-                "compute_dtype": self.prec.name}
+                "compute_dtype": self.prec.name, **self._rope_info()}
+
+    def _rope_info(self) -> Dict[str, object]:
+        """model.rope_parameters for a scaled RoPE (docs/trace-format.md), HF's names."""
+        rope = getattr(self.cfg, "rope", None)
+        if not rope or rope["type"] == "default":
+            return {}
+        out = {"rope_type": rope["type"], "rope_theta": rope["theta"], "factor": rope["factor"]}
+        if rope["type"] == "llama3":
+            out.update(low_freq_factor=rope["low"], high_freq_factor=rope["high"],
+                       original_max_position_embeddings=rope["original"])
+        return {"rope_parameters": out}

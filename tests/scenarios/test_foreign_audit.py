@@ -260,7 +260,8 @@ class IndependentEngineTest(unittest.TestCase):
         """KV Scope's addition: llama checkpoints with linear and llama3 rope_scaling (the
         independent engine computes llama3's frequencies its own way, from transformers'
         rule) audit clean; a decode path that drops the scaling from step 1 (every layer) or
-        step 3 (layer 1 only) is rope_scaling there. gpt2 has no RoPE: the bug does not apply."""
+        step 3 (layer 1 only) is rope_scaling there, also trace+trace against the uncached run
+        (the traces carry model.rope_parameters). gpt2 has no RoPE: the bug does not apply."""
         scalings = {"linear": {"rope_type": "linear", "factor": 2.0},
                     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}
@@ -270,9 +271,9 @@ class IndependentEngineTest(unittest.TestCase):
             for dtype in ("float32", "bfloat16"):
                 with self.subTest(rope=kind, dtype=dtype):
                     src = f"engine llama-{kind} {dtype}"
-                    trace, _ = self._record("llama", dtype, f"rope-{kind}-clean", model_dir=ckpt)
+                    clean, _ = self._record("llama", dtype, f"rope-{kind}-clean", model_dir=ckpt)
                     check(self, src, f"{kind} rope_scaling clean", "model+trace", fr.Expectation([]),
-                          fr.audit(trace, model=ckpt))
+                          fr.audit(clean, model=ckpt))
                     for step, layer in ((1, -1), (3, 1)):
                         trace, _ = self._record("llama", dtype, f"rope-{kind}-{step}-{layer}",
                                                 f"rope_scaling:step={step},layer={layer}", model_dir=ckpt)
@@ -285,6 +286,12 @@ class IndependentEngineTest(unittest.TestCase):
                         self.assertLessEqual(f["evidence"]["rerotated_key_error"], f["evidence"]["tolerance"])
                         if kind == "linear":  # the right key at 2p: not a position offset
                             self.assertEqual(f["evidence"]["equivalent_position"], 2 * f["evidence"]["first_position"])
+                    # Without the checkpoint: the traces' model.rope_parameters carry the scaling.
+                    uncached, _ = self._record("llama", dtype, f"rope-{kind}-clean", uncached=True, model_dir=ckpt)
+                    check(self, src, f"{kind} clean vs its uncached run", "trace+trace", fr.Expectation([]),
+                          fr.audit(clean, reference_trace=uncached))
+                    check(self, src, "scaling dropped from s3, L1 vs uncached", "trace+trace",
+                          fr.Expectation(["rope_scaling"], 3, 1), fr.audit(trace, reference_trace=uncached))
         with self.assertRaises(ValueError):
             self._record("gpt2", "float32", "rope-gpt2", "rope_scaling")
         ROWS.append(["engine gpt2", "rope_scaling", "-", "n/a (no RoPE)", "bug refused", "-", "ok"])

@@ -12,6 +12,7 @@
 
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/KvQuantization.hpp"
+#include "kvscope/ModelConfig.hpp"
 #include "kvscope/SamplingPolicy.hpp"
 
 namespace kvscope {
@@ -28,6 +29,10 @@ struct TraceModelInfo {
   int64_t maxPositions = 0;
   std::string storedDtype;       // F32 / F16 / BF16 (as stored)
   std::string computeDtype = "float32";
+  /// model.rope_parameters: the RoPE scaling the engine was configured with (written for a
+  /// RoPE model whose scaling is not default; absent: unknown). The audit's rope_scaling
+  /// evidence reads it in trace+trace mode; model modes take the checkpoint's.
+  std::optional<RopeConfig> rope;
   bool operator==(const TraceModelInfo& o) const;
 };
 

@@ -387,14 +387,12 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     if (l > 0) ev["previous_layer_key_error"] = a.keyError[l - 1];
     // Keys rotated with another RoPE scaling at the right positions: before the position
     // probe, which reads a dropped linear factor f as the right key at f x the position.
-    if (const ModelConfig* cfg = refs_.modelConfig();
-        cfg && RopeScalingEvidence(*cfg, tol_).applies()) {
+    if (auto rope = RopeScalingEvidence::forAudit(refs_.modelConfig(), trace_.model, tol_)) {
       std::vector<const StepAnalysis*> from;
       for (const auto& s : analyses_.at(r))
         if (&s == &a || !from.empty()) from.push_back(&s);
-      const RopeScalingEvidence rope(*cfg, tol_);
-      if (auto m = rope.explain(from, *own)) {
-        f.add(rope.finding(a, *m, ev));
+      if (auto m = rope->explain(from, *own)) {
+        f.add(rope->finding(a, *m, ev));
         return;
       }
     }

@@ -71,6 +71,24 @@ bool fits(const FloatTensor& rec, const FloatTensor& ref) {
 }
 }  // namespace
 
+std::optional<RopeScalingEvidence> RopeScalingEvidence::forAudit(const ModelConfig* model,
+                                                                 const TraceModelInfo& trace,
+                                                                 const Tolerance& tol) {
+  ModelConfig config;
+  if (model) {
+    config = *model;
+  } else if (trace.rope) {
+    config.architecture = Architecture::Llama;  // a RoPE model; only the rotation matters here
+    config.headDim = trace.headDim;
+    config.rope = *trace.rope;
+  } else {
+    return std::nullopt;
+  }
+  RopeScalingEvidence e(std::move(config), tol);
+  if (!e.applies()) return std::nullopt;
+  return e;
+}
+
 bool RopeScalingEvidence::applies() const {
   return config_.usesRope() && (config_.rope.type == "linear" || config_.rope.type == "llama3") &&
          config_.headDim % 2 == 0;

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "audit/FindingBuilder.hpp"
@@ -18,6 +19,7 @@
 #include "audit/Tolerance.hpp"
 #include "kvscope/AuditResult.hpp"
 #include "kvscope/ModelConfig.hpp"
+#include "kvscope/Trace.hpp"
 
 namespace kvscope::detail {
 
@@ -38,8 +40,14 @@ struct RopeScalingMatch {
 
 class RopeScalingEvidence {
  public:
-  RopeScalingEvidence(const ModelConfig& config, const Tolerance& tol)
-      : config_(config), tol_(tol) {}
+  RopeScalingEvidence(ModelConfig config, const Tolerance& tol)
+      : config_(std::move(config)), tol_(tol) {}
+  /// The check for an audit: the checkpoint's RoPE (`model`, model modes) or, in
+  /// trace+trace mode, the trace's model.rope_parameters; nullopt when neither has a scaling
+  /// it can re-derive.
+  static std::optional<RopeScalingEvidence> forAudit(const ModelConfig* model,
+                                                     const TraceModelInfo& trace,
+                                                     const Tolerance& tol);
 
   /// Whether the checkpoint's RoPE has a scaling this check can re-derive (linear, llama3).
   bool applies() const;
@@ -53,7 +61,7 @@ class RopeScalingEvidence {
   std::string scalingText() const;
 
  private:
-  const ModelConfig& config_;
+  ModelConfig config_;
   const Tolerance& tol_;
 };
 

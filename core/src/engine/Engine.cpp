@@ -191,6 +191,7 @@ class EngineRun {
     m.vocabSize = cfg_.vocabSize;
     m.maxPositions = cfg_.maxPositions;
     m.storedDtype = model_.storedDtype();
+    if (cfg_.usesRope() && cfg_.rope.type != "default") m.rope = cfg_.rope;
     return m;
   }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "audit/NumberText.hpp"
+#include "kvscope/FailureMatrix.hpp"
+
 namespace kvscope::detail {
 
 namespace {
@@ -51,6 +54,15 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   bool draftsSeen = false, keptSeen = false;
   if (result.trace.kvCache.quantized() && !steps.empty())
     tl.markers.push_back({steps.front()->step, "kv_cache", result.trace.kvCache.describe(), false});
+  // The RoPE scaling the trace declares, and where the audit found keys rotated otherwise.
+  if (const auto& rope = result.trace.model.rope; rope && !steps.empty())
+    tl.markers.push_back({steps.front()->step, "rope",
+                          "RoPE " + rope->type + " x" + numberText(rope->factor), false});
+  for (const Finding& f : result.report.findings)
+    if (f.id == finding::RopeScaling && f.request == request)
+      tl.markers.push_back({f.step, "rope_scaling",
+                            "layer " + std::to_string(f.layer) + " keys at another RoPE scaling",
+                            true});
   for (const TraceStep* st : steps) {
     TimelineStep ts;
     ts.step = st->step;

@@ -11,7 +11,7 @@ bool TraceModelInfo::operator==(const TraceModelInfo& o) const {
          directory == o.directory && numLayers == o.numLayers && numHeads == o.numHeads &&
          numKvHeads == o.numKvHeads && headDim == o.headDim && vocabSize == o.vocabSize &&
          maxPositions == o.maxPositions && storedDtype == o.storedDtype &&
-         computeDtype == o.computeDtype;
+         computeDtype == o.computeDtype && rope == o.rope;
 }
 
 bool TraceRequest::operator==(const TraceRequest& o) const {

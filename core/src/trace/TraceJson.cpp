@@ -1,6 +1,8 @@
 #include "trace/TraceJson.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "kvscope/Error.hpp"
 #include "trace/JsonFieldReader.hpp"
@@ -41,6 +43,51 @@ std::vector<int64_t> recordedLayersFromJson(const JsonFieldReader& top, int64_t 
   return layers;
 }
 
+namespace {
+// model.rope_parameters, in HuggingFace's rope_parameters names (docs/trace-format.md).
+json ropeToJson(const RopeConfig& r) {
+  json j = {{"rope_type", r.type}, {"rope_theta", r.theta}, {"factor", r.factor}};
+  if (r.type == "llama3") {
+    j["low_freq_factor"] = r.lowFreqFactor;
+    j["high_freq_factor"] = r.highFreqFactor;
+  }
+  if (r.originalMaxPositions > 0) j["original_max_position_embeddings"] = r.originalMaxPositions;
+  return j;
+}
+
+std::optional<RopeConfig> ropeFromJson(const JsonFieldReader& m) {
+  if (!m.has("rope_parameters")) return std::nullopt;
+  if (!m.child("rope_parameters").is_object()) m.fail("rope_parameters", "expected an object");
+  JsonFieldReader r(m.child("rope_parameters"), m.file(), m.at("rope_parameters"));
+  RopeConfig rope;
+  rope.type = r.string("rope_type", "default");
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" &&
+      rope.type != "dynamic")
+    r.fail("rope_type",
+           "unknown RoPE type '" + rope.type + "' (known: default, linear, llama3, dynamic)");
+  auto positive = [&](const char* k, double fallback) {
+    if (r.has(k) && !r.json()[k].is_number())
+      r.fail(k, "expected a number, found " + jsonPreview(r.json()[k]));
+    const double v = r.has(k) ? r.json()[k].get<double>() : fallback;
+    if (!(v > 0) || !std::isfinite(v)) r.fail(k, "must be a positive number");
+    return v;
+  };
+  rope.theta = positive("rope_theta", 10000.0);
+  rope.factor = positive("factor", 1.0);
+  rope.lowFreqFactor = positive("low_freq_factor", 1.0);
+  rope.highFreqFactor = positive("high_freq_factor", 4.0);
+  rope.originalMaxPositions =
+      r.has("original_max_position_embeddings")
+          ? r.integerIn("original_max_position_embeddings", 1, limits::kPositions)
+          : 0;
+  if (rope.type == "llama3" && rope.originalMaxPositions <= 0)
+    r.fail("original_max_position_embeddings", "required for llama3 RoPE scaling");
+  if (rope.type == "llama3" && !(rope.highFreqFactor > rope.lowFreqFactor))
+    r.fail("high_freq_factor", "must exceed low_freq_factor for llama3 RoPE scaling");
+  return rope;
+}
+}  // namespace
+
 json traceHeaderToJson(const Trace& t, int version) {
   json doc;
   doc["version"] = version;
@@ -52,6 +99,7 @@ json traceHeaderToJson(const Trace& t, int version) {
                   {"num_kv_heads", m.numKvHeads}, {"head_dim", m.headDim}, {"vocab_size", m.vocabSize},
                   {"max_positions", m.maxPositions}, {"stored_dtype", m.storedDtype},
                   {"compute_dtype", m.computeDtype}};
+  if (m.rope) doc["model"]["rope_parameters"] = ropeToJson(*m.rope);
   doc["requests"] = json::array();
   for (const auto& r : t.requests) {
     json p;
@@ -97,6 +145,7 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
       m.has("max_positions") ? m.integerIn("max_positions", 0, limits::kPositions) : 0;
   t.model.storedDtype = m.string("stored_dtype");
   t.model.computeDtype = m.string("compute_dtype", "float32");
+  t.model.rope = ropeFromJson(m);
   if (t.model.numLayers <= 0 || t.model.numKvHeads <= 0 || t.model.headDim <= 0 || t.model.vocabSize <= 0)
     throw InputError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive");
   const json& reqs = top.child("requests");
