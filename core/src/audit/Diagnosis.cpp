@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "audit/ColumnDiff.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/QuantizationEvidence.hpp"
 #include "audit/RequestWalk.hpp"
@@ -159,31 +160,19 @@ void Diagnosis::speculativeRollback(int64_t r, const StepAnalysis& a, FindingBui
     if (static_cast<int64_t>(ids.size()) == at + a.rejected) {
       if (auto run = refs_.branch(ids, a.version)) {
         const RequestReference* own = refs_.get(r, a.version, stream);
-        const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim, A = rec.keys.shape[1];
         for (int64_t j = 0; j < a.rejected; ++j) {
           const int64_t col = firstRejected + j, p = at + j;
           for (int kind = 0; kind < 2; ++kind) {
             const FloatTensor& mine = kind ? rec.values : rec.keys;
             const FloatTensor& draft = kind ? run->values[l] : run->keys[l];
-            const int64_t T = draft.shape[1];
             const FloatTensor* next =
                 own && own->keys.size() > l ? (kind ? &own->values[l] : &own->keys[l]) : nullptr;
             const bool inStream = next && p < next->shape[1];
-            double mag = 0;
-            for (int64_t h = 0; h < H; ++h)
-              for (int64_t k = 0; k < d; ++k) {
-                const double x = mine.data[static_cast<size_t>((h * A + col) * d + k)];
-                const double y = draft.data[static_cast<size_t>((h * T + p) * d + k)];
-                vsDraft = std::max(vsDraft, std::fabs(x - y));
-                mag = std::max(mag, std::fabs(y));
-                if (inStream) {
-                  const double z =
-                      next->data[static_cast<size_t>((h * next->shape[1] + p) * d + k)];
-                  vsStream = std::max(vsStream, std::fabs(x - z));
-                }
-              }
+            const ColumnDiff vs = columnDiff(mine, col, draft, p);
+            vsDraft = std::max(vsDraft, vs.err);
+            if (inStream) vsStream = std::max(vsStream, columnDiff(mine, col, *next, p).err);
             streamCompared = streamCompared || inStream;
-            tolerance = std::max(tolerance, tol_.forRecord(static_cast<int64_t>(l), p, mag));
+            tolerance = std::max(tolerance, tol_.forRecord(static_cast<int64_t>(l), p, vs.mag));
           }
         }
         checked = true;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "audit/ColumnDiff.hpp"
 #include "audit/NumberText.hpp"
 #include "model/RotaryEmbedding.hpp"
 
@@ -48,21 +49,6 @@ Rerotated rerotatedDiff(const FloatTensor& rec, int64_t c, const FloatTensor& re
       out.mag = std::max({out.mag, std::fabs(u), std::fabs(v)});
     }
   return out;
-}
-
-double columnError(const FloatTensor& rec, int64_t c, const FloatTensor& ref, int64_t p,
-                   double* mag) {
-  const int64_t h = rec.shape[0], s = rec.shape[1], d = rec.shape[2], T = ref.shape[1];
-  double err = 0;
-  *mag = 0;
-  for (int64_t hh = 0; hh < h; ++hh)
-    for (int64_t j = 0; j < d; ++j) {
-      const double x = rec.data[static_cast<size_t>((hh * s + c) * d + j)];
-      const double y = ref.data[static_cast<size_t>((hh * T + p) * d + j)];
-      err = std::max(err, std::fabs(x - y));
-      *mag = std::max(*mag, std::fabs(y));
-    }
-  return err;
 }
 
 bool fits(const FloatTensor& rec, const FloatTensor& ref) {
@@ -150,9 +136,10 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
       const int64_t p = a->streamIndex[j], c = static_cast<int64_t>(j);
       if (p < 0 || p >= refK.shape[1] || c >= rec.shape[1] || j >= a->step->positions.size())
         continue;
-      double mag = 0;
-      const double err = columnError(rec, c, refK, p, &mag);
-      if (err <= tol_.forRecord(static_cast<int64_t>(l), p, mag)) continue;  // this key is right
+      const ColumnDiff key = columnDiff(rec, c, refK, p);
+      const double err = key.err;
+      if (err <= tol_.forRecord(static_cast<int64_t>(l), p, key.mag))
+        continue;  // this key is right
       const int64_t q = a->step->positions[j];
       for (size_t h = 0; h < hyps.size(); ++h) {
         const Rerotated r = rerotatedDiff(rec, c, refK, p, q, right, hyps[h].invFreq);
