@@ -23,13 +23,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Trace run(const std::string& dir, const std::vector<std::string>& faults = {}) {
+// The llama golden prompt, 8 new tokens; `uncached`: the reference engine's trace.
+Trace run(const std::string& dir, const std::vector<std::string>& faults = {},
+          bool uncached = false) {
   auto m = Model::load(dir);
   RequestSpec s;
   s.promptIds = test::goldenJson("llama")["prompts"][0]["ids"].get<std::vector<int64_t>>();
   s.maxNewTokens = 8;
   s.stopAtEos = false;
   EngineOptions o;
+  o.uncached = uncached;
   for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
   return Engine(m).run({s}, o);
 }
@@ -149,14 +152,7 @@ TEST(RopeScaling, PositionOffsetOnAScaledCheckpointStaysPosition) {
 // audit without the checkpoint can re-rotate the reference trace's keys.
 TEST(RopeScaling, TraceCarriesTheScalingForTracePlusTrace) {
   const std::string dir = test::ropeScalingLlama("llama3");
-  auto model = Model::load(dir);
-  RequestSpec s;
-  s.promptIds = test::goldenJson("llama")["prompts"][0]["ids"].get<std::vector<int64_t>>();
-  s.maxNewTokens = 8;
-  s.stopAtEos = false;
-  EngineOptions ref;
-  ref.uncached = true;
-  const Trace reference = roundTrip(Engine(model).run({s}, ref), "llama3-uncached.kvtrace");
+  const Trace reference = roundTrip(run(dir, {}, true), "llama3-uncached.kvtrace");
   ASSERT_TRUE(reference.model.rope.has_value());
   EXPECT_EQ(reference.model.rope->type, "llama3");
   EXPECT_EQ(reference.model.rope->originalMaxPositions, 64);
