@@ -1,4 +1,5 @@
 // ModelImpl::forward: GPT-2 and Llama-family decoder blocks, eager attention, float32.
+#include <algorithm>
 #include <cmath>
 
 #include "kvscope/Error.hpp"
@@ -146,20 +147,13 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     const auto& w = layers[static_cast<size_t>(i)];
     torch::Tensor layerCos = cos, layerSin = sin;
     if (cos.defined()) {
-      std::vector<uint8_t> dropped(static_cast<size_t>(ids.size(0)), 0);
-      bool any = false;
+      std::vector<int64_t> dropped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row drops it
       for (int64_t b = 0; b < ids.size(0); ++b)
-        if (attention.dropsRopeScaling(i, b)) {
-          dropped[static_cast<size_t>(b)] = 1;
-          any = true;
-        }
-      if (any) {
+        dropped[static_cast<size_t>(b)] = attention.dropsRopeScaling(i, b) ? 1 : 0;
+      if (std::find(dropped.begin(), dropped.end(), 1) != dropped.end()) {
         if (!cosUnscaled.defined())
           std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(positions);
-        auto rows =
-            torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kLong)
-                .to(torch::kBool)
-                .view({-1, 1, 1});
+        auto rows = torch::tensor(dropped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
         layerCos = torch::where(rows, cosUnscaled, cos);
         layerSin = torch::where(rows, sinUnscaled, sin);
       }
