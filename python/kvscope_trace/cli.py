@@ -48,8 +48,11 @@ def info(trace: Trace, path: str = "") -> str:
         pol = "greedy" if p["temperature"] == 0 else (
             f"T={p['temperature']:g}" + (f" top-k={p['top_k']}" if p["top_k"] is not None else "")
             + (f" top-p={p['top_p']:g}" if p["top_p"] is not None else "") + f" seed={p['seed']}")
+        # A chunked prefill: the leading steps that choose nothing, then the one that does.
+        chunks = next((i for i, s in enumerate(steps) if s.chosen >= 0), 0)
+        prefill = f", prefill in {chunks + 1} chunks" if chunks else ""
         out.append(f"  request {r['id']}: prompt {len(r['prompt_ids'])} tokens, generated "
-                   f"{len(r['generated'])} ({r['stop_reason']}), {pol}, {len(steps)} steps")
+                   f"{len(r['generated'])} ({r['stop_reason']}), {pol}, {len(steps)} steps{prefill}")
         gen = r["generated"]
         if gen:
             out.append(f"    generated: {gen[:16]}{' ...' if len(gen) > 16 else ''}")

@@ -38,6 +38,7 @@ struct Case {
   int64_t speculative = 0;      // draft tokens per step (speculative decoding)
   std::string kvCache = "";     // a quantised cache (int8, fp8_e4m3, fp8_e5m2)
   std::vector<int64_t> prompt = {};  // request 0's prompt instead of the golden one
+  int64_t prefillChunk = 0;          // chunked prefill: prompt tokens per forward
 };
 
 // Prompts whose prompt-lookup drafts are partly accepted (3 drafts: accepted 2 of 3 at step 1
@@ -89,6 +90,7 @@ AuditResult runCase(const Case& c) {
   for (const auto& f : c.faults) o.faults.push_back(FaultSpec::parse(f));
   o.speculativeDrafts = c.speculative;
   o.kvCacheDtype = c.kvCache;
+  o.prefillChunk = c.prefillChunk;
   Trace trace = Engine(model).run(specs, o);
   auto fresh = Model::load(dir);
   return Auditor::audit(*fresh, trace);
@@ -231,6 +233,64 @@ std::vector<Case> faultCases(const std::string& m) {
   return cs;
 }
 
+// chunk_position (KV Scope's addition): prompts of 15 (gpt2) and 16 (llama) tokens prefilled 4
+// tokens per forward, steps 0..3; the first generated token is fed at step 4.
+std::vector<Case> chunkedPrefillCases(const std::string& m) {
+  std::vector<Case> cs;
+  auto chunked = [](Case c) {
+    c.prefillChunk = 4;
+    return c;
+  };
+  cs.push_back(chunked({"clean chunked prefill (4 tokens per chunk)", m, {}, {}}));
+  cs.push_back(chunked({"clean chunked prefill, two requests", m, {}, {}, 0, -1, -2, 2}));
+  Case sampled = chunked({"clean chunked prefill, sampled T=1.5", m, {}, {}});
+  sampled.temperature = 1.5;
+  cs.push_back(sampled);
+  Case quantized = chunked({"clean chunked prefill, int8 KV cache", m, {}, {}});
+  quantized.kvCache = "int8";
+  cs.push_back(quantized);
+  // Positions restart at the boundary: the ids themselves (every layer), and on llama the
+  // ids right but one layer rotated at the chunk-local positions (gpt2 adds its learned
+  // position embeddings once, at the input: no per-layer position there).
+  std::vector<int64_t> layers = {-1};
+  if (m == "llama") layers.insert(layers.end(), {0, 2});
+  for (int64_t layer : layers)
+    for (int64_t chunk : {1, 2})
+      cs.push_back(chunked(
+          {"chunk_position chunk=" + std::to_string(chunk) + " layer=" + std::to_string(layer),
+           m,
+           {"chunk_position:chunk=" + std::to_string(chunk) + ",layer=" + std::to_string(layer)},
+           {"chunk_position"},
+           0,
+           chunk,
+           std::max<int64_t>(layer, 0)}));
+  // The fault turns chunking on by itself (its size), and a second request is unaffected.
+  cs.push_back({"chunk_position chunk=2 size=5 request=0 (no --prefill-chunk), two requests",
+                m,
+                {"chunk_position:chunk=2,size=5,request=0"},
+                {"chunk_position"},
+                0,
+                2,
+                0,
+                2});
+  // Plain position bugs in a chunked run stay position: in the first chunk, and in decode.
+  cs.push_back(chunked({"wrong_position offset=3 step=0 in a chunked prefill",
+                        m,
+                        {"wrong_position:offset=3,step=0"},
+                        {"position"},
+                        0,
+                        0,
+                        0}));
+  cs.push_back(chunked({"wrong_position offset=3 step=5 after a chunked prefill",
+                        m,
+                        {"wrong_position:offset=3,step=5"},
+                        {"position"},
+                        0,
+                        5,
+                        0}));
+  return cs;
+}
+
 class AuditAccuracy : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AuditAccuracy, FindsTheInjectedFault) { check(GetParam()); }
@@ -263,6 +323,7 @@ std::vector<Case> allCases() {
     quantizedTwo.kvCache = "int8";
     cs.push_back(quantizedTwo);
     for (auto& c : faultCases(m)) cs.push_back(c);
+    for (auto& c : chunkedPrefillCases(m)) cs.push_back(c);
   }
   // rope_scaling (KV Scope's addition): llama with a linear or llama3 rope_scaling. gpt2 has
   // no RoPE, so the row does not apply to it (AuditAccuracyRope.RopeScalingDoesNotApplyToGpt2).

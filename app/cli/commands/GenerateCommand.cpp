@@ -1,7 +1,7 @@
 // kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch] [--snapshots] [--uncached]
-//     [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2]
+//     [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2] [--prefill-chunk N]
 //     [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
@@ -42,6 +42,7 @@ struct GenerateOptions {
   bool snapshots = false;
   bool uncached = false;
   int64_t speculative = 0;
+  int64_t prefillChunk = 0;
   std::string kvCache;
   std::vector<std::string> weightUpdates;
 };
@@ -171,6 +172,10 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   if (o.speculative < 0 || o.speculative > 16)
     throw UsageError("--speculative must be in 0..16, got " + std::to_string(o.speculative));
   options.speculativeDrafts = o.speculative;
+  if (o.prefillChunk < 0)
+    throw UsageError("--prefill-chunk must be >= 0 (0 = whole prompt), got " +
+                     std::to_string(o.prefillChunk));
+  options.prefillChunk = o.prefillChunk;
   options.kvCacheDtype = o.kvCache;
   if (!o.trace.empty()) {
     std::error_code ec;
@@ -266,6 +271,10 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                   "Speculative decoding: propose K prompt-lookup draft tokens per decode step and "
                   "verify them in one forward, rolling the rejected ones back (greedy requests "
                   "decoding alone; 0 = off)");
+  cmd->add_option("--prefill-chunk", o->prefillChunk,
+                  "Chunked prefill: feed a prompt N tokens per forward, one chunk per tick, each "
+                  "attending over the cache and itself; every chunk but the last chooses no token "
+                  "(requests prefilled alone; 0 = whole prompt)");
   cmd->add_option("--kv-cache", o->kvCache,
                   "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
                   "kv head (records are rounded when written; the trace declares it)");

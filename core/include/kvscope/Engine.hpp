@@ -45,6 +45,12 @@ struct EngineOptions {
   // n-gram drafts) and verifies them in one forward; greedy requests decoding alone only.
   // Rejected drafts are rolled back from the cache (the speculative_rollback fault skips it).
   int64_t speculativeDrafts = 0;
+  // Chunked prefill: > 0 feeds a prompt longer than this that many tokens per forward, one
+  // chunk per tick, each chunk appended to the cache and attending over it and itself at
+  // the positions that continue the cache; every chunk but the last chooses no token.
+  // Requests prefilled alone only (a batch group prefills whole). The chunk_position fault
+  // turns it on (its `size`) when this is 0. Ignored with `uncached`.
+  int64_t prefillChunk = 0;
   // A quantised KV cache (KvQuantization::dtypes(): int8, fp8_e4m3, fp8_e5m2; "" = none):
   // records are quantised per token and kv head when written and read back dequantised.
   // The kv_quantization fault turns on int8 when this is empty. With `uncached`, every

@@ -247,7 +247,9 @@ class AuditRun {
                                  : "every record is where it belongs";
     const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
                          f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
-                         f.has(finding::SlidingWindow);
+                         f.has(finding::SlidingWindow) || f.has(finding::ChunkPosition);
+    if (f.has(finding::ChunkPosition))
+      pos.checks.push_back("FAIL: a prefill chunk's positions do not continue from the cache");
     pos.checks.push_back(f.has(finding::Position)
                              ? "FAIL: decode positions do not continue from the prompt length"
                              : "ok: decode positions continue from the prompt length");

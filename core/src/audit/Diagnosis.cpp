@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "audit/ChunkPositionEvidence.hpp"
 #include "audit/ColumnDiff.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/QuantizationEvidence.hpp"
@@ -205,6 +206,20 @@ void Diagnosis::speculativeRollback(int64_t r, const StepAnalysis& a, FindingBui
             .evidence(ev));
 }
 
+bool Diagnosis::chunkPosition(int64_t r, const StepAnalysis& a, FindingBuilder& f,
+                              bool fromValues) {
+  const TraceRequest* req = trace_.findRequest(r);
+  if (!req) return false;
+  const auto chunk = ChunkPositionEvidence::boundaryAt(analyses_.at(r), a,
+                                                       static_cast<int64_t>(req->promptIds.size()));
+  if (!chunk) return false;
+  if (f.hasFor(finding::ChunkPosition, r)) return true;  // the boundary carries the evidence
+  const ChunkPositionEvidence evidence(trace_, refs_, tol_);
+  auto draft = fromValues ? evidence.fromValues(*chunk) : evidence.fromRecordedPositions(*chunk);
+  if (draft) f.add(*draft);
+  return draft.has_value();
+}
+
 void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
   if (a.rollbackLayer >= 0) speculativeRollback(r, a, f);
@@ -244,7 +259,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
                          {"cache_length_before", static_cast<double>(a.lengthBefore[l])},
                          {"cache_length_after", static_cast<double>(a.lengthAfter[l])}}));
   }
-  if (!a.positionsOk) {
+  if (!a.positionsOk && !chunkPosition(r, a, f, /*fromValues=*/false)) {
     std::map<std::string, double> ev{{"offset", static_cast<double>(a.positionOffset)},
                                      {"expected_position", static_cast<double>(a.expectedPosition)},
                                      {"recorded_position", static_cast<double>(a.recordedPosition)},
@@ -374,6 +389,7 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
     ev["layer_key_error"] = a.keyError[l];
     ev["layer_value_error"] = a.valueError[l];
     if (l > 0) ev["previous_layer_key_error"] = a.keyError[l - 1];
+    if (chunkPosition(r, a, f, /*fromValues=*/true)) return;
     // Keys rotated with another RoPE scaling at the right positions: before the position
     // probe, which reads a dropped linear factor f as the right key at f x the position.
     if (auto rope = RopeScalingEvidence::forAudit(refs_.modelConfig(), trace_.model, tol_)) {

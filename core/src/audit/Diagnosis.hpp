@@ -29,6 +29,10 @@ class Diagnosis {
   void rewritten(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   void speculativeRollback(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   void valueBased(int64_t request, const StepAnalysis& a, FindingBuilder& f);
+  /// chunk_position at `a`, a chunk after the first of a chunked prefill, from its recorded
+  /// positions or (`fromValues`) its records; true when `a` is explained (a later chunk of a
+  /// prefill already found wrong is its consequence).
+  bool chunkPosition(int64_t request, const StepAnalysis& a, FindingBuilder& f, bool fromValues);
   void driftAndTies(int64_t request, const StepAnalysis& a, FindingBuilder& f);
   /// Another request whose steps ran between this request's previous step and `a`.
   int64_t interleavedRequest(int64_t request, const StepAnalysis& a) const;

@@ -38,6 +38,10 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "the quantisation scale and element type of the cache"},
       {finding::RopeScaling, "key error grows with position while values at layer 0 are exact",
        "the RoPE scaling (rope_scaling factor and type) of the path that computed the keys"},
+      {finding::ChunkPosition,
+       "first chunk exact; from a chunk boundary on, layer-0 keys equal the same tokens' at "
+       "other positions",
+       "the position ids of each prefill chunk (they must continue from the cache's length)"},
   };
   return table;
 }

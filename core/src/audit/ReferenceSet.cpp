@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "kvscope/Error.hpp"
+#include "model/AllocationGuard.hpp"
+#include "model/KvTapCollector.hpp"
 #include "model/ModelImpl.hpp"
 
 namespace kvscope::detail {
@@ -134,6 +136,37 @@ std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& i
   const Model* m = modelFor(version);
   if (!m || static_cast<int64_t>(ids.size()) > m->config().maxPositions) return nullptr;
   return std::make_unique<ReferenceRun>(m->reference(ids, trace_->kvCache));
+}
+
+std::unique_ptr<ReferenceRun> ReferenceSet::positioned(
+    const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+    const std::map<int64_t, std::vector<int64_t>>& layerPositions, uint64_t version) {
+  if (!model_ || ids.empty() || positions.size() != ids.size()) return nullptr;
+  const Model* m = modelFor(version);
+  if (!m) return nullptr;
+  const auto T = static_cast<int64_t>(ids.size());
+  m->checkReferenceMemory(T);
+  try {
+    return guardAllocations("the uncached pass at other positions", [&] {
+      torch::InferenceMode guard;
+      const KvQuantizer rounding(trace_->kvCache);
+      UncachedAttention attention(torch::ones({1, T}, torch::kBool), m->impl().layerWindows,
+                                  &rounding);
+      for (const auto& [layer, own] : layerPositions)
+        if (own.size() == ids.size())
+          attention.setLayerPositions(layer, torch::tensor(own, torch::kLong).view({1, T}));
+      KvTapCollector taps;
+      m->impl().forward(torch::tensor(ids, torch::kLong).view({1, T}),
+                        torch::tensor(positions, torch::kLong).view({1, T}), attention, &taps);
+      auto run = std::make_unique<ReferenceRun>();
+      run->ids = ids;
+      for (const auto& k : taps.keys) run->keys.push_back(toFloatTensor(k.contiguous()));
+      for (const auto& v : taps.values) run->values.push_back(toFloatTensor(v.contiguous()));
+      return run;
+    });
+  } catch (const UsageError&) {
+    return nullptr;  // positions beyond the context: the hypothesis cannot be computed
+  }
 }
 
 FloatTensor ReferenceSet::probeLayer0(int64_t token, int64_t count, uint64_t version) {

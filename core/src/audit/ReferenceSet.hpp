@@ -37,6 +37,13 @@ class ReferenceSet {
   /// Model mode only: an uncached pass over `ids` (e.g. a stream prefix followed by a
   /// speculative step's rejected drafts) with the weights of `version`; nullptr otherwise.
   std::unique_ptr<ReferenceRun> branch(const std::vector<int64_t>& ids, uint64_t version);
+  /// Model mode only: the K/V records (no logits) of an uncached pass over `ids` at the
+  /// position ids `positions` (one per id), with the layers in `layerPositions` rotating
+  /// their queries and keys at other ids (RoPE models): what an engine with those positions
+  /// computes, rounded as the trace's cache is; nullptr otherwise.
+  std::unique_ptr<ReferenceRun> positioned(
+      const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
+      const std::map<int64_t, std::vector<int64_t>>& layerPositions, uint64_t version);
 
  private:
   const Model* modelFor(uint64_t version);

@@ -10,9 +10,25 @@ namespace kvscope::detail {
 
 namespace {
 
-const TraceStep* stepOf(const Trace& t, int64_t request, int64_t step) {
-  for (const auto& s : t.steps)
-    if (s.request == request && s.step == step) return &s;
+// Which generated token a step chose (its index in `generated`), -1 for none: steps pair up
+// by their choices, not their numbers (a chunked prefill takes several steps to choose the
+// first token).
+int64_t choiceIndex(const Trace& t, const TraceStep& step) {
+  int64_t chosen = 0;
+  for (const TraceStep* s : t.stepsOf(step.request)) {
+    if (s == &step) return s->chosenToken >= 0 ? chosen + s->acceptedCount : -1;
+    if (s->chosenToken >= 0) chosen += 1 + s->acceptedCount;
+  }
+  return -1;
+}
+
+const TraceStep* choosing(const Trace& t, int64_t request, int64_t index) {
+  int64_t chosen = 0;
+  for (const TraceStep* s : t.stepsOf(request)) {
+    if (s->chosenToken < 0) continue;
+    if (chosen + s->acceptedCount == index) return s;
+    chosen += 1 + s->acceptedCount;
+  }
   return nullptr;
 }
 
@@ -35,7 +51,8 @@ void checkRngAgainstReference(const Trace& reference, const Trace& cached,
     const StepAnalysis* at = nullptr;
     const TraceStep* refStep = nullptr;
     for (const auto& a : it->second) {
-      const TraceStep* r = stepOf(reference, req.id, a.step->step);
+      const int64_t index = choiceIndex(cached, *a.step);
+      const TraceStep* r = index < 0 ? nullptr : choosing(reference, req.id, index);
       if (!r || a.step->chosenToken < 0 || r->chosenToken < 0) continue;
       if (r->chosenToken != a.step->chosenToken) {
         at = &a;

@@ -15,6 +15,7 @@
 #include "kvscope/Error.hpp"
 #include "kvscope/Sampler.hpp"
 #include "model/AllocationGuard.hpp"
+#include "model/KvTapCollector.hpp"
 #include "model/ModelImpl.hpp"
 
 namespace kvscope {
@@ -22,16 +23,6 @@ namespace kvscope {
 using detail::RequestState;
 
 namespace {
-
-// Collects k_proj / v_proj taps of batch row 0 (the uncached engine's records).
-class KvTapCollector : public detail::TorchTapSink {
- public:
-  bool wants(const std::string& name) const override { return name == "k_proj" || name == "v_proj"; }
-  void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
-    (name == "k_proj" ? keys : values).push_back(t.select(0, 0));
-  }
-  std::vector<torch::Tensor> keys, values;  // [layer][h, T, d]
-};
 
 class EngineRun {
  public:
@@ -42,6 +33,15 @@ class EngineRun {
     specDrafts_ =
         options.speculativeDrafts > 0 ? options.speculativeDrafts : faults_.speculativeDrafts();
     if (specDrafts_ > 16) throw UsageError("at most 16 speculative draft tokens per step");
+    prefillChunk_ = options.prefillChunk > 0 ? options.prefillChunk : faults_.prefillChunk();
+    if (options.uncached) prefillChunk_ = 0;  // the reference recomputes the whole prefix
+    for (const int64_t l : faults_.chunkPositionLayers())
+      if (l >= 0 && !cfg_.usesRope())
+        throw UsageError(
+            "fault 'chunk_position': layer=" + std::to_string(l) + " needs a RoPE model; this " +
+            architectureName(cfg_.architecture) +
+            " checkpoint adds learned position embeddings once, at its input, so a wrong "
+            "position reaches every layer: use layer=-1");
     if (faults_.dropsRopeScaling() && (!cfg_.usesRope() || cfg_.rope.type == "default"))
       throw UsageError(
           "fault 'rope_scaling' needs a RoPE checkpoint with rope_scaling (linear, llama3 or "
@@ -254,11 +254,19 @@ class EngineRun {
     std::vector<std::vector<std::string>> events(B);
     std::vector<std::vector<int64_t>> drafts(B);  // speculative decoding: draft tokens fed last
     size_t width = 0;
+    std::vector<uint8_t> prefilling(B, 0);  // 1: the step feeds (a chunk of) the prompt
     for (size_t b = 0; b < B; ++b) {
       RequestState& r = *group[b];
-      if (prefill) {
-        for (int64_t t : r.spec.promptIds) fed[b].push_back(t);
-        events[b].push_back("arrival");
+      const auto promptLength = static_cast<int64_t>(r.spec.promptIds.size());
+      if (r.promptFed < promptLength) {
+        if (r.needsRebuild) restartPrefill(r, events[b]);  // a weight update mid-prefill
+        if (prefill) events[b].push_back("arrival");
+        const bool chunked = B == 1 && prefillChunk_ > 0 && r.spec.batchGroup < 0;
+        const int64_t n = chunked ? std::min(prefillChunk_, promptLength - r.promptFed)
+                                  : promptLength - r.promptFed;
+        fed[b].assign(r.spec.promptIds.begin() + r.promptFed,
+                      r.spec.promptIds.begin() + r.promptFed + n);
+        prefilling[b] = 1;
       } else if (r.needsRebuild || options_.uncached) {
         fed[b] = r.consumed;
         fed[b].push_back(r.generated.back());
@@ -271,7 +279,7 @@ class EngineRun {
         r.valid.clear();
         r.nextPosition = 0;
         r.consumed.clear();
-      } else if (r.step == 1 && faults_.duplicatePromptToken(r.id)) {
+      } else if (r.step == r.firstDecodeStep && faults_.duplicatePromptToken(r.id)) {
         fed[b] = {r.spec.promptIds.back(), r.generated.back()};
       } else {
         fed[b] = {r.generated.back()};
@@ -292,12 +300,17 @@ class EngineRun {
       mask[b].assign(pad, 0);
       mask[b].insert(mask[b].end(), width - pad, 1);
       int64_t next = r.nextPosition, inStep = 0;
+      // chunk_position (layer -1): the chunk's position ids restart at 0, as when an engine
+      // computes them per chunk instead of from the cache's length.
+      const bool restart = prefilling[b] && faults_.chunkPositionsRestart(r.id, r.chunk, -1);
       for (size_t j = 0; j < width; ++j) {
         if (!mask[b][j]) {
           pos[b].push_back(1);
           continue;
         }
-        pos[b].push_back(faults_.position(r.id, r.step, inStep++, next++));
+        const int64_t p = faults_.position(r.id, r.step, inStep, next++);
+        pos[b].push_back(restart ? inStep : p);
+        ++inStep;
       }
     }
     // The context limit is checked before any position row is read.
@@ -320,7 +333,7 @@ class EngineRun {
     std::vector<int64_t> accepted(B, 0);
     torch::Tensor logits;
     if (options_.uncached) {
-      KvTapCollector taps;
+      detail::KvTapCollector taps;
       detail::UncachedAttention attention(
           torch::tensor(std::vector<int64_t>(mask[0].begin(), mask[0].end()))
               .to(torch::kBool)
@@ -338,6 +351,12 @@ class EngineRun {
     } else {
       detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows,
                                         quantizer_);
+      // chunk_position (layer L): the recorded ids are right, layer L rotates at the
+      // chunk-local ones (B is 1: chunked requests are prefilled alone).
+      if (B == 1 && prefilling[0])
+        for (int64_t l = 0; l < cfg_.numLayers; ++l)
+          if (faults_.chunkPositionsRestart(group[0]->id, group[0]->chunk, l))
+            attention.setLayerPositions(l, torch::arange(W, torch::kLong).view({1, W}));
       logits = impl_.forward(idsT, posT, attention, nullptr);
       std::vector<std::vector<int64_t>> appendedUntil(B);
       for (size_t b = 0; b < B; ++b) {
@@ -370,6 +389,19 @@ class EngineRun {
         st.fedIds = {fed[b].back()};
         st.positions = {pos[b].back()};
       }
+      if (prefilling[b]) {
+        r.promptFed += std::count(mask[b].begin(), mask[b].end(), uint8_t{1});  // not pads
+        if (r.chunk++ == 0) r.cacheVersion = model_.weightsVersion();
+        if (r.promptFed < static_cast<int64_t>(r.spec.promptIds.size())) {
+          // A chunk before the last chooses nothing: no logits row, no token.
+          r.consumed.insert(r.consumed.end(), fed[b].begin(), fed[b].end());
+          r.nextPosition += static_cast<int64_t>(fed[b].size());
+          ++r.step;
+          trace_->steps.push_back(std::move(st));
+          continue;
+        }
+        r.firstDecodeStep = r.step + 1;
+      }
       // A speculative step chooses its next token from the row of its last accepted entry;
       // the accepted drafts join the stream before it, the rejected ones not at all.
       const auto rejected = static_cast<int64_t>(drafts[b].size()) - accepted[b];
@@ -383,7 +415,6 @@ class EngineRun {
       for (size_t j = 0; j + static_cast<size_t>(rejected) < fed[b].size(); ++j)
         if (mask[b][j]) r.consumed.push_back(fed[b][j]);
       r.nextPosition += std::count(mask[b].begin(), mask[b].end(), uint8_t{1}) - rejected;
-      if (prefill) r.cacheVersion = model_.weightsVersion();
       ++r.step;
       finishIfDone(r, st);
       trace_->steps.push_back(std::move(st));
@@ -490,6 +521,19 @@ class EngineRun {
     }
   }
 
+  // A weight update arrived while a chunked prefill was under way: the cache is cleared and
+  // the prompt prefilled again from its first chunk.
+  static void restartPrefill(RequestState& r, std::vector<std::string>& events) {
+    events.push_back("cache_reset");
+    r.needsRebuild = false;
+    std::fill(r.lengths.begin(), r.lengths.end(), 0);
+    r.valid.clear();
+    r.nextPosition = 0;
+    r.consumed.clear();
+    r.promptFed = 0;
+    r.chunk = 0;
+  }
+
   void stopForContext(RequestState& r, int64_t tick, int64_t position) {
     r.done = true;
     r.stopReason = "context_limit";
@@ -514,6 +558,7 @@ class EngineRun {
   int64_t staleLayer_ = 0;
   int64_t padId_ = 0;
   int64_t specDrafts_ = 0;  // speculative decoding: draft tokens per step (0 = off)
+  int64_t prefillChunk_ = 0;  // chunked prefill: prompt tokens per forward (0 = whole prompt)
   detail::KvQuantizer quantizer_{KvQuantization{}};  // the cache's element type
   Trace* trace_ = nullptr;
 };

@@ -36,6 +36,12 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
+    } else if (f.name == "chunk_position") {
+      checkLayer(f, "layer", true);
+      if (f.get("chunk") < 1)
+        throw UsageError("fault '" + f.toString() +
+                         "': chunk must be >= 1 (chunk 0 starts at position 0 either way)");
+      if (f.get("size") < 1) throw UsageError("fault '" + f.toString() + "': size must be >= 1");
     } else if (f.name == "stale_cache") {
       checkLayer(f, "layer", false);
     } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
@@ -162,6 +168,23 @@ bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer)
 }
 
 bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
+
+bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
+  for (const auto* f : all("chunk_position"))
+    if (matches(*f, request) && chunk >= f->get("chunk") && f->get("layer") == layer) return true;
+  return false;
+}
+
+int64_t FaultPlan::prefillChunk() const {
+  if (const auto* f = find("chunk_position")) return f->get("size");
+  return 0;
+}
+
+std::vector<int64_t> FaultPlan::chunkPositionLayers() const {
+  std::vector<int64_t> out;
+  for (const auto* f : all("chunk_position")) out.push_back(f->get("layer"));
+  return out;
+}
 
 std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
   if (const auto* f = find("stale_cache"))

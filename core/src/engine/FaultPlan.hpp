@@ -43,6 +43,13 @@ class FaultPlan {
   /// rope_scaling: (request, step, layer) rotates with the unscaled RoPE frequencies.
   bool ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const;
   bool dropsRopeScaling() const;
+  /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
+  /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
+  bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;
+  /// Prompt tokens per chunk the chunk_position fault asks for (0 without it).
+  int64_t prefillChunk() const;
+  /// The layers the chunk_position faults name (-1 for every layer).
+  std::vector<int64_t> chunkPositionLayers() const;
   /// The stale_cache fault: a weight update at a tick whose cache is kept.
   struct StaleUpdate {
     int64_t tick;

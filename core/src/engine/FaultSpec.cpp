@@ -91,6 +91,19 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
        {{"step", "first step affected (0 = prefill)", "1"},
         {"layer", "layer affected (-1 = all)", "-1"},
         {"request", "request affected (-1 = all)", "-1"}}},
+      {"chunk_position",
+       "chunked prefill (`size` tokens per chunk, enabled if --prefill-chunk is not given) "
+       "whose positions restart at 0 at every chunk boundary from chunk `chunk` on (positions "
+       "computed per chunk): with layer=-1 the chunk's position ids (fed and recorded) restart; "
+       "with layer=L (RoPE models only) the recorded ids are right and layer L's queries and "
+       "keys are rotated at the chunk-local positions; gpt2 takes positions once, at its input "
+       "(learned position embeddings), so it takes layer=-1 only",
+       "from a chunk boundary on, layer-0 keys equal the same tokens' at other positions",
+       {{"chunk", "first chunk affected (1 = the second chunk; chunk 0 is always right)", "1"},
+        {"size", "prompt tokens per chunk (when --prefill-chunk is not given)", "4"},
+        {"layer", "layer rotated at the wrong positions (-1 = all: the position ids themselves)",
+         "-1"},
+        {"request", "request affected (-1 = all)", "-1"}}},
       {"window_off_by_one",
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",

@@ -22,6 +22,9 @@ struct RequestState {
   std::vector<int64_t> generated;
   RequestRng rng;
   int64_t step = 0;                  // next step number (0 = prefill)
+  int64_t promptFed = 0;             // prompt tokens prefilled so far (chunked prefill)
+  int64_t chunk = 0;                 // prefill chunks (forwards) of the current cache so far
+  int64_t firstDecodeStep = -1;      // the step that feeds the first generated token
   uint64_t cacheVersion = 0;         // weights version the cache was built with
   bool arrived = false;
   bool done = false;

@@ -63,7 +63,27 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       tl.markers.push_back({f.step, "rope_scaling",
                             "layer " + std::to_string(f.layer) + " keys at another RoPE scaling",
                             true});
+  // Chunked prefill: where each chunk after the first starts, and the boundary whose
+  // positions the audit found wrong.
+  const TraceRequest* req = result.trace.findRequest(request);
+  const int64_t promptLength = req ? static_cast<int64_t>(req->promptIds.size()) : 0;
+  for (const Finding& f : result.report.findings)
+    if (f.id == finding::ChunkPosition && f.request == request)
+      tl.markers.push_back(
+          {f.step, "chunk_position",
+           f.layer > 0 || f.evidence.count("hypothesis")
+               ? "layer " + std::to_string(f.layer) + " at chunk-local positions"
+               : "chunk " + numberText(f.evidence.count("chunk") ? f.evidence.at("chunk") : 0) +
+                     " positions from " +
+                     numberText(f.evidence.count("recorded_position")
+                                    ? f.evidence.at("recorded_position")
+                                    : 0),
+           true});
+  int64_t chunk = 0;
   for (const TraceStep* st : steps) {
+    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end())
+      chunk = 0;
+    const int64_t streamBefore = stream;
     TimelineStep ts;
     ts.step = st->step;
     ts.tick = st->tick;
@@ -72,7 +92,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       t.id = st->fedIds[i];
       t.position = i < st->positions.size() ? st->positions[i] : -1;
       t.real = st->isRealEntry(i);
-      t.prompt = st->step == 0;
+      t.prompt = t.real && req ? stream < promptLength : st->step == 0;
       if (t.real) {
         t.stream = stream++;
         t.piece = pieceAt(t.stream);
@@ -81,6 +101,15 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       ts.fed.push_back(std::move(t));
     }
     ts.expectedPosition = stream - 1;
+    // A step that feeds prompt tokens after the first ones is a prefill chunk.
+    if (streamBefore < promptLength && stream > streamBefore) {
+      if (streamBefore > 0)
+        tl.markers.push_back({st->step, "chunk",
+                              "prefill chunk " + std::to_string(chunk) + " from position " +
+                                  std::to_string(streamBefore),
+                              false});
+      ++chunk;
+    }
     for (const auto& layer : st->layers) ts.cacheLength.push_back(layer.cacheLength);
     ts.events = st->events;
     ts.diverged = st->step == tl.divergentStep;
@@ -115,8 +144,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
     tl.steps.push_back(std::move(ts));
   }
   // Generated tokens that were never fed back (the last choice).
-  if (const TraceRequest* req = result.trace.findRequest(request)) {
-    const auto promptLength = static_cast<int64_t>(req->promptIds.size());
+  if (req) {
     const int64_t fedGenerated = std::max<int64_t>(stream - promptLength, 0);
     for (auto g = static_cast<size_t>(fedGenerated); g < req->generated.size(); ++g) {
       TimelineToken t;

@@ -12,6 +12,18 @@ torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tenso
   return allowed.unsqueeze(0).unsqueeze(0).logical_and(keyValid.unsqueeze(1).unsqueeze(1));
 }
 
+const torch::Tensor& AttentionContext::layerPositions(int64_t layer) const {
+  static const torch::Tensor none;
+  const auto l = static_cast<size_t>(layer);
+  return l < layerPositions_.size() ? layerPositions_[l] : none;
+}
+
+void AttentionContext::setLayerPositions(int64_t layer, torch::Tensor positions) {
+  const auto l = static_cast<size_t>(layer);
+  if (layerPositions_.size() <= l) layerPositions_.resize(l + 1);
+  layerPositions_[l] = std::move(positions);
+}
+
 KvView UncachedAttention::attend(int64_t layer, const torch::Tensor& kNew,
                                  const torch::Tensor& vNew) {
   const int64_t s = kNew.size(2);

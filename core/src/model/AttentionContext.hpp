@@ -37,6 +37,15 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Position ids [B, s] that `layer` rotates its queries and keys with instead of the
+  /// forward's (the chunk_position fault: a kernel that computes positions per chunk; the
+  /// chunk_position hypothesis the audit tests); undefined: the forward's. RoPE models only:
+  /// learned position embeddings take the forward's positions once, at the input.
+  const torch::Tensor& layerPositions(int64_t layer) const;
+  void setLayerPositions(int64_t layer, torch::Tensor positions);
+
+ private:
+  std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&

@@ -147,15 +147,25 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     const auto& w = layers[static_cast<size_t>(i)];
     torch::Tensor layerCos = cos, layerSin = sin;
     if (cos.defined()) {
+      // A layer rotated at other positions than the forward's (chunk_position).
+      const torch::Tensor& own = attention.layerPositions(i);
+      if (own.defined()) {
+        checkInputs(ids, own);
+        std::tie(layerCos, layerSin) = rope->cosSin(own);
+      }
       std::vector<int64_t> dropped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row drops it
       for (int64_t b = 0; b < ids.size(0); ++b)
         dropped[static_cast<size_t>(b)] = attention.dropsRopeScaling(i, b) ? 1 : 0;
       if (std::find(dropped.begin(), dropped.end(), 1) != dropped.end()) {
-        if (!cosUnscaled.defined())
+        if (own.defined()) {
+          std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(own);
+        } else if (!cosUnscaled.defined()) {
           std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(positions);
+        }
         auto rows = torch::tensor(dropped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
-        layerCos = torch::where(rows, cosUnscaled, cos);
-        layerSin = torch::where(rows, sinUnscaled, sin);
+        layerCos = torch::where(rows, cosUnscaled, layerCos);
+        layerSin = torch::where(rows, sinUnscaled, layerSin);
+        if (own.defined()) cosUnscaled = sinUnscaled = torch::Tensor();
       }
     }
     h = h + attentionBlock(i, norm(h, w.ln1W, w.ln1B), layerCos, layerSin, attention, taps);
