@@ -251,6 +251,36 @@ class BugTest(_Temp):
         self.assertEqual([s.positions for s in run.steps[1:4]], [[0], [0], [0]])
         self.assertEqual([s.cache_keys[0].shape[1] for s in run.steps[1:3]], [P + 1, P + 2])
 
+    def test_chunked_prefill(self):
+        """prefill_chunk: the prompt fed 4 tokens per forward gives the whole prefill's cache
+        and tokens; chunk_position restarts the ids from its chunk, or (llama, layer L) keeps
+        them and changes only layer L's keys (values and the layers below exact)."""
+        P = len(PROMPT["gpt2"])
+        run = self.run_bug("prefill_chunk:size=4")
+        chunks = -(-P // 4)
+        self.assertEqual([s.chosen for s in run.steps[:chunks - 1]], [-1] * (chunks - 1))
+        self.assertTrue(all(s.logits is None for s in run.steps[:chunks - 1]))
+        self.assertEqual(run.steps[chunks - 1].positions, list(range(4 * (chunks - 1), P)))
+        self.assertEqual(run.requests[0]["generated"], self.clean.requests[0]["generated"])
+        last, whole = run.steps[chunks - 1], self.clean.steps[0]
+        for l in range(3):
+            np.testing.assert_allclose(last.cache_keys[l], whole.cache_keys[l], atol=1e-4)
+        np.testing.assert_allclose(last.logits, whole.logits, atol=1e-4)
+        run = self.run_bug("chunk_position:size=4,chunk=2")
+        self.assertEqual([s.positions for s in run.steps[:3]], [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]])
+        with self.assertRaises(ValueError):  # gpt2: positions enter once, at the input
+            self.run_bug("chunk_position:layer=1")
+        llama = te.Model(MODELS["llama"])
+        engine = te.DecodeEngine(llama, "prefill_chunk:size=4")
+        ok = engine.run_cached(PROMPT["llama"], 2)
+        bad = te.DecodeEngine(llama, "chunk_position:size=4,chunk=1,layer=1").run_cached(PROMPT["llama"], 2)
+        self.assertEqual(bad.steps[1].positions, [4, 5, 6, 7])  # the recorded ids stay right
+        a, b = ok.steps[1], bad.steps[1]
+        np.testing.assert_array_equal(a.cache_keys[0], b.cache_keys[0])
+        np.testing.assert_array_equal(a.cache_values[1], b.cache_values[1])
+        np.testing.assert_array_equal(a.cache_keys[1][:, :4], b.cache_keys[1][:, :4])
+        self.assertGreater(np.abs(a.cache_keys[1][:, 4:] - b.cache_keys[1][:, 4:]).max(), 1e-3)
+
     def test_stale_cache(self):
         run = self.run_bug("stale_cache:step=4", second_model=os.path.join(HF, "models", "gpt2-updated"))
         self.assertEqual([s.weights_version for s in run.steps], [0] * 4 + [1] * 4)

@@ -37,6 +37,15 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         rope_scaling (the linear / llama3 factor dropped, as
                                         a decode kernel that ignores it); needs a scaled RoPE
                                         checkpoint
+  prefill_chunk:size=N                  not a bug: chunked prefill, the prompt fed N tokens
+                                        per forward over the cache (vLLM's / SGLang's chunked
+                                        prefill); every chunk but the last chooses nothing
+  chunk_position:size=N,chunk=C,layer=L that prefill, but from chunk C on each chunk's
+                                        positions are computed per chunk (0..n-1, not
+                                        past_len + i): layer -1 feeds (and records) those
+                                        ids; layer L >= 0 (RoPE only) records the right ids
+                                        and rotates layer L's queries and keys at the
+                                        chunk-local ones
 """
 
 from __future__ import annotations
@@ -70,6 +79,8 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "kv_cache": {"format": "int8", "static": 0},
     "kv_quantization": {"format": "int8", "scale": 200, "layer": 0, "step": 1, "static": 0},
     "rope_scaling": {"step": 1, "layer": -1},
+    "prefill_chunk": {"size": 4},
+    "chunk_position": {"size": 4, "chunk": 1, "layer": -1},
 }
 CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization")
 STRING_PARAMS = ("format",)
@@ -258,8 +269,9 @@ class StepLog:
         self.rng_after: int = kw.get("rng_after", 0)
         self.draft_count: int = kw.get("draft_count", 0)
         self.accepted_count: int = kw.get("accepted_count", 0)
-        top = float(self.logits.max())
-        self.tied: List[int] = [int(i) for i in np.flatnonzero(self.logits == top)]
+        # A prefill chunk before the last chooses nothing and keeps no logits row.
+        self.tied: List[int] = [] if self.logits is None else [
+            int(i) for i in np.flatnonzero(self.logits == float(self.logits.max()))]
 
 
 class RunLog:
@@ -294,6 +306,16 @@ class DecodeEngine:
                 raise ValueError("rope_scaling needs a RoPE checkpoint with rope_scaling (linear, llama3)")
             if b["step"] < 0 or not -1 <= b["layer"] < model.cfg.num_layers:
                 raise ValueError(f"rope_scaling: step {b['step']} / layer {b['layer']} out of range")
+        if "prefill_chunk" in self.bugs and "chunk_position" in self.bugs:
+            raise ValueError("chunk_position brings its own chunked prefill (size=N)")
+        b = self.bugs.get("chunk_position")
+        if b:
+            if b["chunk"] < 1 or b["size"] < 1 or not -1 <= b["layer"] < model.cfg.num_layers:
+                raise ValueError(f"chunk_position: chunk {b['chunk']} (>= 1), size {b['size']}, "
+                                 f"layer {b['layer']} out of range")
+            if b["layer"] >= 0 and model.cfg.model_type == "gpt2":
+                raise ValueError("chunk_position: gpt2 adds learned position embeddings once, at "
+                                 "the input; a per-layer position needs RoPE (use layer=-1)")
 
     def unscaled_rope_layers(self, step: int):
         """rope_scaling: the layers whose RoPE drops the scaling at this step (None: none)."""
@@ -301,6 +323,24 @@ class DecodeEngine:
         if not b or step < b["step"]:
             return None
         return set(range(self.model.cfg.num_layers)) if b["layer"] < 0 else {b["layer"]}
+
+    def chunk_size(self) -> int:
+        """Chunked prefill: prompt tokens per forward (0 = the whole prompt at once)."""
+        for name in ("prefill_chunk", "chunk_position"):
+            if name in self.bugs:
+                return int(self.bugs[name]["size"])
+        return 0
+
+    def chunk_positions(self, past: int, n: int, chunk: int):
+        """(position ids, {layer: ids it rotates with instead}) of prefill chunk `chunk`
+        (n tokens over `past` cached ones): past + i, or what chunk_position makes."""
+        right = [past + i for i in range(n)]
+        b = self.bugs.get("chunk_position")
+        if not b or chunk < b["chunk"]:
+            return right, None
+        if b["layer"] < 0:
+            return list(range(n)), None  # computed per chunk: restart at 0
+        return right, {b["layer"]: list(range(n))}
 
     def new_cache(self) -> KVCache:
         """A fresh cache object, patched when a cache bug is selected."""
@@ -348,9 +388,11 @@ class DecodeEngine:
             return list(range(n))
         return [past + i for i in range(n)]
 
-    def _log(self, run: RunLog, cache: KVCache, logits: torch.Tensor, row: int = -1, **kw) -> StepLog:
+    def _log(self, run: RunLog, cache: KVCache, logits: Optional[torch.Tensor], row: int = -1,
+             **kw) -> StepLog:
         ks, vs = cache.snapshot()
-        st = StepLog(logits=logits[row].numpy().copy(), cache_keys=ks, cache_values=vs, **kw)
+        st = StepLog(logits=None if logits is None else logits[row].numpy().copy(),
+                     cache_keys=ks, cache_values=vs, **kw)
         run.steps.append(st)
         return st
 
@@ -374,6 +416,21 @@ class DecodeEngine:
             raise ValueError("speculative decoding here verifies greedily: use temperature 0")
         try:
             step = -1
+            # Chunked prefill: every chunk but the last is a step of its own that chooses
+            # nothing; the last one is step `chunks - 1` of the loop below.
+            size = self.chunk_size()
+            chunks = [list(prompt_ids[i:i + size]) for i in range(0, len(prompt_ids), size)] \
+                if size else [list(prompt_ids)]
+            for chunk, part in enumerate(chunks[:-1]):
+                step += 1
+                past = cache.get_seq_length()
+                pos, layer_pos = self.chunk_positions(past, len(part), chunk)
+                model.forward(part, pos, cache, self.unscaled_rope_layers(step), layer_pos)
+                self._log(run, cache, None, request=0, step=step, fed_ids=part, positions=pos,
+                          chosen=-1, weights_version=version, slot=0,
+                          events=["arrival"] if step == 0 else [])
+            fed = chunks[-1]
+            first_decode = len(chunks)
             while len(tokens) < max_new:
                 step += 1
                 b = self.bugs.get("stale_cache")
@@ -388,12 +445,16 @@ class DecodeEngine:
                                      temperature, seed, version)
                 past = cache.get_seq_length()
                 draft: List[int] = []
-                if drafts_per_step and step > 0:
+                if drafts_per_step and step >= first_decode:
                     budget = min(drafts_per_step, max_new - len(tokens) - 1)
                     draft = prompt_lookup(list(prompt_ids) + tokens, budget) if budget > 0 else []
                 fed = fed + draft
-                pos = self.positions(past, len(fed), step)
-                logits = model.forward(fed, pos, cache, self.unscaled_rope_layers(step))
+                layer_pos = None
+                if step < first_decode:  # the prefill's last (or only) chunk
+                    pos, layer_pos = self.chunk_positions(past, len(fed), step)
+                if step >= first_decode or not size:
+                    pos = self.positions(past, len(fed), step)
+                logits = model.forward(fed, pos, cache, self.unscaled_rope_layers(step), layer_pos)
                 accepted = 0  # greedy verification: draft j stands while row j chooses it
                 while accepted < len(draft) and chooser.choose(logits[len(fed) - len(draft) - 1 + accepted], step)[0] == draft[accepted]:
                     accepted += 1
@@ -444,7 +505,8 @@ class DecodeEngine:
     def _note_injections(self, run: RunLog) -> None:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
-                     "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling"):
+                     "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling",
+                     "prefill_chunk", "chunk_position"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:

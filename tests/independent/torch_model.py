@@ -331,10 +331,13 @@ class Model:
     # ---- forward
     @torch.no_grad()
     def forward(self, ids: List[int], positions: List[int], cache: KVCache,
-                unscaled_rope_layers: Optional[Set[int]] = None) -> torch.Tensor:
+                unscaled_rope_layers: Optional[Set[int]] = None,
+                layer_positions: Optional[Dict[int, List[int]]] = None) -> torch.Tensor:
         """Runs the fed tokens at the given position ids over the cache (which update()
         extends) and returns float32 logits [n, V]. `unscaled_rope_layers`: layers whose
-        queries and keys rotate without the config's RoPE scaling (the rope_scaling bug)."""
+        queries and keys rotate without the config's RoPE scaling (the rope_scaling bug).
+        `layer_positions`: layers whose queries and keys rotate at other position ids (the
+        chunk_position bug; RoPE models only)."""
         cfg = self.cfg
         if len(ids) != len(positions) or not ids:
             raise ValueError(f"{len(ids)} ids for {len(positions)} positions")
@@ -344,9 +347,12 @@ class Model:
         pos_t = torch.tensor(positions, dtype=torch.int64)
         past = cache.get_seq_length()
         if cfg.model_type == "gpt2":
+            if layer_positions:
+                raise ValueError("gpt2 takes its positions once, at the input (no per-layer RoPE)")
             h = self._forward_gpt2(ids_t, pos_t, cache, past)
         else:
-            h = self._forward_llama(ids_t, pos_t, cache, past, unscaled_rope_layers or set())
+            h = self._forward_llama(ids_t, pos_t, cache, past, unscaled_rope_layers or set(),
+                                    layer_positions or {})
         return self.prec.mm(F.linear, h, self.lm_head).to(torch.float32)
 
     def _heads(self, x, h):
@@ -378,13 +384,17 @@ class Model:
             h = r(h + self._conv1d(m, w["mlp.c_proj.weight"], w["mlp.c_proj.bias"]))
         return r(F.layer_norm(h, (cfg.hidden,), self.ln_f[0], self.ln_f[1], cfg.eps))
 
-    def _forward_llama(self, ids, pos, cache, past, unscaled_layers):
+    def _forward_llama(self, ids, pos, cache, past, unscaled_layers, layer_positions):
         cfg, r = self.cfg, self.prec.r
         h = F.embedding(ids, self.embed)
         scaled = self._rope(pos)
         unscaled = self._rope(pos, scaled=False) if unscaled_layers else scaled
         for l, w in enumerate(self.layers):
-            cos, sin = unscaled if l in unscaled_layers else scaled
+            if l in layer_positions:  # chunk_position: this layer rotates at other ids
+                own = torch.tensor(layer_positions[l], dtype=torch.int64)
+                cos, sin = self._rope(own, scaled=l not in unscaled_layers)
+            else:
+                cos, sin = unscaled if l in unscaled_layers else scaled
             x = self._rms_norm(h, w["input_layernorm.weight"])
             q = self._heads(self._linear(x, w["self_attn.q_proj.weight"], w["self_attn.q_proj.bias"]), cfg.num_heads)
             k = self._heads(self._linear(x, w["self_attn.k_proj.weight"], w["self_attn.k_proj.bias"]), cfg.num_kv_heads)

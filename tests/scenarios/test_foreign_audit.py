@@ -296,6 +296,49 @@ class IndependentEngineTest(unittest.TestCase):
             self._record("gpt2", "float32", "rope-gpt2", "rope_scaling")
         ROWS.append(["engine gpt2", "rope_scaling", "-", "n/a (no RoPE)", "bug refused", "-", "ok"])
 
+    def test_chunked_prefill(self):
+        """KV Scope's addition: a chunked prefill (4 prompt tokens per forward over the cache,
+        every chunk but the last choosing nothing) audits clean; positions computed per chunk
+        (restarting at 0) from chunk 1 or 2 are chunk_position at that chunk's step: the ids
+        themselves (layer 0, model+trace and trace+trace against the uncached run) and, on
+        llama, the ids right but layer 1 rotated at the chunk-local ones (model+trace). gpt2
+        takes its positions once, at the input: a per-layer position does not exist there."""
+        for model in PROMPTS:
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(model=model, dtype=dtype):
+                    src = f"engine {model} {dtype}"
+                    ckpt = os.path.join(MODELS, model)
+                    clean, _ = self._record(model, dtype, "chunked", "prefill_chunk:size=4")
+                    check(self, src, "chunked prefill clean (4 per chunk)", "model+trace",
+                          fr.Expectation([]), fr.audit(clean, model=ckpt))
+                    uncached, _ = self._record(model, dtype, "clean", uncached=True)
+                    check(self, src, "chunked prefill clean vs its uncached run", "trace+trace",
+                          fr.Expectation([]), fr.audit(clean, reference_trace=uncached))
+                    for chunk in (1, 2):
+                        for layer in (-1, 1) if model == "llama" else (-1,):
+                            bug = f"chunk_position:size=4,chunk={chunk},layer={layer}"
+                            trace, _ = self._record(model, dtype, f"chunkpos-{chunk}-{layer}", bug)
+                            where = "the ids" if layer < 0 else f"L{layer} rotated"
+                            run = f"positions restart from chunk {chunk}, {where}"
+                            out = fr.audit(trace, model=ckpt)
+                            check(self, src, run, "model+trace",
+                                  fr.Expectation(["chunk_position"], chunk, max(layer, 0)), out)
+                            f = next(x for x in out.report["findings"] if x["id"] == "chunk_position")
+                            ev = f["evidence"]
+                            self.assertEqual(ev["chunk"], chunk)
+                            self.assertEqual(ev["chunk_start"], 4 * chunk)
+                            self.assertEqual(ev["earlier_chunks_exact"], 1)
+                            self.assertEqual(ev["restarted"], 1)
+                            self.assertLessEqual(ev["records_vs_chunk_positions"], ev["tolerance"])
+                            if layer < 0:
+                                check(self, src, run + " vs uncached", "trace+trace",
+                                      fr.Expectation(["chunk_position"], chunk, 0),
+                                      fr.audit(trace, reference_trace=uncached))
+        with self.assertRaises(ValueError):
+            self._record("gpt2", "float32", "chunkpos-gpt2-layer", "chunk_position:layer=1")
+        ROWS.append(["engine gpt2", "chunk_position layer=1", "-", "n/a (positions at the input)",
+                     "bug refused", "-", "ok"])
+
     def test_speculative_decoding(self):
         """KV Scope's addition: greedy speculative decoding with prompt-lookup drafts, the
         rejected ones cropped (clean), and a cache whose crop() is a no-op from step 2
