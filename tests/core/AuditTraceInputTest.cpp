@@ -88,7 +88,8 @@ TEST(AuditTraceInput, FullSnapshotTracesWithoutRecordsOrChecksums) {
                                      {{"wrong_layer:layer=1,source=0"}, "wrong_layer", 0},
                                      {{"wrong_position:offset=2,step=2"}, "position", 2},
                                      {{"duplicate_append:layer=1,step=2"}, "duplicate_append", 2},
-                                     {{"cross_request:request=1,victim=0"}, "cross_request", 2}};
+                                     {{"cross_request:request=1,victim=0"}, "cross_request", 2},
+                                     {{"chunk_position:chunk=1,size=3"}, "chunk_position", 1}};
   int n = 0;
   for (const auto& c : cases) {
     Trace snap = throughPython(engineTrace("llama", c.faults, true), "snap" + std::to_string(n++), true);
