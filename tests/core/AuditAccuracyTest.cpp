@@ -265,7 +265,7 @@ std::vector<Case> chunkedPrefillCases(const std::string& m) {
            chunk,
            std::max<int64_t>(layer, 0)}));
   // The fault turns chunking on by itself (its size), and a second request is unaffected.
-  cs.push_back({"chunk_position chunk=2 size=5 request=0 (no --prefill-chunk), two requests",
+  cs.push_back({"chunk_position chunk=2 size=5, two requests",
                 m,
                 {"chunk_position:chunk=2,size=5,request=0"},
                 {"chunk_position"},
@@ -274,14 +274,14 @@ std::vector<Case> chunkedPrefillCases(const std::string& m) {
                 0,
                 2});
   // Plain position bugs in a chunked run stay position: in the first chunk, and in decode.
-  cs.push_back(chunked({"wrong_position offset=3 step=0 in a chunked prefill",
+  cs.push_back(chunked({"wrong_position offset=3 step=0, chunk 0",
                         m,
                         {"wrong_position:offset=3,step=0"},
                         {"position"},
                         0,
                         0,
                         0}));
-  cs.push_back(chunked({"wrong_position offset=3 step=5 after a chunked prefill",
+  cs.push_back(chunked({"wrong_position offset=3 step=5, decode",
                         m,
                         {"wrong_position:offset=3,step=5"},
                         {"position"},
