@@ -38,6 +38,11 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "the quantisation scale and element type of the cache"},
       {finding::RopeScaling, "key error grows with position while values at layer 0 are exact",
        "the RoPE scaling (rope_scaling factor and type) of the path that computed the keys"},
+      {finding::BatchVariance,
+       "a request's logits differ from its solo run at float noise once it runs batched, with "
+       "no structural or cache-row evidence",
+       "the batch-invariance of the kernels (reductions whose split or order depends on the "
+       "batch size)"},
   };
   return table;
 }

@@ -58,11 +58,30 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   if (const auto& rope = result.trace.model.rope; rope && !steps.empty())
     tl.markers.push_back({steps.front()->step, "rope",
                           "RoPE " + rope->type + " x" + numberText(rope->factor), false});
-  for (const Finding& f : result.report.findings)
+  // Batch mates, and where the request stopped reproducing its solo run bit for bit.
+  const TraceRequest* self = result.trace.findRequest(request);
+  if (self && self->batchGroup >= 0 && !steps.empty()) {
+    int64_t mates = 0;
+    for (const auto& o : result.trace.requests)
+      mates += o.id != request && o.batchGroup == self->batchGroup;
+    if (mates > 0)
+      tl.markers.push_back({steps.front()->step, "batch",
+                            "batch group " + std::to_string(self->batchGroup) + ": " +
+                                std::to_string(mates + 1) + " requests",
+                            false});
+  }
+  for (const Finding& f : result.report.findings) {
     if (f.id == finding::RopeScaling && f.request == request)
       tl.markers.push_back({f.step, "rope_scaling",
                             "layer " + std::to_string(f.layer) + " keys at another RoPE scaling",
                             true});
+    if (f.id == finding::BatchVariance && f.request == request)
+      tl.markers.push_back(
+          {f.step, "batch_variance",
+           "differs from its solo run" +
+               (f.layer >= 0 ? " from layer " + std::to_string(f.layer) : std::string()),
+           true});
+  }
   for (const TraceStep* st : steps) {
     TimelineStep ts;
     ts.step = st->step;
