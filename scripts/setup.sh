@@ -40,5 +40,11 @@ if [[ -n "$blas" && "$blas" != *openblas* ]]; then
 fi
 
 JOBS="${KVSCOPE_JOBS:-$(nproc)}"
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${KVSCOPE_CMAKE_ARGS:-} >/dev/null
+# A unity build (CMake batches of 8 sources per translation unit) compiles the shared LibTorch,
+# JSON and GoogleTest templates once per batch instead of once per file: a fresh build takes
+# about half the time (docs/limits.md). KVSCOPE_UNITY_BUILD=OFF builds file by file, which
+# suits edit-compile loops better.
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_UNITY_BUILD="${KVSCOPE_UNITY_BUILD:-ON}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
+  ${KVSCOPE_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "AuditExpectations.hpp"
 #include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/KvScope.hpp"
@@ -38,33 +39,22 @@ AuditReport audit(const std::string& model, const Trace& t) {
   return Auditor::audit(*Model::load(test::hfModel(model)), t).report;
 }
 
-// Written to a file and read back, as another engine's trace would arrive.
-Trace roundTrip(const Trace& t, const std::string& name) {
-  const auto path = (test::scratchDir("chunked-prefill-traces") / name).string();
-  fs::remove(path);
-  TraceFile::write(t, path);
-  return TraceFile::read(path);
-}
-
-const Finding& only(const AuditReport& rep, const std::string& id) {
-  EXPECT_EQ(rep.findings.size(), 1u) << rep.toText();
-  for (const auto& f : rep.findings)
-    if (f.id == id) return f;
-  ADD_FAILURE() << "no " << id << "\n" << rep.toText();
-  static const Finding none;
-  return none;
-}
-
 TEST(ChunkedPrefill, MatrixRowIsKvScopesAddition) {
   const auto& row = FailureMatrix::row(finding::ChunkPosition);
   EXPECT_EQ(row.origin, MatrixOrigin::KvScope);
-  EXPECT_EQ(FailureMatrix::rows().back().id, finding::ChunkPosition);
+  const auto& rows = FailureMatrix::rows();
+  const auto at = [&](const char* id) {
+    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == id; });
+  };
+  EXPECT_LT(at(finding::RopeScaling), at(finding::ChunkPosition));  // added after it
   EXPECT_NE(FaultSpec::helpText().find("chunk_position"), std::string::npos);
 }
 
 TEST(ChunkedPrefill, ChunksChooseNothingUntilTheLastAndGiveTheWholePrefillsTokens) {
   for (const char* m : {"gpt2", "llama"}) {
-    const Trace whole = run(m, 0), chunked = roundTrip(run(m, 4), std::string(m) + ".kvtrace");
+    const Trace whole = run(m, 0),
+                chunked = test::writtenAndRead(run(m, 4), "chunked-prefill-traces",
+                                               std::string(m) + ".kvtrace");
     const auto prompt = static_cast<int64_t>(whole.requests[0].promptIds.size());
     const int64_t chunks = (prompt + 3) / 4;
     ASSERT_EQ(chunked.steps.size(), whole.steps.size() + static_cast<size_t>(chunks - 1)) << m;
@@ -95,7 +85,7 @@ TEST(ChunkedPrefill, RestartedIdsAreChunkPositionWithTheirEvidence) {
     const Trace t = run(m, 4, {"chunk_position:chunk=2"});
     EXPECT_EQ(t.steps[2].positions.front(), 0) << m;
     const AuditReport rep = audit(m, t);
-    const Finding& f = only(rep, finding::ChunkPosition);
+    const Finding& f = test::onlyFinding(rep, finding::ChunkPosition);
     EXPECT_EQ(f.step, 2) << m;
     EXPECT_EQ(f.layer, 0) << m;
     EXPECT_EQ(f.position, 8) << m;
@@ -116,7 +106,7 @@ TEST(ChunkedPrefill, RestartedIdsAreChunkPositionWithTheirEvidence) {
     EXPECT_GE(f.confidence, 0.99) << m;
     // Without a model: the recorded positions alone.
     const AuditReport pair = Auditor::auditTraces(run(m, 0, {}, true), t).report;
-    const Finding& g = only(pair, finding::ChunkPosition);
+    const Finding& g = test::onlyFinding(pair, finding::ChunkPosition);
     EXPECT_EQ(g.step, 2) << m;
     EXPECT_EQ(g.evidence.count("records_vs_chunk_positions"), 0u) << m;
   }
@@ -126,7 +116,7 @@ TEST(ChunkedPrefill, RightIdsWithOneLayerAtChunkLocalPositionsOnLlama) {
   const Trace t = run("llama", 4, {"chunk_position:chunk=1,layer=2"});
   EXPECT_EQ(t.steps[1].positions.front(), 4);  // the recorded ids stay right
   const AuditReport rep = audit("llama", t);
-  const Finding& f = only(rep, finding::ChunkPosition);
+  const Finding& f = test::onlyFinding(rep, finding::ChunkPosition);
   EXPECT_EQ(f.step, 1);
   EXPECT_EQ(f.layer, 2);
   EXPECT_EQ(f.evidence.at("hypothesis"), 1);  // layer 2 alone
@@ -143,11 +133,11 @@ TEST(ChunkedPrefill, PositionOffsetsOutsideABoundaryStayPosition) {
     for (const int64_t step : {0, 5}) {
       const Trace t = run(m, 4, {"wrong_position:offset=3,step=" + std::to_string(step)});
       const AuditReport rep = audit(m, t);
-      EXPECT_EQ(only(rep, finding::Position).step, step) << m;
+      EXPECT_EQ(test::onlyFinding(rep, finding::Position).step, step) << m;
     }
     // Not chunked: the boundary rule does not apply.
     const AuditReport plain = audit(m, run(m, 0, {"wrong_position:restart=1,step=1"}));
-    EXPECT_EQ(only(plain, finding::Position).step, 1) << m;
+    EXPECT_EQ(test::onlyFinding(plain, finding::Position).step, 1) << m;
   }
 }
 

@@ -21,7 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-const char* kTag = "cli-generate";
+const char* kGenerateTag = "cli-generate";
 
 std::vector<int64_t> ints(const json& j) { return j.get<std::vector<int64_t>>(); }
 
@@ -71,7 +71,7 @@ TEST(GenerateCli, BatchedPromptsMatchTheLeftPaddedGolden) {
 }
 
 TEST(GenerateCli, TraceIsWrittenReadableAndNeverOverwritten) {
-  const std::string dir = test::scratchDir(kTag, "trace").string();
+  const std::string dir = test::scratchDir(kGenerateTag, "trace").string();
   fs::create_directories(dir);
   const std::string path = dir + "/run.kvtrace";
   const test::CliRun r = generate({"--prompt",
@@ -118,7 +118,7 @@ TEST(GenerateCli, TraceIsWrittenReadableAndNeverOverwritten) {
 }
 
 TEST(GenerateCli, SnapshotsUncachedAndWeightUpdatesReachTheTrace) {
-  const std::string dir = test::scratchDir(kTag, "options").string();
+  const std::string dir = test::scratchDir(kGenerateTag, "options").string();
   fs::create_directories(dir);
   const std::string snap = dir + "/snap.kvtrace";
   test::CliRun r =

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "ScratchCheckpoint.hpp"
 #include "ScratchDir.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Error.hpp"
@@ -29,28 +30,16 @@ using nlohmann::json;
 
 namespace {
 
-fs::path dir() { return test::scratchDir("hostile-input"); }
-
-std::string readBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeBytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
+fs::path hostileDir() { return test::scratchDir("hostile-input"); }
 
 // Runs `f`, expects an InputError naming `file`, checks `file` is unchanged; returns it.
 InputError refused(const std::string& file, const std::function<void()>& f) {
-  const std::string before = readBytes(file);
+  const std::string before = test::readBytes(file);
   try {
     f();
   } catch (const InputError& e) {
     EXPECT_EQ(e.file(), file) << e.what();
-    EXPECT_EQ(readBytes(file), before) << file << " was modified";
+    EXPECT_EQ(test::readBytes(file), before) << file << " was modified";
     return e;
   }
   ADD_FAILURE() << "no InputError for " << file;
@@ -62,18 +51,18 @@ std::string deepArray(int depth) { return std::string(depth, '[') + std::string(
 
 // A copy of the llama fixture model whose tokenizer.json went through `edit`.
 std::string tokenizerCopy(const std::string& name, const std::function<void(json&)>& edit) {
-  const fs::path d = dir() / name;
+  const fs::path d = hostileDir() / name;
   fs::create_directories(d);
-  json tok = json::parse(readBytes(test::hfModel("llama") + "/tokenizer.json"));
+  json tok = json::parse(test::readBytes(test::hfModel("llama") + "/tokenizer.json"));
   edit(tok);
-  writeBytes(d / "tokenizer.json", tok.dump());
+  test::writeBytes(d / "tokenizer.json", tok.dump());
   return (d / "tokenizer.json").string();
 }
 
 // Writes a tokenizer.json whose pre_tokenizer is `depth` Sequences inside one another
 // (built as text: the document is too deep to build and dump as a json value).
 std::string deepSequenceTokenizer(const std::string& name, int depth) {
-  json tok = json::parse(readBytes(test::hfModel("llama") + "/tokenizer.json"));
+  json tok = json::parse(test::readBytes(test::hfModel("llama") + "/tokenizer.json"));
   const std::string leaf = tok["pre_tokenizer"].dump();
   tok["pre_tokenizer"] = "@@";
   std::string open, close;
@@ -83,21 +72,21 @@ std::string deepSequenceTokenizer(const std::string& name, int depth) {
   }
   std::string text = tok.dump();
   text.replace(text.find("\"@@\""), 4, open + leaf + close);
-  const fs::path d = dir() / name;
+  const fs::path d = hostileDir() / name;
   fs::create_directories(d);
-  writeBytes(d / "tokenizer.json", text);
+  test::writeBytes(d / "tokenizer.json", text);
   return (d / "tokenizer.json").string();
 }
 
 // A copy of the llama config.json with `field` set to the raw JSON text `value`.
 std::string configCopy(const std::string& name, const std::string& field,
                        const std::string& value) {
-  json doc = json::parse(readBytes(test::hfModel("llama") + "/config.json"));
+  json doc = json::parse(test::readBytes(test::hfModel("llama") + "/config.json"));
   doc[field] = "@@";
   std::string text = doc.dump();
   text.replace(text.find("\"@@\""), 4, value);
-  const fs::path p = dir() / (name + ".json");
-  writeBytes(p, text);
+  const fs::path p = hostileDir() / (name + ".json");
+  test::writeBytes(p, text);
   return p.string();
 }
 
@@ -127,7 +116,7 @@ std::string traceCopy(const std::string& in, const std::string& name,
     w.addRaw(n, e.dtype, e.shape,
              std::vector<uint8_t>(file->bytes(e), file->bytes(e) + (e.end - e.begin)));
   }
-  const std::string out = (dir() / name).string();
+  const std::string out = (hostileDir() / name).string();
   w.write(out, true);
   return out;
 }
@@ -140,7 +129,7 @@ const std::string& v1Trace() {
 // A version 2 copy of the v1 fixture (read and written again).
 const std::string& v2Trace() {
   static const std::string p = [] {
-    const std::string out = (dir() / "v2.kvtrace").string();
+    const std::string out = (hostileDir() / "v2.kvtrace").string();
     TraceFile::write(TraceFile::read(v1Trace()), out, true);
     return out;
   }();
@@ -197,8 +186,8 @@ TEST(HostileInput, DeepConfigJsonIsRefusedWithFileFieldAndLimit) {
     EXPECT_EQ(e.field().rfind(std::string(field) + "[0]", 0), 0u) << e.field();
     EXPECT_NE(e.detail().find("128"), std::string::npos);
   }
-  const fs::path gen = dir() / "deep-generation_config.json";
-  writeBytes(gen, R"({"eos_token_id": )" + deepArray(100000) + "}");
+  const fs::path gen = hostileDir() / "deep-generation_config.json";
+  test::writeBytes(gen, R"({"eos_token_id": )" + deepArray(100000) + "}");
   ModelConfig c = ModelConfig::load(test::hfModel("llama") + "/config.json");
   const auto e = refused(gen.string(), [&] { c.mergeGenerationConfig(gen.string()); });
   EXPECT_EQ(e.field().rfind("eos_token_id[0]", 0), 0u) << e.field();
@@ -222,12 +211,12 @@ TEST(HostileInput, DeepTraceDocumentAndSafetensorsHeaderAreRefused) {
   const auto e = traceRefused(deepDoc);
   EXPECT_EQ(e.field().rfind("extra[0]", 0), 0u) << e.field();
 
-  const fs::path st = dir() / "deep-header.safetensors";
+  const fs::path st = hostileDir() / "deep-header.safetensors";
   const std::string header = R"({"__metadata__":{"x":"y"},"t":)" + deepArray(100000) + "}";
   std::string bytes(8, '\0');
   const uint64_t n = header.size();
   std::memcpy(bytes.data(), &n, 8);
-  writeBytes(st, bytes + header);
+  test::writeBytes(st, bytes + header);
   const auto e2 = refused(st.string(), [&] { SafetensorsFile::open(st.string()); });
   EXPECT_EQ(e2.field().rfind("t[0]", 0), 0u) << e2.field();
 }
@@ -256,12 +245,12 @@ TEST(HostileInput, ErrorTextEscapesRawBytesAndStaysShort) {
 }
 
 TEST(HostileInput, SafetensorsJsonErrorWithRawBytesIsPrintable) {
-  const fs::path st = dir() / "raw-bytes.safetensors";
+  const fs::path st = hostileDir() / "raw-bytes.safetensors";
   const std::string header = "{\"a\xff\xfe\": 1}";
   std::string bytes(8, '\0');
   const uint64_t n = header.size();
   std::memcpy(bytes.data(), &n, 8);
-  writeBytes(st, bytes + header);
+  test::writeBytes(st, bytes + header);
   const auto e = refused(st.string(), [&] { SafetensorsFile::open(st.string()); });
   const std::string what = e.what();
   EXPECT_EQ(what.find('\xff'), std::string::npos) << what;
@@ -359,7 +348,7 @@ TEST(HostileInput, ConfigSizesAndConversionsAreChecked) {
     EXPECT_EQ(e.field(), c.field) << c.value << ": " << e.what();
   }
   // GPT-2: n_inner defaults to 4 * n_embd, which must not overflow.
-  json gpt2 = json::parse(readBytes(test::hfModel("gpt2") + "/config.json"));
+  json gpt2 = json::parse(test::readBytes(test::hfModel("gpt2") + "/config.json"));
   gpt2["n_embd"] = int64_t{1} << 62;
   try {
     ModelConfig::fromJson(gpt2, "gpt2.json");
@@ -368,7 +357,7 @@ TEST(HostileInput, ConfigSizesAndConversionsAreChecked) {
     EXPECT_EQ(e.field(), "n_embd");
   }
   // rope original_max_position_embeddings: a float beyond int64 is refused, not cast.
-  json llama = json::parse(readBytes(test::hfModel("llama") + "/config.json"));
+  json llama = json::parse(test::readBytes(test::hfModel("llama") + "/config.json"));
   llama["rope_parameters"] = {
       {"rope_type", "llama3"},   {"rope_theta", 500000.0},
       {"factor", 8.0},           {"low_freq_factor", 1.0},
@@ -400,7 +389,7 @@ TEST(HostileInput, TokenIdsBeyondTheLimitAreRefused) {
 TEST(HostileInput, WriterRefusesMetadataThatIsNotUtf8) {
   SafetensorsWriter w;
   w.setMetadata("kvtrace", "{\"a\": \"\x9e\"}");
-  const auto path = (dir() / "not-utf8.safetensors").string();
+  const auto path = (hostileDir() / "not-utf8.safetensors").string();
   EXPECT_THROW(w.write(path, true), UsageError);
   EXPECT_FALSE(fs::exists(path));
 }

@@ -25,7 +25,7 @@ using nlohmann::json;
 
 namespace {
 
-fs::path tempDir() { return test::scratchDir("kvquant"); }
+fs::path kvquantDir() { return test::scratchDir("kvquant"); }
 
 KvQuantization format(const std::string& dtype) {
   KvQuantization q;
@@ -42,8 +42,8 @@ std::vector<float> roundRow(const std::string& dtype, const std::vector<float>& 
   return std::vector<float>(out.data_ptr<float>(), out.data_ptr<float>() + out.numel());
 }
 
-Trace run(const std::string& model, const std::string& kvCache,
-          const std::vector<std::string>& faults = {}, bool uncached = false) {
+Trace runQuantized(const std::string& model, const std::string& kvCache,
+                   const std::vector<std::string>& faults = {}, bool uncached = false) {
   auto m = Model::load(test::hfModel(model));
   RequestSpec s;
   s.promptIds = test::goldenJson(model)["prompts"][0]["ids"].get<std::vector<int64_t>>();
@@ -57,7 +57,7 @@ Trace run(const std::string& model, const std::string& kvCache,
 }
 
 std::string write(const Trace& t, const std::string& name) {
-  const auto path = (tempDir() / name).string();
+  const auto path = (kvquantDir() / name).string();
   TraceFile::write(t, path, true);
   return path;
 }
@@ -120,14 +120,14 @@ TEST(KvQuantization, BudgetIsHalfAStepOfTheDeclaredType) {
 }
 
 TEST(KvQuantization, TraceDeclaresTheCacheAndTheReaderValidatesIt) {
-  const Trace t = run("gpt2", "fp8_e4m3");
+  const Trace t = runQuantized("gpt2", "fp8_e4m3");
   EXPECT_EQ(t.kvCache.dtype, "fp8_e4m3");
   const auto path = write(t, "fp8.kvtrace");
   const Trace back = TraceFile::read(path);
   EXPECT_EQ(back, t);
   EXPECT_EQ(back.kvCache.scale, "per_token_head");
   // A plain run writes no kv_cache field.
-  const Trace plain = TraceFile::read(write(run("gpt2", ""), "plain.kvtrace"));
+  const Trace plain = TraceFile::read(write(runQuantized("gpt2", ""), "plain.kvtrace"));
   EXPECT_FALSE(plain.kvCache.quantized());
   struct Bad {
     const char* name;
@@ -154,7 +154,7 @@ TEST(KvQuantization, TraceDeclaresTheCacheAndTheReaderValidatesIt) {
        "kv_cache.v_scales"},
   };
   for (const auto& b : bad) {
-    const auto out = (tempDir() / (std::string(b.name) + ".kvtrace")).string();
+    const auto out = (kvquantDir() / (std::string(b.name) + ".kvtrace")).string();
     test::rewriteTrace(path, out, b.edit);
     EXPECT_EQ(readErrorField(out), b.field) << b.name;
   }
@@ -163,7 +163,7 @@ TEST(KvQuantization, TraceDeclaresTheCacheAndTheReaderValidatesIt) {
 TEST(KvQuantization, CorrectCachesAuditCleanAgainstTheRoundedReference) {
   for (const char* model : {"gpt2", "llama"})
     for (const char* dtype : {"int8", "fp8_e4m3", "fp8_e5m2"}) {
-      const Trace t = run(model, dtype);
+      const Trace t = runQuantized(model, dtype);
       auto m = Model::load(test::hfModel(model));
       const auto r = Auditor::audit(*m, t).report;
       EXPECT_TRUE(r.clean()) << model << " " << dtype << "\n" << r.toText();
@@ -178,9 +178,9 @@ TEST(KvQuantization, CorrectCachesAuditCleanAgainstTheRoundedReference) {
 TEST(KvQuantization, TheFloatReferenceIsNotTheQuantisedOne) {
   // The rounding is real: the same int8 run against an unrounded reference (its uncached
   // float32 run) differs from it at layer 0 by up to half a step, never more.
-  const Trace cached = run("gpt2", "int8");
-  const Trace floatRef = run("gpt2", "", {}, /*uncached=*/true);
-  const Trace roundedRef = run("gpt2", "int8", {}, /*uncached=*/true);
+  const Trace cached = runQuantized("gpt2", "int8");
+  const Trace floatRef = runQuantized("gpt2", "", {}, /*uncached=*/true);
+  const Trace roundedRef = runQuantized("gpt2", "int8", {}, /*uncached=*/true);
   EXPECT_FALSE(floatRef.kvCache.quantized());
   EXPECT_TRUE(roundedRef.kvCache.quantized());
   const auto& a = cached.steps[0].layers[0].keys.data;
@@ -197,7 +197,7 @@ TEST(KvQuantization, TheFloatReferenceIsNotTheQuantisedOne) {
 }
 
 TEST(KvQuantization, WrongScaleIsDiagnosedWithStepsAndRatio) {
-  const Trace t = run("llama", "int8", {"kv_quantization:scale=200,layer=1,step=2"});
+  const Trace t = runQuantized("llama", "int8", {"kv_quantization:scale=200,layer=1,step=2"});
   auto m = Model::load(test::hfModel("llama"));
   const auto r = Auditor::audit(*m, TraceFile::read(write(t, "wrong-scale.kvtrace"))).report;
   ASSERT_EQ(r.findings.size(), 1u) << r.toText();
@@ -221,7 +221,7 @@ TEST(KvQuantization, WrongScaleIsDiagnosedWithStepsAndRatio) {
   EXPECT_EQ(again.findings.front().id, finding::KvQuantization) << again.toText();
   EXPECT_EQ(again.findings.front().layer, 1);
   // trace+trace against the rounded uncached run: the same finding.
-  const auto pair = Auditor::auditTraces(run("llama", "int8", {}, true), t).report;
+  const auto pair = Auditor::auditTraces(runQuantized("llama", "int8", {}, true), t).report;
   ASSERT_FALSE(pair.findings.empty()) << pair.toText();
   EXPECT_EQ(pair.findings.front().id, finding::KvQuantization) << pair.toText();
   EXPECT_EQ(pair.findings.front().step, 2);
@@ -231,8 +231,8 @@ TEST(KvQuantization, WrongScaleIsDiagnosedWithStepsAndRatio) {
 TEST(KvQuantization, FaultIsDocumentedValidatedAndTurnsOnInt8) {
   EXPECT_NE(FaultSpec::helpText().find("kv_quantization"), std::string::npos);
   EXPECT_NO_THROW(FailureMatrix::row(finding::KvQuantization));
-  const Trace t = run("gpt2", "", {"kv_quantization:layer=0,step=1"});
+  const Trace t = runQuantized("gpt2", "", {"kv_quantization:layer=0,step=1"});
   EXPECT_EQ(t.kvCache.dtype, "int8");
-  EXPECT_THROW(run("gpt2", "", {"kv_quantization:scale=100"}), UsageError);
-  EXPECT_THROW(run("gpt2", "", {"kv_quantization:layer=9"}), UsageError);
+  EXPECT_THROW(runQuantized("gpt2", "", {"kv_quantization:scale=100"}), UsageError);
+  EXPECT_THROW(runQuantized("gpt2", "", {"kv_quantization:layer=9"}), UsageError);
 }

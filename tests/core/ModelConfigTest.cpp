@@ -13,14 +13,14 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kModels = std::string(KVSCOPE_FIXTURES_DIR) + "/hf/models/";
+const std::string kConfigModels = std::string(KVSCOPE_FIXTURES_DIR) + "/hf/models/";
 
-json readJson(const std::string& path) {
+json readConfigJson(const std::string& path) {
   std::ifstream in(path);
   return json::parse(in);
 }
 
-json llamaDoc() { return readJson(kModels + "llama/config.json"); }
+json llamaDoc() { return readConfigJson(kConfigModels + "llama/config.json"); }
 
 // A transformers 4 style copy of a transformers 5 config: rope_parameters split into
 // rope_theta + rope_scaling, dtype renamed torch_dtype.
@@ -60,7 +60,7 @@ json qwen2Doc(int64_t layers) {
 }  // namespace
 
 TEST(ModelConfig, ParsesGpt2Fixture) {
-  const auto c = ModelConfig::load(kModels + "gpt2/config.json");
+  const auto c = ModelConfig::load(kConfigModels + "gpt2/config.json");
   EXPECT_EQ(c.architecture, Architecture::Gpt2);
   EXPECT_EQ(c.maxPositions, 64);
   EXPECT_TRUE(c.tieWordEmbeddings);
@@ -74,11 +74,11 @@ TEST(ModelConfig, ParsesGpt2Fixture) {
   EXPECT_EQ(c.activation, "gelu_new");
   EXPECT_EQ(c.eosTokenIds, std::vector<int64_t>{0});
   EXPECT_FALSE(c.usesRope());
-  EXPECT_EQ(c.sourceFile, kModels + "gpt2/config.json");
+  EXPECT_EQ(c.sourceFile, kConfigModels + "gpt2/config.json");
 }
 
 TEST(ModelConfig, ParsesLlamaFixtureWithGqaAndRopeParameters) {
-  const auto c = ModelConfig::load(kModels + "llama/config.json");
+  const auto c = ModelConfig::load(kConfigModels + "llama/config.json");
   EXPECT_EQ(c.architecture, Architecture::Llama);
   EXPECT_EQ(c.numHeads, 4);
   EXPECT_EQ(c.numKvHeads, 2);
@@ -253,7 +253,7 @@ TEST(ModelConfig, BadConfigsNameTheKey) {
   EXPECT_NE(message.find("yarn-ish"), std::string::npos) << message;
   EXPECT_EQ(errorField(toV4(doc)), "rope_scaling.rope_type");
 
-  doc = readJson(kModels + "gpt2/config.json");
+  doc = readConfigJson(kConfigModels + "gpt2/config.json");
   doc.erase("n_head");
   EXPECT_EQ(errorField(doc), "n_head");
 }
@@ -283,7 +283,7 @@ TEST(ModelConfig, LoadReportsUnreadableAndInvalidFiles) {
 }
 
 TEST(ModelConfig, GenerationConfigAddsEosIds) {
-  auto c = ModelConfig::load(kModels + "llama/config.json");
+  auto c = ModelConfig::load(kConfigModels + "llama/config.json");
   const std::string gen =
       testing::TempDir() + "kvscope-generation_config-" + std::to_string(::getpid()) + ".json";
   {

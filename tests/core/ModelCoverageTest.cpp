@@ -17,10 +17,10 @@ using kvscope::test::closeTo;
 
 namespace {
 
-const char* kTag = "coverage";
+const char* kCoverageTag = "coverage";
 
 std::shared_ptr<Model> writeAndLoad(const std::string& name, const CheckpointSpec& spec) {
-  return Model::load(test::writeScratchCheckpoint(kTag, name, spec));
+  return Model::load(test::writeScratchCheckpoint(kCoverageTag, name, spec));
 }
 
 std::vector<int64_t> someIds(size_t n) {
@@ -65,13 +65,13 @@ TEST(ModelCoverage, HalfAndBfloat16CheckpointsMatchFloat32OfTheRoundedWeights) {
     SCOPED_TRACE(name);
     CheckpointSpec spec = test::smallSpec();
     spec.storedDtype = dtype;
-    const std::string lowDir = test::writeScratchCheckpoint(kTag, "low-" + name, spec);
+    const std::string lowDir = test::writeScratchCheckpoint(kCoverageTag, "low-" + name, spec);
     const auto low = Model::load(lowDir);
     EXPECT_EQ(low->storedDtype(), name);
 
     // The same spec stored as F32, then every tensor replaced by the rounded values.
     spec.storedDtype = SafetensorsDtype::F32;
-    const std::string f32Dir = test::writeScratchCheckpoint(kTag, "f32-of-" + name, spec);
+    const std::string f32Dir = test::writeScratchCheckpoint(kCoverageTag, "f32-of-" + name, spec);
     const auto unrounded = Model::load(f32Dir);
     const auto ids = someIds(10);
     const FloatTensor unroundedLogits = unrounded->reference(ids).logits;
@@ -175,14 +175,14 @@ TEST(ModelCoverage, DynamicRopeScalesOnlyBeyondTheOriginalContext) {
 
 TEST(ModelCoverage, Qwen2QkvBiasesAreLoadedAndUsed) {
   CheckpointSpec spec = test::smallSpec(Architecture::Qwen2);
-  const std::string dir = test::writeScratchCheckpoint(kTag, "qwen-bias", spec);
+  const std::string dir = test::writeScratchCheckpoint(kCoverageTag, "qwen-bias", spec);
   const auto withBias = Model::load(dir);
   const auto names = withBias->weightNames();
   for (const char* n : {"q_proj", "k_proj", "v_proj"}) {
     const std::string bias = std::string("model.layers.0.self_attn.") + n + ".bias";
     EXPECT_NE(std::find(names.begin(), names.end(), bias), names.end()) << bias;
   }
-  const std::string zeroDir = test::writeScratchCheckpoint(kTag, "qwen-zero-bias", spec);
+  const std::string zeroDir = test::writeScratchCheckpoint(kCoverageTag, "qwen-zero-bias", spec);
   int zeroed = 0;
   test::rewriteTensors(zeroDir, [&](const std::string& n, FloatTensor& t) {
     if (n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0) {
@@ -202,7 +202,7 @@ TEST(ModelCoverage, Qwen2QkvBiasesAreLoadedAndUsed) {
 TEST(ModelCoverage, Qwen2TiedLmHeadIsTheEmbedding) {
   CheckpointSpec spec = test::smallSpec(Architecture::Qwen2);
   spec.tieWordEmbeddings = true;
-  const std::string dir = test::writeScratchCheckpoint(kTag, "qwen-tied", spec);
+  const std::string dir = test::writeScratchCheckpoint(kCoverageTag, "qwen-tied", spec);
   const auto model = Model::load(dir);
   EXPECT_TRUE(model->config().tieWordEmbeddings);
   EXPECT_FALSE(model->checkpoint().contains("lm_head.weight"));

@@ -21,7 +21,6 @@ std::string caseName(const ::testing::TestParamInfo<GoldenCase>& i) {
   return i.param.model + "_p" + std::to_string(i.param.prompt);
 }
 std::vector<int64_t> idsOf(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
-}  // namespace
 
 class ModelGolden : public ::testing::TestWithParam<GoldenCase> {};
 
@@ -94,3 +93,5 @@ TEST(ModelReference, WeightUpdateChangesLogitsAndBumpsVersion) {
   auto reloaded = Model::load(test::hfModel("llama"));  // the file is untouched
   EXPECT_EQ(reloaded->reference({0, 5, 9}).logits, before);
 }
+
+}  // namespace

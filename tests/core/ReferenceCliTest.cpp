@@ -20,7 +20,7 @@ using nlohmann::json;
 
 namespace {
 
-const char* kTag = "cli-reference";
+const char* kReferenceTag = "cli-reference";
 
 FloatTensor lastRowOf(const FloatTensor& t) { return test::rows(t, t.dim(0) - 1, 1); }
 
@@ -82,7 +82,7 @@ TEST(ReferenceCli, TextSummaryNamesModelAndTopTokens) {
 }
 
 TEST(ReferenceCli, DumpHoldsLogitsHiddenStatesAndKvAndIsNeverOverwritten) {
-  const std::string dir = test::scratchDir(kTag, "dump").string();
+  const std::string dir = test::scratchDir(kReferenceTag, "dump").string();
   fs::create_directories(dir);
   const std::string dump = dir + "/ref.safetensors";
   const std::vector<int64_t> ids = {0, 34, 86, 69, 301};
@@ -119,9 +119,9 @@ TEST(ReferenceCli, DumpHoldsLogitsHiddenStatesAndKvAndIsNeverOverwritten) {
 TEST(ReferenceCli, PaddingRowsBeyondTheTokenizerAreANoteNotAnError) {
   CheckpointSpec spec = test::smallSpec();
   spec.vocabSize = 400;
-  const std::string dir = test::writeScratchCheckpoint(kTag, "padded", spec);
+  const std::string dir = test::writeScratchCheckpoint(kReferenceTag, "padded", spec);
   spec.vocabSize = 300;
-  const std::string small = test::writeScratchCheckpoint(kTag, "padded-tokenizer", spec);
+  const std::string small = test::writeScratchCheckpoint(kReferenceTag, "padded-tokenizer", spec);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(small + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
 
@@ -140,7 +140,8 @@ TEST(ReferenceCli, PaddingRowsBeyondTheTokenizerAreANoteNotAnError) {
 }
 
 TEST(ReferenceCli, IdsWorkWithoutATokenizerButPromptsDoNot) {
-  const std::string dir = test::writeScratchCheckpoint(kTag, "no-tokenizer", test::smallSpec());
+  const std::string dir =
+      test::writeScratchCheckpoint(kReferenceTag, "no-tokenizer", test::smallSpec());
   fs::remove(dir + "/tokenizer.json");
   fs::remove(dir + "/tokenizer_config.json");
   test::CliRun r =

@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "AuditExpectations.hpp"
 #include "RopeScalingCheckpoint.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
@@ -25,8 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // The llama golden prompt, 8 new tokens; `uncached`: the reference engine's trace.
-Trace run(const std::string& dir, const std::vector<std::string>& faults = {},
-          bool uncached = false) {
+Trace runRope(const std::string& dir, const std::vector<std::string>& faults = {},
+              bool uncached = false) {
   auto m = Model::load(dir);
   RequestSpec s;
   s.promptIds = test::goldenJson("llama")["prompts"][0]["ids"].get<std::vector<int64_t>>();
@@ -36,23 +37,6 @@ Trace run(const std::string& dir, const std::vector<std::string>& faults = {},
   o.uncached = uncached;
   for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
   return Engine(m).run({s}, o);
-}
-
-// Written to a file and read back, as another engine's trace would arrive.
-Trace roundTrip(const Trace& t, const std::string& name) {
-  const auto path = (test::scratchDir("rope-scaling-traces") / name).string();
-  fs::remove(path);
-  TraceFile::write(t, path);
-  return TraceFile::read(path);
-}
-
-const Finding& only(const AuditReport& rep, const std::string& id) {
-  EXPECT_EQ(rep.findings.size(), 1u) << rep.toText();
-  for (const auto& f : rep.findings)
-    if (f.id == id) return f;
-  ADD_FAILURE() << "no " << id << "\n" << rep.toText();
-  static const Finding none;
-  return none;
 }
 
 TEST(RopeScaling, MatrixRowIsKvScopesAddition) {
@@ -71,9 +55,10 @@ TEST(RopeScaling, MatrixRowIsKvScopesAddition) {
 TEST(RopeScaling, DroppedLinearFactorIsNotAPositionOffset) {
   const std::string dir = test::ropeScalingLlama("linear");
   auto model = Model::load(dir);
-  const Trace t = roundTrip(run(dir, {"rope_scaling:layer=0,step=2"}), "linear-dropped.kvtrace");
+  const Trace t = test::writtenAndRead(runRope(dir, {"rope_scaling:layer=0,step=2"}),
+                                       "rope-scaling-traces", "linear-dropped.kvtrace");
   const AuditReport rep = Auditor::audit(*model, t).report;
-  const Finding& f = only(rep, finding::RopeScaling);
+  const Finding& f = test::onlyFinding(rep, finding::RopeScaling);
   EXPECT_EQ(f.step, 2);
   EXPECT_EQ(f.layer, 0);
   EXPECT_FALSE(rep.hasFinding(finding::Position)) << rep.toText();
@@ -96,8 +81,9 @@ TEST(RopeScaling, DroppedLinearFactorIsNotAPositionOffset) {
 TEST(RopeScaling, Llama3DroppedAtADeeperLayerKeepsLayer0Exact) {
   const std::string dir = test::ropeScalingLlama("llama3");
   auto model = Model::load(dir);
-  const AuditReport rep = Auditor::audit(*model, run(dir, {"rope_scaling:layer=1,step=3"})).report;
-  const Finding& f = only(rep, finding::RopeScaling);
+  const AuditReport rep =
+      Auditor::audit(*model, runRope(dir, {"rope_scaling:layer=1,step=3"})).report;
+  const Finding& f = test::onlyFinding(rep, finding::RopeScaling);
   EXPECT_EQ(f.step, 3);
   EXPECT_EQ(f.layer, 1);
   EXPECT_EQ(f.evidence.at("hypothesis"), 1.0);
@@ -123,12 +109,14 @@ TEST(RopeScaling, OtherScalingsFromAnotherEngine) {
       // (mit-han-lab/llm-awq#334): linear 1/2 where the checkpoint says 2.
       {test::ropeScalingLlama("linear", 0.5), test::ropeScalingLlama("linear"), 4, "inverted"}};
   for (const auto& r : rows) {
-    Trace t = run(r.recorded);
+    Trace t = runRope(r.recorded);
     t.model.fingerprint.clear();
     t.engine = "another engine";
     auto model = Model::load(r.audited);
-    const AuditReport rep = Auditor::audit(*model, roundTrip(t, "other.kvtrace")).report;
-    const Finding& f = only(rep, finding::RopeScaling);
+    const AuditReport rep =
+        Auditor::audit(*model, test::writtenAndRead(t, "rope-scaling-traces", "other.kvtrace"))
+            .report;
+    const Finding& f = test::onlyFinding(rep, finding::RopeScaling);
     EXPECT_EQ(f.step, 0) << r.words;  // the prefill already rotates every prompt key
     EXPECT_EQ(f.layer, 0) << r.words;
     EXPECT_EQ(f.evidence.at("hypothesis"), r.hypothesis) << r.words;
@@ -141,14 +129,14 @@ TEST(RopeScaling, OtherScalingsFromAnotherEngine) {
 // checkpoint the keys are the right ones of another position, not another scaling.
 TEST(RopeScaling, PositionOffsetOnAScaledCheckpointStaysPosition) {
   const std::string dir = test::ropeScalingLlama("linear");
-  Trace t = run(dir, {"wrong_position:offset=3,step=1"});
+  Trace t = runRope(dir, {"wrong_position:offset=3,step=1"});
   for (auto& s : t.steps)
     if (s.step >= 1)
       for (auto& p : s.positions) p -= 3;
   t.faults.clear();
   auto model = Model::load(dir);
   const AuditReport rep = Auditor::audit(*model, t).report;
-  const Finding& f = only(rep, finding::Position);
+  const Finding& f = test::onlyFinding(rep, finding::Position);
   EXPECT_EQ(f.step, 1);
   EXPECT_EQ(f.evidence.at("offset"), 3.0);
   EXPECT_FALSE(rep.hasFinding(finding::RopeScaling));
@@ -158,14 +146,15 @@ TEST(RopeScaling, PositionOffsetOnAScaledCheckpointStaysPosition) {
 // audit without the checkpoint can re-rotate the reference trace's keys.
 TEST(RopeScaling, TraceCarriesTheScalingForTracePlusTrace) {
   const std::string dir = test::ropeScalingLlama("llama3");
-  const Trace reference = roundTrip(run(dir, {}, true), "llama3-uncached.kvtrace");
+  const Trace reference = test::writtenAndRead(runRope(dir, {}, true), "rope-scaling-traces",
+                                               "llama3-uncached.kvtrace");
   ASSERT_TRUE(reference.model.rope.has_value());
   EXPECT_EQ(reference.model.rope->type, "llama3");
   EXPECT_EQ(reference.model.rope->originalMaxPositions, 64);
-  const Trace cached =
-      roundTrip(run(dir, {"rope_scaling:layer=2,step=3"}), "llama3-cached.kvtrace");
+  const Trace cached = test::writtenAndRead(runRope(dir, {"rope_scaling:layer=2,step=3"}),
+                                            "rope-scaling-traces", "llama3-cached.kvtrace");
   const AuditReport rep = Auditor::auditTraces(reference, cached).report;
-  const Finding& f = only(rep, finding::RopeScaling);
+  const Finding& f = test::onlyFinding(rep, finding::RopeScaling);
   EXPECT_EQ(f.step, 3);
   EXPECT_EQ(f.layer, 2);
   EXPECT_EQ(f.evidence.at("hypothesis"), 1.0);
@@ -174,7 +163,7 @@ TEST(RopeScaling, TraceCarriesTheScalingForTracePlusTrace) {
   unknown.model.rope.reset();
   EXPECT_FALSE(Auditor::auditTraces(reference, unknown).report.hasFinding(finding::RopeScaling));
   // Default RoPE and gpt2 write no field; a malformed one is refused naming the field.
-  EXPECT_FALSE(run(test::hfModel("llama")).model.rope.has_value());
+  EXPECT_FALSE(runRope(test::hfModel("llama")).model.rope.has_value());
   const auto path = (test::scratchDir("rope-scaling-traces") / "llama3-cached.kvtrace").string();
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> bad = {
       {[](nlohmann::json& d) { d["model"]["rope_parameters"]["rope_type"] = "yarn2"; },
@@ -202,7 +191,7 @@ TEST(RopeScaling, TraceCarriesTheScalingForTracePlusTrace) {
 
 TEST(RopeScaling, FaultNeedsARopeScalingCheckpoint) {
   for (const char* m : {"gpt2", "llama"})
-    EXPECT_THROW(run(test::hfModel(m), {"rope_scaling"}), UsageError) << m;
+    EXPECT_THROW(runRope(test::hfModel(m), {"rope_scaling"}), UsageError) << m;
   EXPECT_THROW(FaultSpec::parse("rope_scaling:factor=2"), UsageError);
 }
 

@@ -12,7 +12,7 @@ using namespace kvscope;
 namespace fs = std::filesystem;
 
 namespace {
-fs::path tempDir() {
+fs::path safetensorsDir() {
   auto d = fs::temp_directory_path() / ("kvscope-st-" + std::to_string(::getpid()));
   fs::create_directories(d);
   return d;
@@ -47,7 +47,7 @@ TEST(Safetensors, ReadsGoldenFixtureTensors) {
 }
 
 TEST(Safetensors, WriterRoundTripsAllFloatDtypesAndMetadata) {
-  auto dir = tempDir();
+  auto dir = safetensorsDir();
   FloatTensor t({2, 3}, {1.0f, -2.5f, 3.140625f, 0.0f, 65504.0f, 1e-3f});
   SafetensorsWriter w;
   w.setMetadata("k", "v");
@@ -78,13 +78,13 @@ TEST(Safetensors, HalfConversionsAreExactOnRepresentableValues) {
 }
 
 TEST(Safetensors, TruncatedFileIsAnInputError) {
-  auto p = tempDir() / "short.safetensors";
+  auto p = safetensorsDir() / "short.safetensors";
   std::ofstream(p, std::ios::binary) << "abc";
   EXPECT_NE(expectInputError(p).find("header length"), std::string::npos);
 }
 
 TEST(Safetensors, HeaderLengthBeyondFileIsAnInputError) {
-  auto p = tempDir() / "hdr.safetensors";
+  auto p = safetensorsDir() / "hdr.safetensors";
   {
     std::ofstream out(p, std::ios::binary);
     uint64_t n = 1000;
@@ -95,7 +95,7 @@ TEST(Safetensors, HeaderLengthBeyondFileIsAnInputError) {
 }
 
 TEST(Safetensors, OutOfRangeOffsetsAreAnInputError) {
-  auto p = tempDir() / "range.safetensors";
+  auto p = safetensorsDir() / "range.safetensors";
   writeRaw(p, R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", std::string(8, '\0'));
   auto msg = expectInputError(p);
   EXPECT_NE(msg.find("w.data_offsets"), std::string::npos) << msg;
@@ -103,7 +103,7 @@ TEST(Safetensors, OutOfRangeOffsetsAreAnInputError) {
 }
 
 TEST(Safetensors, OverlappingOffsetsAreAnInputError) {
-  auto p = tempDir() / "overlap.safetensors";
+  auto p = safetensorsDir() / "overlap.safetensors";
   writeRaw(p,
            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
            R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
@@ -112,7 +112,7 @@ TEST(Safetensors, OverlappingOffsetsAreAnInputError) {
 }
 
 TEST(Safetensors, UnknownDtypeIsAnInputError) {
-  auto p = tempDir() / "dtype.safetensors";
+  auto p = safetensorsDir() / "dtype.safetensors";
   writeRaw(p, R"({"a":{"dtype":"F8_E9","shape":[2],"data_offsets":[0,2]}})", std::string(2, '\0'));
   auto msg = expectInputError(p);
   EXPECT_NE(msg.find("a.dtype"), std::string::npos) << msg;
@@ -120,13 +120,13 @@ TEST(Safetensors, UnknownDtypeIsAnInputError) {
 }
 
 TEST(Safetensors, ShapeSizeMismatchIsAnInputError) {
-  auto p = tempDir() / "size.safetensors";
+  auto p = safetensorsDir() / "size.safetensors";
   writeRaw(p, R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, '\0'));
   EXPECT_NE(expectInputError(p).find("need 12"), std::string::npos);
 }
 
 TEST(Safetensors, InvalidJsonHeaderIsAnInputError) {
-  auto p = tempDir() / "json.safetensors";
+  auto p = safetensorsDir() / "json.safetensors";
   writeRaw(p, R"({"a":{"dtype")", "");
   EXPECT_NE(expectInputError(p).find("invalid JSON"), std::string::npos);
 }
@@ -142,7 +142,7 @@ TEST(Safetensors, MissingTensorNamesTheTensor) {
 }
 
 TEST(Safetensors, WriterRefusesToOverwriteWhenAsked) {
-  auto p = tempDir() / "keep.safetensors";
+  auto p = safetensorsDir() / "keep.safetensors";
   std::ofstream(p) << "user data";
   SafetensorsWriter w;
   w.addInt64("x", {1}, {1});

@@ -23,14 +23,15 @@ std::string modelWithEos(int64_t eos) {
   std::ofstream(dir / "generation_config.json") << nlohmann::json{{"eos_token_id", {1, eos}}}.dump();
   return dir.string();
 }
-const std::vector<int64_t> kPrompt = {0, 34, 86, 69, 301, 291, 938, 1014, 303, 435, 856, 276, 781, 90, 996, 15};
+const std::vector<int64_t> kStopPrompt = {0,   34,  86,  69,  301, 291, 938, 1014,
+                                          303, 435, 856, 276, 781, 90,  996, 15};
 }  // namespace
 
 TEST(StoppingStage, EosEndingIsReportedAsCorrect) {
   auto model = Model::load(modelWithEos(58));
   EXPECT_EQ(model->config().eosTokenIds, (std::vector<int64_t>{1, 58}));
   RequestSpec s;
-  s.promptIds = kPrompt;
+  s.promptIds = kStopPrompt;
   s.maxNewTokens = 16;
   Trace t = Engine(model).run({s}, {});
   EXPECT_EQ(t.requests[0].stopReason, "eos");
@@ -44,7 +45,7 @@ TEST(StoppingStage, EosEndingIsReportedAsCorrect) {
 TEST(StoppingStage, IgnoredEosIsAStoppingFailure) {
   auto model = Model::load(modelWithEos(58));
   RequestSpec s;
-  s.promptIds = kPrompt;
+  s.promptIds = kStopPrompt;
   s.maxNewTokens = 8;
   s.stopAtEos = false;  // an engine that ignores EOS
   Trace t = Engine(model).run({s}, {});

@@ -18,7 +18,7 @@ using nlohmann::json;
 
 const std::string kFixtures = KVSCOPE_FIXTURES_DIR "/hf";
 
-struct GoldenCase {
+struct TokenizerCase {
   std::string label;       // test-name friendly
   std::string tokenizer;   // file (or directory) to load
   bool fromDirectory = false;
@@ -28,14 +28,14 @@ struct GoldenCase {
   bool decodeSkipsSpecial = false;
 };
 
-json readJson(const std::string& path) {
+json readGoldenJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
   return json::parse(in);
 }
 
 // One parameter per (tokenizer, golden case), so a failure names the exact case.
-std::vector<GoldenCase> allCases() {
+std::vector<TokenizerCase> tokenizerCases() {
   struct Source {
     std::string name, tokenizer, golden, key;
     bool dir, skipSpecial;
@@ -53,11 +53,11 @@ std::vector<GoldenCase> allCases() {
       {"model_gpt2", kFixtures + "/models/gpt2", kFixtures + "/golden/gpt2.json", "prompts", true, false},
       {"model_llama", kFixtures + "/models/llama", kFixtures + "/golden/llama.json", "prompts", true, false},
   };
-  std::vector<GoldenCase> out;
+  std::vector<TokenizerCase> out;
   for (const auto& s : sources) {
     std::size_t n = 0;
     try {
-      n = readJson(s.golden).at(s.key).size();
+      n = readGoldenJson(s.golden).at(s.key).size();
     } catch (const std::exception&) {
       n = 1;  // the test itself reports the unreadable golden file
     }
@@ -96,11 +96,11 @@ std::string diffTable(const std::vector<int64_t>& wantIds, const std::vector<std
   return os.str();
 }
 
-class TokenizerGolden : public ::testing::TestWithParam<GoldenCase> {};
+class TokenizerGolden : public ::testing::TestWithParam<TokenizerCase> {};
 
 TEST_P(TokenizerGolden, EncodesAndDecodesLikeTransformers) {
-  const GoldenCase& c = GetParam();
-  const json golden = readJson(c.goldenFile);
+  const TokenizerCase& c = GetParam();
+  const json golden = readGoldenJson(c.goldenFile);
   ASSERT_TRUE(golden.contains(c.casesKey)) << c.goldenFile << " has no '" << c.casesKey << "'";
   ASSERT_LT(c.caseIndex, golden[c.casesKey].size());
   const json& g = golden[c.casesKey][c.caseIndex];
@@ -133,7 +133,9 @@ TEST_P(TokenizerGolden, EncodesAndDecodesLikeTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TokenizerFixtures, TokenizerGolden, ::testing::ValuesIn(allCases()),
-                         [](const ::testing::TestParamInfo<GoldenCase>& info) { return info.param.label; });
+INSTANTIATE_TEST_SUITE_P(TokenizerFixtures, TokenizerGolden, ::testing::ValuesIn(tokenizerCases()),
+                         [](const ::testing::TestParamInfo<TokenizerCase>& info) {
+                           return info.param.label;
+                         });
 
 }  // namespace

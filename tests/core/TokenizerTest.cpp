@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const std::string kTokenizers = KVSCOPE_FIXTURES_DIR "/hf/tokenizers";
-const std::string kModels = KVSCOPE_FIXTURES_DIR "/hf/models";
+const std::string kTokenizerModels = KVSCOPE_FIXTURES_DIR "/hf/models";
 const std::string kGolden = KVSCOPE_FIXTURES_DIR "/hf/golden";
 
 std::string readFile(const std::string& path) {
@@ -39,7 +39,7 @@ void writeFile(const fs::path& path, const std::string& data) {
   out << data;
 }
 
-json readJson(const std::string& path) { return json::parse(readFile(path)); }
+json readTokenizerJson(const std::string& path) { return json::parse(readFile(path)); }
 
 // A fresh, empty directory per test.
 fs::path scratchDir() {
@@ -82,7 +82,7 @@ TEST(TokenizerErrors, TruncatedTokenizerJsonNamesFileAndLine) {
 
 TEST(TokenizerErrors, MergeWithUnknownTokenInTokenizerJson) {
   const fs::path dir = scratchDir();
-  json doc = readJson(kTokenizers + "/gpt2/tokenizer.json");
+  json doc = readTokenizerJson(kTokenizers + "/gpt2/tokenizer.json");
   ASSERT_GT(doc["model"]["merges"].size(), 3u);
   doc["model"]["merges"][3] = json::array({"Ġ", "no-such-token-in-vocab"});
   const fs::path path = dir / "tokenizer.json";
@@ -115,7 +115,7 @@ TEST(TokenizerErrors, MergeWithUnknownTokenInMergesTxt) {
 
 TEST(TokenizerErrors, UnsupportedModelTypeListsSupported) {
   const fs::path dir = scratchDir();
-  json doc = readJson(kTokenizers + "/gpt2/tokenizer.json");
+  json doc = readTokenizerJson(kTokenizers + "/gpt2/tokenizer.json");
   doc["model"]["type"] = "WordPiece";
   const fs::path path = dir / "tokenizer.json";
   writeFile(path, doc.dump());
@@ -128,7 +128,7 @@ TEST(TokenizerErrors, UnsupportedModelTypeListsSupported) {
 
 TEST(TokenizerErrors, UnsupportedPreTokenizerNamesItsField) {
   const fs::path dir = scratchDir();
-  json doc = readJson(kTokenizers + "/llama3/tokenizer.json");
+  json doc = readTokenizerJson(kTokenizers + "/llama3/tokenizer.json");
   doc["pre_tokenizer"]["pretokenizers"][1]["type"] = "UnicodeScripts";
   const fs::path path = dir / "tokenizer.json";
   writeFile(path, doc.dump());
@@ -138,7 +138,7 @@ TEST(TokenizerErrors, UnsupportedPreTokenizerNamesItsField) {
 
 TEST(TokenizerErrors, BadSplitRegexNamesPattern) {
   const fs::path dir = scratchDir();
-  json doc = readJson(kTokenizers + "/llama3/tokenizer.json");
+  json doc = readTokenizerJson(kTokenizers + "/llama3/tokenizer.json");
   doc["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
   const fs::path path = dir / "tokenizer.json";
   writeFile(path, doc.dump());
@@ -212,7 +212,7 @@ TEST(TokenizerErrors, InvalidUtf8TextIsAUsageError) {
 // encodings as [left, right] pairs.
 TEST(TokenizerFormats, MergesAsStringsEqualMergesAsPairs) {
   const fs::path dir = scratchDir();
-  json doc = readJson(kTokenizers + "/gpt2/tokenizer.json");
+  json doc = readTokenizerJson(kTokenizers + "/gpt2/tokenizer.json");
   json merges = json::array();
   for (const auto& m : doc["model"]["merges"]) {
     ASSERT_TRUE(m.is_array());
@@ -222,7 +222,7 @@ TEST(TokenizerFormats, MergesAsStringsEqualMergesAsPairs) {
   writeFile(dir / "tokenizer.json", doc.dump());
   const auto tok = kvscope::Tokenizer::loadFromDirectory(dir.string());
   // The document outlives the loop (a range over a temporary's member reads freed memory).
-  const json golden = readJson(kTokenizers + "/gpt2/golden_encodings.json");
+  const json golden = readTokenizerJson(kTokenizers + "/gpt2/golden_encodings.json");
   ASSERT_FALSE(golden["cases"].empty());
   for (const auto& c : golden["cases"]) {
     EXPECT_EQ(tok->encode(c["text"].get<std::string>()).ids, c["ids"].get<std::vector<int64_t>>())
@@ -234,7 +234,7 @@ TEST(TokenizerFormats, MergesAsStringsEqualMergesAsPairs) {
 // Split (kept as Isolated pieces, or as the complement removed with invert), wrapped in
 // Sequences, with an NFC normalizer (the golden texts are NFC already).
 TEST(TokenizerFormats, EquivalentGpt2PipelinesGiveGoldenEncodings) {
-  const json original = readJson(kTokenizers + "/gpt2/tokenizer.json");
+  const json original = readTokenizerJson(kTokenizers + "/gpt2/tokenizer.json");
   const std::string gpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
   const json byteLevelNoRegex = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
   std::vector<json> variants;
@@ -253,7 +253,7 @@ TEST(TokenizerFormats, EquivalentGpt2PipelinesGiveGoldenEncodings) {
   variants.push_back(withNormalizer);
 
   const fs::path dir = scratchDir();
-  const json golden = readJson(kTokenizers + "/gpt2/golden_encodings.json");
+  const json golden = readTokenizerJson(kTokenizers + "/gpt2/golden_encodings.json");
   for (std::size_t v = 0; v < variants.size(); ++v) {
     const fs::path path = dir / ("variant" + std::to_string(v) + ".json");
     writeFile(path, variants[v].dump());
@@ -338,7 +338,7 @@ TEST(TokenizerFormats, SentencePieceConvertedToTokenizerJsonMatchesGolden) {
   const fs::path dir = scratchDir();
   writeFile(dir / "tokenizer.json", doc.dump());
   const auto tok = kvscope::Tokenizer::loadFile((dir / "tokenizer.json").string());
-  const json golden = readJson(kTokenizers + "/spm/golden_encodings.json");
+  const json golden = readTokenizerJson(kTokenizers + "/spm/golden_encodings.json");
   ASSERT_FALSE(golden["cases"].empty());
   for (const auto& c : golden["cases"]) {
     const std::string input = c["text"].get<std::string>();
@@ -356,7 +356,7 @@ TEST(TokenizerSpecialTokens, NoSpecialDropsOnlyTheBos) {
     const auto tok = dir.find("spm") != std::string::npos
                          ? kvscope::Tokenizer::loadFile(dir + "/tokenizer.model")
                          : kvscope::Tokenizer::loadFromDirectory(dir);
-    const json golden = readJson(dir + "/golden_encodings.json");
+    const json golden = readTokenizerJson(dir + "/golden_encodings.json");
     ASSERT_FALSE(golden["cases"].empty());
     for (const auto& c : golden["cases"]) {
       auto want = c["ids"].get<std::vector<int64_t>>();
@@ -372,7 +372,7 @@ TEST(TokenizerSpecialTokens, NoSpecialDropsOnlyTheBos) {
 
 TEST(TokenizerSpecialTokens, SkipSpecialTokensOnDecode) {
   const auto tok = kvscope::Tokenizer::loadFile(kTokenizers + "/llama3/tokenizer.json");
-  const json golden = readJson(kTokenizers + "/llama3/golden_encodings.json");
+  const json golden = readTokenizerJson(kTokenizers + "/llama3/golden_encodings.json");
   ASSERT_FALSE(golden["cases"].empty());
   for (const auto& c : golden["cases"]) {
     const auto ids = c["ids"].get<std::vector<int64_t>>();
@@ -390,11 +390,11 @@ using kvscope::test::CliRun;
 using kvscope::test::runKvscopeCli;
 
 TEST(TokenizerCli, JsonIdsMatchGolden) {
-  const json golden = readJson(kGolden + "/gpt2.json");
+  const json golden = readTokenizerJson(kGolden + "/gpt2.json");
   ASSERT_FALSE(golden["prompts"].empty());
   for (const auto& prompt : golden["prompts"]) {
-    const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text",
-                                prompt["text"].get<std::string>(), "--json"});
+    const CliRun r = runKvscopeCli({"tokenize", "--model", kTokenizerModels + "/gpt2", "--text",
+                                    prompt["text"].get<std::string>(), "--json"});
     ASSERT_EQ(r.exitCode, 0) << r.err;
     const json out = json::parse(r.out);
     EXPECT_EQ(out.at("ids").get<std::vector<int64_t>>(), prompt["ids"].get<std::vector<int64_t>>());
@@ -403,10 +403,10 @@ TEST(TokenizerCli, JsonIdsMatchGolden) {
 }
 
 TEST(TokenizerCli, NoSpecialOmitsBos) {
-  const json golden = readJson(kGolden + "/llama.json");
+  const json golden = readTokenizerJson(kGolden + "/llama.json");
   const auto& prompt = golden["prompts"][0];
-  const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/llama", "--text",
-                              prompt["text"].get<std::string>(), "--json", "--no-special"});
+  const CliRun r = runKvscopeCli({"tokenize", "--model", kTokenizerModels + "/llama", "--text",
+                                  prompt["text"].get<std::string>(), "--json", "--no-special"});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   auto want = prompt["ids"].get<std::vector<int64_t>>();
   want.erase(want.begin());
@@ -414,9 +414,10 @@ TEST(TokenizerCli, NoSpecialOmitsBos) {
 }
 
 TEST(TokenizerCli, TableListsEveryToken) {
-  const json golden = readJson(kGolden + "/gpt2.json");
+  const json golden = readTokenizerJson(kGolden + "/gpt2.json");
   const auto& prompt = golden["prompts"][0];
-  const CliRun r = runKvscopeCli({"tokenize", "--model", kModels + "/gpt2", "--text", prompt["text"].get<std::string>()});
+  const CliRun r = runKvscopeCli({"tokenize", "--model", kTokenizerModels + "/gpt2", "--text",
+                                  prompt["text"].get<std::string>()});
   ASSERT_EQ(r.exitCode, 0) << r.err;
   for (const auto& id : prompt["ids"]) {
     EXPECT_NE(r.out.find(" " + std::to_string(id.get<int64_t>()) + "  '"), std::string::npos) << r.out;

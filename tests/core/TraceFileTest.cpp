@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-fs::path tempDir() {
+fs::path traceFileDir() {
   static const fs::path d = test::freshDir("trace-file");
   fs::create_directories(d);
   return d;
@@ -60,13 +60,13 @@ std::string fieldOf(const std::string& path) {
 // A damaged copy of `in` in the test folder (test::rewriteTrace).
 std::string rewrite(const std::string& in, const std::string& name, const std::function<void(json&)>& edit,
                     const std::vector<std::string>& drop = {}) {
-  const auto out = (tempDir() / name).string();
+  const auto out = (traceFileDir() / name).string();
   test::rewriteTrace(in, out, edit, drop);
   return out;
 }
 const std::string& writtenSmallTrace() {
   static const std::string path = [] {
-    auto p = (tempDir() / "small.kvtrace").string();
+    auto p = (traceFileDir() / "small.kvtrace").string();
     TraceFile::write(smallTrace(false), p, true);
     return p;
   }();
@@ -84,7 +84,7 @@ size_t rawBytes(const Trace& t) {
 
 TEST(TraceFile, RoundTripPreservesEveryField) {
   Trace t = smallTrace(false);
-  auto path = (tempDir() / "rt.kvtrace").string();
+  auto path = (traceFileDir() / "rt.kvtrace").string();
   TraceFile::write(t, path, true);
   Trace back = TraceFile::read(path);
   EXPECT_EQ(back.formatVersion, TraceFile::kFormatVersion);
@@ -98,7 +98,7 @@ TEST(TraceFile, RoundTripPreservesEveryField) {
 TEST(TraceFile, RoundTripWithSnapshots) {
   Trace t = smallTrace(true);
   EXPECT_TRUE(t.hasSnapshots());
-  auto path = (tempDir() / "snap.kvtrace").string();
+  auto path = (traceFileDir() / "snap.kvtrace").string();
   TraceFile::write(t, path, true);
   EXPECT_EQ(TraceFile::read(path), t);
 }
@@ -130,7 +130,7 @@ TEST(TraceFile, SnapshotOnlyTraceDerivesAppendedRecords) {
       l.keys = FloatTensor();
       l.values = FloatTensor();
     }
-  auto path = (tempDir() / "snaponly.kvtrace").string();
+  auto path = (traceFileDir() / "snaponly.kvtrace").string();
   TraceFile::write(stripped, path, true);
   EXPECT_FALSE(SafetensorsFile::open(path)->contains("layer0.k"));
   Trace back = TraceFile::read(path);
@@ -145,7 +145,7 @@ TEST(TraceFile, SnapshotOnlyTraceDerivesAppendedRecords) {
 TEST(TraceFile, StorageIsTheRawTensorsPlusLittleOnASmallModel) {
   // The demo checkpoint (3 layers, 2 KV heads, head size 16, vocabulary 512): each step
   // appends 768 bytes of K/V and a 2 KB logits row, so per-step metadata shows.
-  const auto dir = tempDir() / "demo-model";
+  const auto dir = traceFileDir() / "demo-model";
   CheckpointWriter(CheckpointSpec::demo()).write(dir.string(), true);
   auto model = Model::load(dir.string());
   RequestSpec r;
@@ -154,7 +154,7 @@ TEST(TraceFile, StorageIsTheRawTensorsPlusLittleOnASmallModel) {
   r.stopAtEos = false;
   Trace t = Engine(model).run({r}, EngineOptions{});
   ASSERT_EQ(t.requests[0].generated.size(), 128u);
-  auto path = (tempDir() / "demo128.kvtrace").string();
+  auto path = (traceFileDir() / "demo128.kvtrace").string();
   TraceFile::write(t, path, true);
   const double ratio = static_cast<double>(fs::file_size(path)) / static_cast<double>(rawBytes(t));
   EXPECT_LT(ratio, 1.1) << "file " << fs::file_size(path) << " bytes for " << rawBytes(t) << " raw bytes";
@@ -162,7 +162,7 @@ TEST(TraceFile, StorageIsTheRawTensorsPlusLittleOnASmallModel) {
 }
 
 TEST(TraceFile, RefusesToOverwriteByDefault) {
-  auto path = (tempDir() / "exists.kvtrace").string();
+  auto path = (traceFileDir() / "exists.kvtrace").string();
   std::ofstream(path) << "keep me";
   EXPECT_THROW(TraceFile::write(smallTrace(false), path), InputError);
   std::ifstream in(path);
@@ -172,7 +172,7 @@ TEST(TraceFile, RefusesToOverwriteByDefault) {
 }
 
 TEST(TraceFile, TruncatedTraceIsAClearError) {
-  auto path = (tempDir() / "trunc.kvtrace").string();
+  auto path = (traceFileDir() / "trunc.kvtrace").string();
   fs::copy_file(writtenSmallTrace(), path, fs::copy_options::overwrite_existing);
   fs::resize_file(path, fs::file_size(path) / 2);
   auto msg = errorOf(path);
@@ -180,7 +180,7 @@ TEST(TraceFile, TruncatedTraceIsAClearError) {
 }
 
 TEST(TraceFile, WrongFormatAndVersionAreClearErrors) {
-  auto dir = tempDir();
+  auto dir = traceFileDir();
   SafetensorsWriter plain;
   plain.addInt64("x", {1}, {1});
   plain.write((dir / "plain.safetensors").string());
@@ -273,7 +273,7 @@ TEST(TraceFile, ReadsVersionOneTraces) {
   for (const auto& s : v1.steps)
     EXPECT_EQ(s.layers[1].keys.shape[1], (s.step == 2 ? 2 : 1) * s.layers[0].keys.shape[1]) << s;
   // Rewritten as version 2, nothing changes but the version.
-  auto path = (tempDir() / "v1-as-v2.kvtrace").string();
+  auto path = (traceFileDir() / "v1-as-v2.kvtrace").string();
   TraceFile::write(v1, path, true);
   Trace v2 = TraceFile::read(path);
   EXPECT_EQ(v2.formatVersion, 2);

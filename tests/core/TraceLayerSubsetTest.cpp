@@ -26,9 +26,9 @@ using nlohmann::json;
 
 namespace {
 
-fs::path dir() { return test::scratchDir("layer-subset"); }
+fs::path subsetDir() { return test::scratchDir("layer-subset"); }
 
-Trace run(const std::vector<std::string>& faults, bool snapshots = false) {
+Trace runSubset(const std::vector<std::string>& faults, bool snapshots = false) {
   auto model = Model::load(test::hfModel("llama"));
   RequestSpec a;
   a.promptIds = {0, 34, 86, 69};
@@ -47,7 +47,7 @@ Trace onlyLayers(const Trace& t, std::vector<int64_t> layers) {
 }
 
 std::string written(const Trace& t, const std::string& name) {
-  const auto p = (dir() / name).string();
+  const auto p = (subsetDir() / name).string();
   TraceFile::write(t, p, true);
   return p;
 }
@@ -75,7 +75,7 @@ bool hasCheck(const AuditReport& r, const std::string& text) {
 }  // namespace
 
 TEST(TraceLayerSubset, RoundTripKeepsRecordsOnTheirModelLayers) {
-  const Trace full = run({}, true);
+  const Trace full = runSubset({}, true);
   const Trace sub = onlyLayers(full, {1, 2});
   EXPECT_EQ(sub.recordedLayers, (std::vector<int64_t>{1, 2}));
   EXPECT_FALSE(sub.hasLayer(0));
@@ -107,10 +107,10 @@ TEST(TraceLayerSubset, RoundTripKeepsRecordsOnTheirModelLayers) {
 }
 
 TEST(TraceLayerSubset, BadSubsetsAreRefusedNamingFileAndField) {
-  const auto good = written(onlyLayers(run({}), {1}), "good.kvtrace");
+  const auto good = written(onlyLayers(runSubset({}), {1}), "good.kvtrace");
   auto bad = [&](const std::string& name, const std::function<void(json&)>& edit,
                  const std::vector<std::string>& drop = {}) {
-    const auto p = (dir() / name).string();
+    const auto p = (subsetDir() / name).string();
     test::rewriteTrace(good, p, edit, drop);
     return p;
   };
@@ -155,7 +155,7 @@ TEST(TraceLayerSubset, BadSubsetsAreRefusedNamingFileAndField) {
 
 TEST(TraceLayerSubset, AuditChecksThePresentLayersAndNamesTheOthers) {
   auto model = Model::load(test::hfModel("llama"));
-  const Trace sub = TraceFile::read(written(onlyLayers(run({}), {2}), "clean-sub.kvtrace"));
+  const Trace sub = TraceFile::read(written(onlyLayers(runSubset({}), {2}), "clean-sub.kvtrace"));
   const AuditReport clean = Auditor::audit(*model, sub).report;
   EXPECT_TRUE(clean.clean()) << clean.toText();
   EXPECT_TRUE(hasCheck(clean, "not checked: layer 0 not in the trace (minimized)"));
@@ -163,7 +163,7 @@ TEST(TraceLayerSubset, AuditChecksThePresentLayersAndNamesTheOthers) {
   EXPECT_FALSE(hasCheck(clean, "layer 2 not in the trace"));
   EXPECT_TRUE(hasCheck(clean, "ok: one K and one V record set per layer (layer 2 of 3)"));
   // A fault on a present layer is found on it, against the full reference.
-  const Trace faulty = onlyLayers(run({"wrong_layer:layer=2,source=1,step=2"}), {2});
+  const Trace faulty = onlyLayers(runSubset({"wrong_layer:layer=2,source=1,step=2"}), {2});
   const AuditReport found = Auditor::audit(*model, faulty).report;
   const auto target = minimizeTarget(found);
   ASSERT_TRUE(target) << found.toText();
@@ -172,13 +172,13 @@ TEST(TraceLayerSubset, AuditChecksThePresentLayersAndNamesTheOthers) {
   EXPECT_EQ(target->finding.step, 2);
   // A fault on an absent layer cannot be seen in the records: no record check says ok for it.
   const AuditReport hidden =
-      Auditor::audit(*model, onlyLayers(run({"wrong_layer:layer=2,source=1,step=2"}), {0, 1}))
+      Auditor::audit(*model, onlyLayers(runSubset({"wrong_layer:layer=2,source=1,step=2"}), {0, 1}))
           .report;
   EXPECT_TRUE(hasCheck(hidden, "not checked: layer 2 not in the trace (minimized)"));
 }
 
 TEST(TraceLayerSubset, TraceAuditsNeedTheSameLayersOnBothSides) {
-  const Trace t = run({});
+  const Trace t = runSubset({});
   const AuditResult same = Auditor::auditTraces(onlyLayers(t, {1}), onlyLayers(t, {1}));
   EXPECT_TRUE(same.report.clean()) << same.report.toText();
   const AuditResult differ = Auditor::auditTraces(t, onlyLayers(t, {1}));
@@ -195,8 +195,8 @@ TEST(TraceLayerSubset, InspectorShowsEveryLayerOfAMinimizedAudit) {
   // viewable; an absent layer has no cached side and no difference numbers.
   AuditJobSpec spec;
   spec.modelDir = test::hfModel("llama");
-  spec.traceFile =
-      written(onlyLayers(run({"wrong_layer:layer=2,source=1,step=2"}), {2}), "inspect.kvtrace");
+  spec.traceFile = written(onlyLayers(runSubset({"wrong_layer:layer=2,source=1,step=2"}), {2}),
+                           "inspect.kvtrace");
   auto out = std::make_shared<const AuditJobOutput>(runAuditJob(spec));
   Inspector inspector(out);
   EXPECT_EQ(inspector.layers(), 3);

@@ -23,14 +23,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Row {
+struct ScenarioRow {
   std::string name, finding, kept;
   uintmax_t before = 0, after = 0;
   size_t layersBefore = 0, layersAfter = 0;
 };
 
-std::vector<Row>& rows() {
-  static std::vector<Row> r;
+std::vector<ScenarioRow>& rows() {
+  static std::vector<ScenarioRow> r;
   return r;
 }
 
@@ -45,7 +45,7 @@ class SizeTable : public ::testing::Environment {
        << std::right << std::setw(10) << "before" << std::setw(10) << "after" << std::setw(8)
        << "ratio" << std::setw(9) << "layers"
        << "  kept\n";
-    for (const Row& r : rows()) {
+    for (const ScenarioRow& r : rows()) {
       char ratio[16];
       std::snprintf(
           ratio, sizeof ratio, "%.3f",
@@ -60,7 +60,7 @@ class SizeTable : public ::testing::Environment {
 };
 [[maybe_unused]] const auto* const kTable = ::testing::AddGlobalTestEnvironment(new SizeTable);
 
-fs::path dir() {
+fs::path scenarioDir() {
   static const fs::path d = [] {
     auto p = test::freshDir("minimizer-scenarios");
     fs::create_directories(p);
@@ -78,15 +78,16 @@ std::string where(const Finding& f) {
 
 // Minimizes the audit of `spec`, writes the reproducer, audits it as its command does and
 // checks it shows the same first finding. Returns the row for the table.
-Row minimizeAndReaudit(const std::string& name, const AuditJobSpec& spec, uintmax_t before) {
-  Row row;
+ScenarioRow minimizeAndReaudit(const std::string& name, const AuditJobSpec& spec,
+                               uintmax_t before) {
+  ScenarioRow row;
   row.name = name;
   const AuditJobOutput out = runAuditJob(spec);
   const auto target = minimizeTarget(out.result.report);
   EXPECT_TRUE(target) << name << ": the audit is clean\n" << out.result.report.toText();
   if (!target) return row;
   const MinimizedTrace m = minimizeAudit(spec, out);
-  const auto path = (dir() / (name + ".min.kvtrace")).string();
+  const auto path = (scenarioDir() / (name + ".min.kvtrace")).string();
   // As kvscope-cli audit --minimize and the GUI's bundle write it.
   const Reproducer r = writeReproducer(spec, m, path, path, true, before);
   row.after = r.bytesAfter;
@@ -148,7 +149,7 @@ TEST(TraceMinimizerScenarios, EveryDivergentScenarioKeepsItsFinding) {
     AuditJobSpec spec;
     spec.modelDir = test::hfModel(modelName == "gpt2-updated" ? "gpt2" : modelName);
     if (modelName == "gpt2-updated") addWeightsVersion(spec, "1=" + test::hfModel("gpt2-updated"));
-    spec.traceFile = (dir() / (name + ".kvtrace")).string();
+    spec.traceFile = (scenarioDir() / (name + ".kvtrace")).string();
     const auto convert =
         test::run(std::string(test::kPython) + " " +
                   test::quote((repo / "tests/scenarios/scenario_to_trace.py").string()) + " " +
@@ -157,7 +158,7 @@ TEST(TraceMinimizerScenarios, EveryDivergentScenarioKeepsItsFinding) {
     ASSERT_EQ(convert.status, 0) << name << ": " << convert.output;
     if (runAuditJob(spec).result.report.clean()) continue;  // nothing to minimize
     ++divergent;
-    const Row row = minimizeAndReaudit(name, spec, bytes(spec.traceFile));
+    const ScenarioRow row = minimizeAndReaudit(name, spec, bytes(spec.traceFile));
     if (row.layersAfter < row.layersBefore) ++layersCut;
     // A finding on one layer (or two named by its evidence) keeps fewer than all three.
     if (name == "gpt2.wrong_layer" || name == "gpt2.duplicate_append") {
@@ -183,9 +184,9 @@ TEST(TraceMinimizerScenarios, BuiltInEngineFaultsKeepTheirFinding) {
     spec.maxNewTokens = 6;
     spec.faults = {fault};
     AuditJobSpec save = spec;  // the engine's trace as a file: the bytes a bug report would carry
-    save.saveTraceTo = (dir() / (name + ".kvtrace")).string();
+    save.saveTraceTo = (scenarioDir() / (name + ".kvtrace")).string();
     runAuditJob(save);
-    const Row row = minimizeAndReaudit(name, spec, bytes(save.saveTraceTo));
+    const ScenarioRow row = minimizeAndReaudit(name, spec, bytes(save.saveTraceTo));
     if (name == "engine.wrong_layer" || name == "engine.duplicate_append") {
       EXPECT_LT(row.layersAfter, row.layersBefore) << row.kept;
     }

@@ -52,12 +52,13 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
     for r in run.requests:
         w.add_request(r["id"], r["prompt_ids"], generated=r["generated"], policy=r["policy"],
                       max_new_tokens=r["max_new_tokens"], eos_ids=[], stop_reason="max_new_tokens",
-                      arrival_tick=first_tick.get(r["id"], 0))
+                      arrival_tick=r.get("arrival_tick", first_tick.get(r["id"], 0)),
+                      batch_group=r.get("batch_group", -1))
     for i, s in enumerate(run.steps):
         w.add_step(request=s.request, step=s.step, fed_ids=s.fed_ids, positions=s.positions,
                    chosen=s.chosen, logits=s.logits, cache_keys=s.cache_keys,
                    cache_values=s.cache_values, weights_version=s.weights_version,
-                   events=s.events, tick=i, slot=s.slot, rng_draws_before=s.rng_before,
+                   events=s.events, tick=getattr(s, "tick", i), slot=s.slot, rng_draws_before=s.rng_before,
                    rng_draws_after=s.rng_after, draft_count=s.draft_count,
                    accepted_count=s.accepted_count)
     if run.kv_cache:  # a quantised cache declares its element type and scales

@@ -27,6 +27,7 @@ import scenario_to_trace  # noqa: E402
 
 try:
     import torch  # noqa: F401
+    import batched_runs
     import record_run
     import st_numpy
     HAVE_TORCH = True
@@ -409,6 +410,33 @@ class IndependentEngineTest(unittest.TestCase):
                           fr.audit(clean, reference_trace=uncached))
                     check(self, src, "rng_extra_draw vs uncached", "trace+trace", fr.Expectation(["rng_order"]),
                           fr.audit(extra, reference_trace=uncached))
+
+    def test_batch_variance(self):
+        """KV Scope's addition: two prompts run alone (the reference trace, a cached run) and as
+        one batch with batch-invariant kernels audit clean, bit for bit; a split-K projection
+        chosen by the batch size from step 1 at layer 0 or step 3 at layer 1 is batch_variance
+        there (trace+trace: only a solo run isolates the batch)."""
+        for model, prompt in PROMPTS.items():
+            prompts = [prompt, list(reversed(prompt[:9]))]
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(model=model, dtype=dtype):
+                    src = f"engine {model} {dtype}"
+                    path = lambda name: os.path.join(self.tmp, f"{model}.{dtype}.batch-{name}.kvtrace")
+                    solo = batched_runs.record_pair(os.path.join(MODELS, model), path("solo"), prompts, 6,
+                                                    dtype=dtype)["out"]
+                    batched = batched_runs.record_pair(os.path.join(MODELS, model), path("invariant"), prompts, 6,
+                                                       dtype=dtype, batched=True)["out"]
+                    check(self, src, "batch-invariant batch vs solo runs", "trace+trace", fr.Expectation([]),
+                          fr.audit(batched, reference_trace=solo))
+                    for step, layer in ((1, 0), (3, 1)):
+                        bug = f"batch_variance:step={step},layer={layer}"
+                        trace = batched_runs.record_pair(os.path.join(MODELS, model), path(f"split-{step}-{layer}"),
+                                                         prompts, 6, dtype=dtype, batched=True, bug=bug)["out"]
+                        out = fr.audit(trace, reference_trace=solo)
+                        check(self, src, f"split-K by batch size from s{step} L{layer}", "trace+trace",
+                              fr.Expectation(["batch_variance"], step, layer), out)
+                        f = next(x for x in out.report["findings"] if x["id"] == "batch_variance")
+                        self.assertLess(f["evidence"]["logit_error_over_tolerance"], 1.0)
 
 
 def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:

@@ -1,7 +1,7 @@
 // kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
-//     [--top-p P] [--seed S] [--arrival TICK ...] [--batch] [--snapshots] [--uncached]
-//     [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2] [--prefill-chunk N]
+//     [--top-p P] [--seed S] [--arrival TICK ...] [--batch [--batch-invariant]] [--snapshots]
+//     [--uncached] [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2] [--prefill-chunk N]
 //     [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
@@ -39,6 +39,7 @@ struct GenerateOptions {
   SamplingArgs sampling;
   std::vector<int64_t> arrivals;
   bool batch = false;
+  bool batchInvariant = false;
   bool snapshots = false;
   bool uncached = false;
   int64_t speculative = 0;
@@ -177,6 +178,9 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
                      std::to_string(o.prefillChunk));
   options.prefillChunk = o.prefillChunk;
   options.kvCacheDtype = o.kvCache;
+  if (o.batchInvariant && !o.batch)
+    throw UsageError("--batch-invariant needs --batch (it says how a batch is computed)");
+  options.batchInvariant = o.batchInvariant;
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
@@ -263,6 +267,11 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
       ->allow_extra_args(false);
   cmd->add_flag("--batch", o->batch,
                 "Prefill and decode prompts that arrive at the same tick as one left-padded batch");
+  cmd->add_flag(
+      "--batch-invariant", o->batchInvariant,
+      "With --batch: batch-invariant kernels: a batch's requests share its ticks but each "
+      "one's forward is computed alone (unpadded), so its logits do not depend on its "
+      "batch mates");
   cmd->add_flag("--snapshots", o->snapshots,
                 "Record full per-step cache copies in the trace (O(T^2))");
   cmd->add_flag("--uncached", o->uncached,

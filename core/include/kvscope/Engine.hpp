@@ -56,6 +56,11 @@ struct EngineOptions {
   // The kv_quantization fault turns on int8 when this is empty. With `uncached`, every
   // entry of the full-prefix pass is rounded the same way: the reference of such a cache.
   std::string kvCacheDtype;
+  // Batch-invariant kernels: requests of a batch group are scheduled together (the same
+  // ticks; the trace keeps their batch_group) but each one's forward is computed on its own
+  // rows alone, unpadded, so its logits do not depend on its batch mates (what vLLM's
+  // batch-invariant mode guarantees). The batch_variance fault turns it on.
+  bool batchInvariant = false;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "audit/BatchVarianceCheck.hpp"
 #include "audit/Diagnosis.hpp"
 #include "audit/FindingBuilder.hpp"
 #include "audit/NumberText.hpp"
@@ -70,8 +71,16 @@ class AuditRun {
     for (const auto& [id, ref] : latest)
       if (ref) out.references.push_back(*ref);
 
-    Diagnosis(trace_, refs_, tol_, analyses, latest, window_).run(findings);
+    std::vector<std::string> batchLines;
+    Diagnosis diagnosis(trace_, refs_, tol_, analyses, latest, window_);
+    if (referenceTrace_) {
+      BatchVarianceCheck batch(trace_, *referenceTrace_);
+      batchLines = batch.run(analyses, findings);
+      diagnosis.noDriftFor(batch.explained());
+    }
+    diagnosis.run(findings);
     numerics(rep, analyses);
+    addBatchLines(rep.stages[stageIndex(AuditStage::Numerics)], batchLines, findings);
     cacheAndPositionStages(rep, analyses, findings);
     std::vector<Finding> policyFindings;
     rep.stages[stageIndex(AuditStage::Policy)] = policyStage(trace_, policyFindings);
@@ -89,6 +98,17 @@ class AuditRun {
   }
 
  private:
+  // Batched requests against their solo runs (BatchVarianceCheck): a difference fails the stage.
+  static void addBatchLines(StageResult& st, const std::vector<std::string>& lines,
+                            const FindingBuilder& findings) {
+    st.checks.insert(st.checks.end(), lines.begin(), lines.end());
+    if (!findings.has(finding::BatchVariance)) return;
+    st.status = StageStatus::Fail;
+    st.summary =
+        "logits within tolerance, but a batched request differs from its solo run "
+        "(batch_variance)";
+  }
+
   int64_t tickOf(const Finding& f) const {
     for (const auto& s : trace_.steps)
       if (s.request == f.request && s.step == f.step) return s.tick;

@@ -538,7 +538,9 @@ void Diagnosis::valueBased(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
 
 void Diagnosis::driftAndTies(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
-  if (!a.logitsCompared || a.logitsDiverged || st.chosenToken < 0 || a.referenceToken < 0) return;
+  if (!a.logitsCompared || a.logitsDiverged || st.chosenToken < 0 || a.referenceToken < 0 ||
+      noDrift_.count(r))
+    return;
   const TraceRequest* req = trace_.findRequest(r);
   if (!req || !req->policy.greedy() || st.chosenToken == a.referenceToken) return;
   // Greedy on logits within tolerance, yet another token: precision flipped a near tie

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <vector>
 
 #include "audit/FindingBuilder.hpp"
@@ -23,6 +24,8 @@ class Diagnosis {
       : trace_(trace), refs_(refs), tol_(tol), analyses_(analyses), references_(references),
         slidingWindow_(slidingWindow) {}
   void run(FindingBuilder& findings);
+  /// Requests whose near-tie flips another finding explains (batch_variance): no drift.
+  void noDriftFor(std::set<int64_t> requests) { noDrift_ = std::move(requests); }
 
  private:
   void structural(int64_t request, const StepAnalysis& a, FindingBuilder& f);
@@ -44,6 +47,7 @@ class Diagnosis {
   const std::map<int64_t, std::vector<StepAnalysis>>& analyses_;
   const std::map<int64_t, const RequestReference*>& references_;
   int64_t slidingWindow_;
+  std::set<int64_t> noDrift_;
   std::map<int64_t, int64_t> previousTick_;  // request -> tick of the step before the current one
 };
 

@@ -42,6 +42,11 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "first chunk exact; from a chunk boundary on, layer-0 keys equal the same tokens' at "
        "other positions",
        "the position ids of each prefill chunk (they must continue from the cache's length)"},
+      {finding::BatchVariance,
+       "a request's logits differ from its solo run at float noise once it runs batched, with "
+       "no structural or cache-row evidence",
+       "the batch-invariance of the kernels (reductions whose split or order depends on the "
+       "batch size)"},
   };
   return table;
 }

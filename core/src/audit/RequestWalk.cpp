@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "audit/ColumnDiff.hpp"
 #include "audit/QuantizationEvidence.hpp"
 
 namespace kvscope::detail {
@@ -18,24 +19,6 @@ int64_t StepAnalysis::realOrdinal(int64_t column) const {
   for (int64_t j = 0; j < column; ++j) n += step->isRealEntry(static_cast<size_t>(j)) ? 1 : 0;
   return n;
 }
-
-namespace {
-
-// max |a[:, ca, :] - b[:, cb, :]| and max |b[:, cb, :]| for [h, t, d] tensors.
-std::pair<double, double> columnDiff(const FloatTensor& a, int64_t ca, const FloatTensor& b, int64_t cb) {
-  const int64_t h = a.shape[0], ta = a.shape[1], tb = b.shape[1], d = a.shape[2];
-  double err = 0, mag = 0;
-  for (int64_t hh = 0; hh < h; ++hh)
-    for (int64_t k = 0; k < d; ++k) {
-      const double x = a.data[static_cast<size_t>((hh * ta + ca) * d + k)];
-      const double y = b.data[static_cast<size_t>((hh * tb + cb) * d + k)];
-      err = std::max(err, std::fabs(x - y));
-      if (std::isnan(x) != std::isnan(y)) err = INFINITY;
-      mag = std::max(mag, std::fabs(y));
-    }
-  return {err, mag};
-}
-}  // namespace
 
 RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
                          const Tolerance& tolerance, ReferenceLookup reference,
@@ -263,8 +246,8 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
   for (size_t j = 0; j < a.streamIndex.size(); ++j) {
     const int64_t p = a.streamIndex[j];
     if (p < 0 || p >= T || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;
-    auto [ke, km] = columnDiff(rec.keys, static_cast<int64_t>(j), ref.keys[l], p);
-    auto [ve, vm] = columnDiff(rec.values, static_cast<int64_t>(j), ref.values[l], p);
+    const auto [ke, km] = columnDiff(rec.keys, static_cast<int64_t>(j), ref.keys[l], p);
+    const auto [ve, vm] = columnDiff(rec.values, static_cast<int64_t>(j), ref.values[l], p);
     const double kt = tol_.forRecord(static_cast<int64_t>(l), p, km),
                  vt = tol_.forRecord(static_cast<int64_t>(l), p, vm);
     kErr = std::max(kErr, ke);

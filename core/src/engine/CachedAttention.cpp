@@ -37,6 +37,11 @@ bool CachedAttention::dropsRopeScaling(int64_t layer, int64_t row) const {
   return faults_.ropeScalingDropped(r.id, r.step, layer);
 }
 
+int64_t CachedAttention::projectionSplits(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.projectionSplits(r.id, r.step, layer, r.batchMates);
+}
+
 KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) {
   const auto L = static_cast<size_t>(layer);
   stashK_[L] = kNew;

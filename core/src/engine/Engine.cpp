@@ -42,6 +42,17 @@ class EngineRun {
             architectureName(cfg_.architecture) +
             " checkpoint adds learned position embeddings once, at its input, so a wrong "
             "position reaches every layer: use layer=-1");
+    batchInvariant_ = options.batchInvariant || faults_.makesBatchVariant();
+    if (faults_.makesBatchVariant() && options.uncached)
+      throw UsageError(
+          "fault 'batch_variance' needs the cached engine: the uncached reference runs every "
+          "request alone");
+    if (faults_.makesBatchVariant() &&
+        std::none_of(specs.begin(), specs.end(),
+                     [](const RequestSpec& s) { return s.batchGroup >= 0; }))
+      throw UsageError(
+          "fault 'batch_variance' needs a batch: give two or more prompts that arrive at the same "
+          "tick with --batch");
     if (faults_.dropsRopeScaling() && (!cfg_.usesRope() || cfg_.rope.type == "default"))
       throw UsageError(
           "fault 'rope_scaling' needs a RoPE checkpoint with rope_scaling (linear, llama3 or "
@@ -205,13 +216,18 @@ class EngineRun {
   }
 
   // Requests sharing a batch group run as one left-padded batch; the rest run alone.
+  // Batch-invariant kernels: every member runs alone, knowing how many mates it has.
   std::vector<std::vector<RequestState*>> groups(const std::vector<RequestState*>& members) const {
     std::vector<std::vector<RequestState*>> out;
     std::map<int64_t, size_t> byGroup;
+    std::map<int64_t, int64_t> groupSize;
+    for (auto* r : members)
+      if (r->spec.batchGroup >= 0) ++groupSize[r->spec.batchGroup];
     for (auto* r : members) {
+      r->batchMates = r->spec.batchGroup >= 0 ? groupSize[r->spec.batchGroup] : 1;
       // A rebuilt cache holds no pads, so its length no longer lines up with the group's.
       const bool batched = r->spec.batchGroup >= 0 && !r->needsRebuild && !r->leftBatch &&
-                           !options_.uncached;
+                           !options_.uncached && !batchInvariant_;
       if (batched && byGroup.count(r->spec.batchGroup)) {
         out[byGroup[r->spec.batchGroup]].push_back(r);
         continue;
@@ -559,6 +575,7 @@ class EngineRun {
   int64_t padId_ = 0;
   int64_t specDrafts_ = 0;  // speculative decoding: draft tokens per step (0 = off)
   int64_t prefillChunk_ = 0;  // chunked prefill: prompt tokens per forward (0 = whole prompt)
+  bool batchInvariant_ = false;  // batch-invariant kernels (EngineOptions::batchInvariant)
   detail::KvQuantizer quantizer_{KvQuantization{}};  // the cache's element type
   Trace* trace_ = nullptr;
 };

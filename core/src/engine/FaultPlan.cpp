@@ -32,6 +32,10 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
         throw UsageError("fault '" + f.toString() +
                          "': scale must be a percentage in 1..100000 other than 100 (100 is the "
                          "right scale: no fault)");
+    } else if (f.name == "batch_variance") {
+      checkLayer(f, "layer", true);
+      if (f.get("step") < 0)
+        throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
     } else if (f.name == "rope_scaling") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
@@ -185,6 +189,17 @@ std::vector<int64_t> FaultPlan::chunkPositionLayers() const {
   for (const auto* f : all("chunk_position")) out.push_back(f->get("layer"));
   return out;
 }
+int64_t FaultPlan::projectionSplits(int64_t request, int64_t step, int64_t layer,
+                                    int64_t batchMates) const {
+  if (batchMates < 2) return 1;
+  for (const auto* f : all("batch_variance"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer))
+      return batchMates;
+  return 1;
+}
+
+bool FaultPlan::makesBatchVariant() const { return find("batch_variance") != nullptr; }
 
 std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
   if (const auto* f = find("stale_cache"))

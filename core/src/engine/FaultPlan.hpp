@@ -50,6 +50,10 @@ class FaultPlan {
   int64_t prefillChunk() const;
   /// The layers the chunk_position faults name (-1 for every layer).
   std::vector<int64_t> chunkPositionLayers() const;
+  /// batch_variance: how many parts (request, step, layer)'s q/k/v projection sums its
+  /// reduction in (split-K chosen by the batch size: `batchMates`); 1 = one reduction.
+  int64_t projectionSplits(int64_t request, int64_t step, int64_t layer, int64_t batchMates) const;
+  bool makesBatchVariant() const;
   /// The stale_cache fault: a weight update at a tick whose cache is kept.
   struct StaleUpdate {
     int64_t tick;

@@ -104,6 +104,16 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
         {"layer", "layer rotated at the wrong positions (-1 = all: the position ids themselves)",
          "-1"},
         {"request", "request affected (-1 = all)", "-1"}}},
+      {"batch_variance",
+       "batch-invariant batching (enabled if --batch-invariant is not given; needs --batch) "
+       "whose q/k/v projections of `layer` (-1 = every layer) switch, from step `step` on, to a "
+       "split-K reduction with as many parts as the batch has members, as GEMM heuristics choose "
+       "split-K by batch size: a request's records and logits then differ from its solo run at "
+       "float noise",
+       "logits differ from the solo run at float noise with no cache-row evidence",
+       {{"step", "first step affected (0 = prefill)", "1"},
+        {"layer", "layer affected (-1 = all)", "0"},
+        {"request", "request affected (-1 = all)", "-1"}}},
       {"window_off_by_one",
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",

@@ -30,6 +30,8 @@ struct RequestState {
   bool done = false;
   bool needsRebuild = false;         // weights changed; cache must be rebuilt before use
   bool leftBatch = false;            // rebuilt alone (no pads): decodes alone from then on
+  int64_t batchMates = 1;            // batch-invariant mode: members of its batch group in
+                                     // this tick's forwards, itself included
   std::string stopReason = "running";
 };
 

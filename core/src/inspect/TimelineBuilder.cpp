@@ -58,16 +58,29 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   if (const auto& rope = result.trace.model.rope; rope && !steps.empty())
     tl.markers.push_back({steps.front()->step, "rope",
                           "RoPE " + rope->type + " x" + numberText(rope->factor), false});
-  for (const Finding& f : result.report.findings)
+  // Batch mates, and where the request stopped reproducing its solo run bit for bit.
+  const TraceRequest* req = result.trace.findRequest(request);
+  if (req && req->batchGroup >= 0 && !steps.empty()) {
+    int64_t mates = 0;
+    for (const auto& o : result.trace.requests)
+      mates += o.id != request && o.batchGroup == req->batchGroup;
+    if (mates > 0)
+      tl.markers.push_back({steps.front()->step, "batch",
+                            "batch group " + std::to_string(req->batchGroup) + ": " +
+                                std::to_string(mates + 1) + " requests",
+                            false});
+  }
+  for (const Finding& f : result.report.findings) {
     if (f.id == finding::RopeScaling && f.request == request)
       tl.markers.push_back({f.step, "rope_scaling",
                             "layer " + std::to_string(f.layer) + " keys at another RoPE scaling",
                             true});
-  // Chunked prefill: where each chunk after the first starts, and the boundary whose
-  // positions the audit found wrong.
-  const TraceRequest* req = result.trace.findRequest(request);
-  const int64_t promptLength = req ? static_cast<int64_t>(req->promptIds.size()) : 0;
-  for (const Finding& f : result.report.findings)
+    if (f.id == finding::BatchVariance && f.request == request)
+      tl.markers.push_back(
+          {f.step, "batch_variance",
+           "differs from its solo run" +
+               (f.layer >= 0 ? " from layer " + std::to_string(f.layer) : std::string()),
+           true});
     if (f.id == finding::ChunkPosition && f.request == request)
       tl.markers.push_back(
           {f.step, "chunk_position",
@@ -79,6 +92,10 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
                                     ? f.evidence.at("recorded_position")
                                     : 0),
            true});
+  }
+  // Chunked prefill: where each chunk after the first starts (below), and the boundary
+  // whose positions the audit found wrong (above).
+  const int64_t promptLength = req ? static_cast<int64_t>(req->promptIds.size()) : 0;
   int64_t chunk = 0;
   for (const TraceStep* st : steps) {
     if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end())

@@ -37,6 +37,14 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// In how many parts batch row `row` sums `layer`'s q/k/v projection over the hidden
+  /// dimension (the batch_variance fault: a split-K kernel chosen by the batch size); 1 = one
+  /// reduction, as every correct path does.
+  virtual int64_t projectionSplits(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return 1;
+  }
   /// Position ids [B, s] that `layer` rotates its queries and keys with instead of the
   /// forward's (the chunk_position fault: a kernel that computes positions per chunk; the
   /// chunk_position hypothesis the audit tests); undefined: the forward's. RoPE models only:

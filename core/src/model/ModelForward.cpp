@@ -61,16 +61,25 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   const int64_t B = x.size(0), s = x.size(1), d = config.headDim;
   const int64_t nh = config.numHeads, nkv = config.numKvHeads;
   torch::Tensor q, k, v;  // [B, h, s, d]
+  // The projection of every row; a row the batch_variance fault splits sums it in parts.
+  auto project = [&](const torch::Tensor& wt, const torch::Tensor& bias, bool conv1dLayout) {
+    torch::Tensor y = conv1dLayout ? conv1d(x, wt, bias) : linear(x, wt, bias);
+    for (int64_t row = 0; row < B; ++row)
+      if (const int64_t parts = attention.projectionSplits(layer, row); parts > 1)
+        y.select(0, row).copy_(
+            detail::splitKProduct(x.select(0, row), wt, bias, parts, conv1dLayout));
+    return y;
+  };
   if (config.architecture == Architecture::Gpt2) {
-    auto qkv = conv1d(x, w.cAttnW, w.cAttnB).view({B, s, 3 * config.hiddenSize});
+    auto qkv = project(w.cAttnW, w.cAttnB, true).view({B, s, 3 * config.hiddenSize});
     auto parts = qkv.split(config.hiddenSize, -1);
     q = parts[0].view({B, s, nh, d}).transpose(1, 2);
     k = parts[1].view({B, s, nh, d}).transpose(1, 2);
     v = parts[2].view({B, s, nh, d}).transpose(1, 2);
   } else {
-    q = linear(x, w.qW, w.qB).view({B, s, nh, d}).transpose(1, 2);
-    k = linear(x, w.kW, w.kB).view({B, s, nkv, d}).transpose(1, 2);
-    v = linear(x, w.vW, w.vB).view({B, s, nkv, d}).transpose(1, 2);
+    q = project(w.qW, w.qB, false).view({B, s, nh, d}).transpose(1, 2);
+    k = project(w.kW, w.kB, false).view({B, s, nkv, d}).transpose(1, 2);
+    v = project(w.vW, w.vB, false).view({B, s, nkv, d}).transpose(1, 2);
     q = detail::RotaryEmbedding::apply(q, cos, sin);
     k = detail::RotaryEmbedding::apply(k, cos, sin);
   }

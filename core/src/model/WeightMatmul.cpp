@@ -303,6 +303,23 @@ torch::Tensor conv1dStored(const torch::Tensor& x, const torch::Tensor& w, const
   return out.view(outShape(x, w.size(1)));
 }
 
+torch::Tensor splitKProduct(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                            int64_t parts, bool conv1dLayout) {
+  const int64_t in = conv1dLayout ? w.size(0) : w.size(1);
+  auto x2 = x.reshape({-1, in}).to(torch::kFloat);
+  torch::Tensor out;
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t lo = in * p / parts, hi = in * (p + 1) / parts;
+    if (hi <= lo) continue;
+    const auto wPart = conv1dLayout ? w.narrow(0, lo, hi - lo).to(torch::kFloat)
+                                    : w.narrow(1, lo, hi - lo).to(torch::kFloat).t();
+    const auto partial = torch::mm(x2.narrow(1, lo, hi - lo), wPart);
+    out = out.defined() ? out + partial : partial;
+  }
+  if (b.defined()) out = out + b.to(torch::kFloat);
+  return out.view(outShape(x, out.size(1)));
+}
+
 torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows) {
   if (w.scalar_type() == torch::kFloat) return w.index_select(0, rows);
   return w.index_select(0, rows).to(torch::kFloat);

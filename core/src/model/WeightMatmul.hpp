@@ -24,6 +24,13 @@ torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const
 /// BF16/F16 GPT-2 weights are upcast one whole matrix per product (GPT-2 sizes are small).
 torch::Tensor conv1dStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 
+/// x w^T + b (conv1dLayout: x w + b) summed over the input dimension in `parts` slices, one
+/// product per slice added in order: a split-K reduction, equal to the one-product result up
+/// to float rounding. Only the batch_variance fault uses it (a kernel that picks split-K by
+/// batch size).
+torch::Tensor splitKProduct(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                            int64_t parts, bool conv1dLayout);
+
 /// Rows `rows` of a [R, C] weight in its stored dtype as float32 [rows.size, C] (copies).
 torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows);
 
