@@ -2,6 +2,8 @@
 
 #include <QColor>
 
+#include "kvscope/Inspection.hpp"
+
 namespace kvscope::ui {
 
 RequestListModel::RequestListModel(QObject* parent) : QAbstractTableModel(parent) {}
@@ -9,6 +11,12 @@ RequestListModel::RequestListModel(QObject* parent) : QAbstractTableModel(parent
 void RequestListModel::setOutput(std::shared_ptr<const AuditJobOutput> output) {
   beginResetModel();
   output_ = std::move(output);
+  divergentStep_.clear();
+  if (output_) {
+    const Inspector inspector(output_);
+    for (const auto& r : output_->result.trace.requests)
+      divergentStep_[r.id] = inspector.timeline(r.id).divergentStep;
+  }
   endResetModel();
 }
 
@@ -21,10 +29,8 @@ int RequestListModel::rowOf(int64_t requestId) const {
 }
 
 int64_t RequestListModel::firstDivergedStep(int64_t request) const {
-  int64_t first = -1;
-  for (const auto& s : output_->result.report.steps)
-    if (s.request == request && s.diverged && (first < 0 || s.step < first)) first = s.step;
-  return first;
+  const auto it = divergentStep_.find(request);
+  return it == divergentStep_.end() ? -1 : it->second;
 }
 
 int RequestListModel::rowCount(const QModelIndex& parent) const {

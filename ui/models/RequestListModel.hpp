@@ -3,7 +3,7 @@
 #pragma once
 
 #include <QAbstractTableModel>
-
+#include <map>
 #include <memory>
 
 #include "kvscope/AuditJob.hpp"
@@ -27,9 +27,11 @@ class RequestListModel : public QAbstractTableModel {
   QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
  private:
-  /// First diverged step of a request, -1 when none.
+  /// First diverged step of a request, -1 when none: the position timeline's
+  /// (Inspector::timeline's divergentStep), so the list and the timeline agree.
   int64_t firstDivergedStep(int64_t request) const;
   std::shared_ptr<const AuditJobOutput> output_;
+  std::map<int64_t, int64_t> divergentStep_;  // request id -> first diverged step
 };
 
 }  // namespace kvscope::ui
