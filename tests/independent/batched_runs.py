@@ -50,18 +50,18 @@ class SplitKModel(Model):
         self._parts = 1
         self._step = 0
         self._active = False
+        self._split: List[torch.Tensor] = []
 
     def begin(self, bug: Optional[Dict[str, int]], batch_size: int) -> None:
         if bug and not -1 <= bug["layer"] < self.cfg.num_layers:
             raise ValueError(f"batch_variance: layer {bug['layer']} is not a layer of this model")
         self._bug, self._parts, self._step = bug, batch_size, 0
-
-    def _split_weights(self) -> List[torch.Tensor]:
-        layer = self._bug["layer"]
-        chosen = self.layers if layer < 0 else [self.layers[layer]]
-        names = ("attn.c_attn.weight",) if self.cfg.model_type == "gpt2" else (
-            "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
-        return [w[n] for w in chosen for n in names]
+        self._split = []  # the attention projections the bug splits, found once per run
+        if bug:
+            chosen = self.layers if bug["layer"] < 0 else [self.layers[bug["layer"]]]
+            names = ("attn.c_attn.weight",) if self.cfg.model_type == "gpt2" else (
+                "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
+            self._split = [w[n] for w in chosen for n in names]
 
     def forward(self, *args, **kwargs):
         self._active = bool(self._bug) and self._parts >= 2 and self._step >= self._bug["step"]
@@ -71,7 +71,7 @@ class SplitKModel(Model):
             self._step += 1
 
     def _splits(self, w: torch.Tensor) -> bool:
-        return self._active and any(w is s for s in self._split_weights())
+        return self._active and any(w is s for s in self._split)
 
     def _split_sum(self, x, w, b, conv1d: bool):
         n_in = w.shape[0] if conv1d else w.shape[1]

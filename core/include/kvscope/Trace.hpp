@@ -136,6 +136,8 @@ struct Trace {
 
   bool operator==(const Trace& o) const;
   const TraceRequest* findRequest(int64_t id) const;
+  /// The other requests of `request`'s batch group (empty: it ran alone, or is unknown).
+  std::vector<int64_t> batchMatesOf(int64_t request) const;
   /// Steps of one request, in step order.
   std::vector<const TraceStep*> stepsOf(int64_t request) const;
   bool hasSnapshots() const;

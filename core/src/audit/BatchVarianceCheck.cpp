@@ -9,15 +9,6 @@ namespace kvscope::detail {
 BatchVarianceCheck::BatchVarianceCheck(const Trace& audited, const Trace& reference)
     : audited_(audited), reference_(reference) {}
 
-std::vector<int64_t> BatchVarianceCheck::batchMates(const Trace& t, int64_t request) {
-  std::vector<int64_t> mates;
-  const TraceRequest* r = t.findRequest(request);
-  if (!r || r->batchGroup < 0) return mates;
-  for (const auto& o : t.requests)
-    if (o.id != request && o.batchGroup == r->batchGroup) mates.push_back(o.id);
-  return mates;
-}
-
 std::string BatchVarianceCheck::mateList(const std::vector<int64_t>& mates) const {
   std::string s = mates.size() == 1 ? "request " : "requests ";
   for (size_t i = 0; i < mates.size(); ++i) s += (i ? ", " : "") + std::to_string(mates[i]);
@@ -28,8 +19,8 @@ std::vector<std::string> BatchVarianceCheck::run(
     const std::map<int64_t, std::vector<StepAnalysis>>& analyses, FindingBuilder& findings) {
   std::vector<std::string> lines;
   for (const auto& [r, steps] : analyses) {
-    const std::vector<int64_t> mates = batchMates(audited_, r);
-    if (mates.empty() || !batchMates(reference_, r).empty()) continue;
+    const std::vector<int64_t> mates = audited_.batchMatesOf(r);
+    if (mates.empty() || !reference_.batchMatesOf(r).empty()) continue;
     const std::string who = "request " + std::to_string(r);
     // Only a cached solo run of the same kind isolates the batch: an uncached reference
     // differs from any cached path by precision (drift), a different storage by rounding.

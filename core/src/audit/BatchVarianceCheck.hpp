@@ -32,8 +32,6 @@ class BatchVarianceCheck {
   const std::set<int64_t>& explained() const { return explained_; }
 
  private:
-  /// Other requests of `request`'s batch group in `t` (empty: it ran alone).
-  static std::vector<int64_t> batchMates(const Trace& t, int64_t request);
   std::string mateList(const std::vector<int64_t>& mates) const;
 
   const Trace& audited_;

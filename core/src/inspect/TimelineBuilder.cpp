@@ -60,16 +60,11 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
                           "RoPE " + rope->type + " x" + numberText(rope->factor), false});
   // Batch mates, and where the request stopped reproducing its solo run bit for bit.
   const TraceRequest* req = result.trace.findRequest(request);
-  if (req && req->batchGroup >= 0 && !steps.empty()) {
-    int64_t mates = 0;
-    for (const auto& o : result.trace.requests)
-      mates += o.id != request && o.batchGroup == req->batchGroup;
-    if (mates > 0)
-      tl.markers.push_back({steps.front()->step, "batch",
-                            "batch group " + std::to_string(req->batchGroup) + ": " +
-                                std::to_string(mates + 1) + " requests",
-                            false});
-  }
+  if (const size_t mates = result.trace.batchMatesOf(request).size(); mates > 0 && !steps.empty())
+    tl.markers.push_back({steps.front()->step, "batch",
+                          "batch group " + std::to_string(req->batchGroup) + ": " +
+                              std::to_string(mates + 1) + " requests",
+                          false});
   for (const Finding& f : result.report.findings) {
     if (f.id == finding::RopeScaling && f.request == request)
       tl.markers.push_back({f.step, "rope_scaling",

@@ -93,6 +93,15 @@ const TraceRequest* Trace::findRequest(int64_t id) const {
   return nullptr;
 }
 
+std::vector<int64_t> Trace::batchMatesOf(int64_t request) const {
+  std::vector<int64_t> mates;
+  const TraceRequest* r = findRequest(request);
+  if (!r || r->batchGroup < 0) return mates;
+  for (const auto& o : requests)
+    if (o.id != request && o.batchGroup == r->batchGroup) mates.push_back(o.id);
+  return mates;
+}
+
 std::vector<const TraceStep*> Trace::stepsOf(int64_t request) const {
   std::vector<const TraceStep*> out;
   for (const auto& s : steps)
