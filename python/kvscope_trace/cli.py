@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from . import __version__
+from . import __version__, layer_kinds
 from .trace import FORMAT_VERSION, STORE_DTYPES, Trace, TraceError, model_fingerprint, read_trace, write_trace
 
 
@@ -40,6 +40,11 @@ def info(trace: Trace, path: str = "") -> str:
         out.append(f"rope scaling: {rope.get('rope_type', 'default')} factor {rope.get('factor', 1.0):g}"
                    + (f", original context {rope['original_max_position_embeddings']}"
                       if rope.get("original_max_position_embeddings") else ""))
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, path, m["num_layers"])
+    if kinds and any(k["kind"] == "sliding" for k in kinds):
+        maps = sum(1 for s in trace.steps if any(l.ring_positions is not None for l in s.layers))
+        out.append("layer kinds: " + layer_kinds.describe(kinds)
+                   + (f"; ring slot maps on {maps} steps" if layer_kinds.ring_slots(kinds) else ""))
     if trace.recorded_layers is not None:
         out.append(f"recorded layers: {trace.recorded_layers} of {m['num_layers']}")
     for r in trace.requests:

@@ -1,7 +1,8 @@
 """The version-2 layout of KV Scope traces (docs/trace-format.md), for trace.py: the step
 table as JSON columns (`steps: {"count": N, "request": [...], ...}`) and the per-step data
 packed into one tensor per kind (`logits` [R, V], `layer{l}.k|v|cache_k|cache_v`
-[h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2]).
+[h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2],
+`ring_positions` I32 [R, Lr, S]: the slot maps of the ring layers, see layer_kinds.py).
 
 Both directions live here: parse_columns and load_packed read, pack writes. The step fields
 both versions share are read by trace.py's parse_step (handed in), which also derives
@@ -16,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from . import layer_kinds
 from .container import STORE_DTYPES, TraceError, _Container, _columns, _is_int, _Obj
 
 VERSION = 2
@@ -24,7 +26,7 @@ VERSION = 2
 STEP_COLUMNS = ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
                 "rng_draws_before", "rng_draws_after", "weights_version", "events", "logits_row",
                 "appended", "snapshot_lengths", "cache_lengths", "checksum_row", "draft_count",
-                "accepted_count")
+                "accepted_count", "ring_row")
 REQUIRED_COLUMNS = ("request", "step", "fed_ids", "positions")
 
 
@@ -36,6 +38,8 @@ class Packing:
     snapshot_lengths: Optional[List[Optional[int]]] = None  # per layer, columns of layer{l}.cache_k
     checksum_row: int = -1
     checksums: Optional[List[tuple]] = None  # per layer (key, value) hex, from the tensor
+    ring_row: int = -1
+    ring: Optional[List[Optional[List[int]]]] = None  # per layer its slot map (ring layers), from the tensor
 
 
 # ----------------------------------------------------------------------------- read
@@ -98,7 +102,7 @@ def parse_columns(sj: Any, file: str, parse_step: Callable[[_Obj, int], Any], L:
         steps.append(st)
         packing.append(Packing(logits_row=s.row("logits_row"), appended=s.counts("appended", L),
                                 snapshot_lengths=s.counts("snapshot_lengths", L),
-                                checksum_row=s.row("checksum_row")))
+                                checksum_row=s.row("checksum_row"), ring_row=s.row("ring_row")))
     return steps, packing
 
 
@@ -185,7 +189,32 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
     for p in packing:
         if p.checksum_row >= 0:
             p.checksums = [(f"{int(k):016x}", f"{int(v):016x}") for k, v in sums[p.checksum_row]]
+    _load_ring_maps(f, trace, packing)
     return stored
+
+
+def _load_ring_maps(f: _Container, trace: Any, packing: List[Packing]) -> None:
+    """ring_positions [R, Lr, S] (I32): sets Packing.ring of each step whose ring_row names a
+    row, one map per ring layer (None for the other layers)."""
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, f.path, trace.model["num_layers"])
+    L = len(trace.stored_layers())
+    rings, S = layer_kinds.ring_layers(kinds, trace.stored_layers()), layer_kinds.ring_slots(kinds)
+    maps = np.zeros((0, len(rings), S), np.int32)
+    if "ring_positions" in f:
+        if not rings:
+            raise TraceError(f.path, "ring_positions", "slot maps, but layer_kinds names no ring layer "
+                             "among the trace's layers (ring_slots)")
+        shape = list(f.shape("ring_positions"))
+        if f.dtype("ring_positions") != "I32" or len(shape) != 3 or shape[1:] != [len(rings), S]:
+            raise TraceError(f.path, "ring_positions", f"{f.dtype('ring_positions')} {shape}, expected "
+                             f"I32 [rows, {len(rings)}, {S}] ({len(rings)} ring layers of {S} slots)")
+        maps = f.read("ring_positions")
+    _check_rows(f, "ring_positions", "ring_row", [p.ring_row for p in packing], len(maps))
+    for p in packing:
+        if p.ring_row >= 0:
+            p.ring = [None] * L
+            for j, layer in enumerate(rings):
+                p.ring[layer] = [int(x) for x in maps[p.ring_row, j]]
 
 
 def _check_rows(f: _Container, tensor: str, column: str, rows: List[int], count: int) -> None:
@@ -205,7 +234,7 @@ def _check_rows(f: _Container, tensor: str, column: str, rows: List[int], count:
 
 def columns_of(trace: Any):
     """The version-2 step columns of `trace` and the arrays to pack: (columns, logits rows,
-    per layer appended keys and values, per layer snapshots, checksum rows)."""
+    per layer appended keys and values, per layer snapshots, checksum rows, ring_positions rows)."""
     steps, L = trace.steps, len(trace.stored_layers())
     n = len(steps)
     c: Dict[str, Any] = {"count": n}
@@ -224,6 +253,7 @@ def columns_of(trace: Any):
     logits, kv, snaps, sums = [], [([], []) for _ in range(L)], [([], []) for _ in range(L)], []
     for k in ("logits_row", "appended", "snapshot_lengths", "cache_lengths", "checksum_row"):
         c[k] = []
+    c["ring_row"], rings = _ring_rows(trace)
     for s in steps:
         c["logits_row"].append(len(logits) if s.logits is not None else -1)
         if s.logits is not None:
@@ -251,7 +281,8 @@ def columns_of(trace: Any):
                 "chosen": [-1] * n, "rng_draws_before": [0] * n, "rng_draws_after": [0] * n,
                 "weights_version": [0] * n, "events": [[]] * n, "logits_row": [-1] * n,
                 "appended": [None] * n, "snapshot_lengths": [None] * n, "cache_lengths": [None] * n,
-                "checksum_row": [-1] * n, "draft_count": [0] * n, "accepted_count": [0] * n}
+                "checksum_row": [-1] * n, "draft_count": [0] * n, "accepted_count": [0] * n,
+                "ring_row": [-1] * n}
     for k, d in defaults.items():
         if c[k] == d:
             del c[k]
@@ -259,16 +290,43 @@ def columns_of(trace: Any):
         for k in s.extra:
             if k not in c and k not in STEP_COLUMNS and k != "count":
                 c[k] = [t.extra.get(k) for t in steps]
-    return c, logits, kv, snaps, sums
+    return c, logits, kv, snaps, sums, rings
+
+
+def _ring_rows(trace: Any):
+    """(the ring_row column, the rows of ring_positions): a step whose ring layers hold their
+    slot maps gets a row; a step without maps -1. ValueError for maps on a layer that is no
+    ring layer, a map of another length than S, or a step that maps only some ring layers."""
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, "", trace.model["num_layers"])
+    rings, S = layer_kinds.ring_layers(kinds, trace.stored_layers()), layer_kinds.ring_slots(kinds)
+    column, rows = [], []
+    for i, s in enumerate(trace.steps):
+        mapped = [j for j, rec in enumerate(s.layers) if rec.ring_positions is not None]
+        if not mapped:
+            column.append(-1)
+            continue
+        if mapped != rings:
+            raise ValueError(f"step {i}: slot maps on layer entries {mapped}, but the ring layers "
+                             f"(layer_kinds with ring_slots) are entries {rings}: give one map per "
+                             "ring layer")
+        row = [list(s.layers[j].ring_positions) for j in rings]
+        if any(len(m) != S or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) for x in m)
+               for m in row):
+            raise ValueError(f"step {i}: a slot map holds one position per ring slot ({S})")
+        column.append(len(rows))
+        rows.append(row)
+    return column, rows
 
 
 def pack(trace: Any, dtype: str):
     """The version-2 step columns of `trace` and its tensors as (name, array, dtype) for
     write_safetensors; a tensor whose column total is 0 is left out."""
-    columns, logits, kv, snaps, sums = columns_of(trace)
+    columns, logits, kv, snaps, sums, rings = columns_of(trace)
     tensors = []
     if sums:  # first: U64 rows stay 8-byte aligned whatever the float dtype
         tensors.append(("checksums", np.array(sums, dtype=np.uint64), "U64"))
+    if rings:  # then the I32 maps, still 8-byte aligned
+        tensors.append(("ring_positions", np.array(rings, dtype=np.int32), "I32"))
     if logits:
         tensors.append(("logits", np.stack(logits), dtype))
     for l, name in enumerate(trace.stored_layers()):  # named by model layer

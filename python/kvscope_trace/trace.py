@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from . import format_v1, format_v2, kv_cache, rope
+from . import format_v1, format_v2, kv_cache, layer_kinds, rope
 from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container,  # noqa: F401
                         _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
                         write_safetensors)
@@ -59,6 +59,9 @@ class LayerRecord:
     checksum_k: Optional[str] = None           # XXH3-64 hex of the whole row after the step
     checksum_v: Optional[str] = None
     derived: bool = False                      # keys/values derived from the snapshots on read
+    # a ring layer's slot map after the step (layer_kinds, ring_positions): the position id
+    # each of its S physical slots holds, -1 empty; None: not recorded or not a ring layer
+    ring_positions: Optional[List[int]] = None
 
 
 @dataclasses.dataclass
@@ -259,6 +262,7 @@ def _parse_document(doc: Any, file: str):
     V = model["vocab_size"]
     recorded = _recorded_layers(top, model["num_layers"])
     kv_cache.parse_kv_cache(doc, file, model["num_layers"])  # kept in `extra`, validated here
+    layer_kinds.parse_layer_kinds(doc, file, model["num_layers"])  # likewise
     if recorded is not None and version == 1:
         top.fail("recorded_layers", 'a layer subset needs format version 2 (kvtrace_version "2")')
     L = len(recorded) if recorded is not None else model["num_layers"]
@@ -421,6 +425,10 @@ def read_trace(path: str) -> Trace:
                 s.layers = s.layers or [LayerRecord() for _ in range(len(p.checksums))]
                 for rec, (k, v) in zip(s.layers, p.checksums):
                     rec.checksum_k, rec.checksum_v = k, v
+            if p.ring:
+                s.layers = s.layers or [LayerRecord() for _ in range(len(p.ring))]
+                for rec, ring in zip(s.layers, p.ring):
+                    rec.ring_positions = ring
     _attach_layers(trace, stored)
     trace.stored_dtypes = sorted(f.float_dtypes)
     return trace
@@ -446,6 +454,7 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
             rec = LayerRecord(keys=k, values=v, cache_keys=ck, cache_values=cv)
             if l < len(declared):
                 rec.checksum_k, rec.checksum_v = declared[l].checksum_k, declared[l].checksum_v
+                rec.ring_positions = declared[l].ring_positions
             if k is None:
                 t = ck.shape[1]
                 start = min(prev[l], t)

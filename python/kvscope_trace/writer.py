@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import format_v2
+from . import format_v2, layer_kinds
 from .container import STORE_DTYPES, _float32, _is_int, write_safetensors
 from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_layers,
                     cache_checksum, normalize_policy)
@@ -113,7 +113,8 @@ class TraceWriter:
                  cache_lengths: Optional[Sequence[int]] = None,
                  checksums_k: Optional[Sequence[str]] = None,
                  checksums_v: Optional[Sequence[str]] = None,
-                 draft_count: int = 0, accepted_count: int = 0) -> Step:
+                 draft_count: int = 0, accepted_count: int = 0,
+                 ring_positions: Optional[Sequence[Sequence[int]]] = None) -> Step:
         """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
         cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
         Checksums are computed from the snapshots when xxhash is available and none are
@@ -121,7 +122,8 @@ class TraceWriter:
         Speculative decoding: the last draft_count fed tokens are drafts the step verified,
         the first accepted_count of them accepted (they belong in the request's generated
         tokens, before chosen); the default cache lengths assume the rejected ones were
-        rolled back."""
+        rolled back. ring_positions: one slot map (S position ids, -1 empty) per ring layer
+        of the trace's layers, in layer order, after the step; set extra["layer_kinds"] first."""
         m = self.model
         L, H, D, V = self._layer_count(), m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
@@ -175,8 +177,29 @@ class TraceWriter:
                 st.layers.append(rec)
             if cache_lengths is not None and len(cache_lengths) != L:
                 raise ValueError(f"cache_lengths needs {L} entries")
+        if ring_positions is not None:
+            self._set_ring_maps(st, ring_positions)
         self.steps.append(st)
         return st
+
+    def _set_ring_maps(self, st: Step, maps) -> None:
+        """Puts one slot map on each ring layer's record of the step (layer_kinds)."""
+        kinds = layer_kinds.parse_layer_kinds(self.extra, "", self.model["num_layers"])
+        layers = self.recorded_layers if self.recorded_layers is not None else range(self.model["num_layers"])
+        rings, S = layer_kinds.ring_layers(kinds, list(layers)), layer_kinds.ring_slots(kinds)
+        if not rings:
+            raise ValueError("ring_positions needs ring layers: set extra['layer_kinds'] (with "
+                             "ring_slots) before add_step")
+        if not st.layers:
+            raise ValueError("ring_positions needs the step's layer data (keys/values or cache_keys)")
+        maps = [np.asarray(m).reshape(-1) for m in maps]
+        if len(maps) != len(rings):
+            raise ValueError(f"ring_positions: {len(maps)} maps given, the trace has {len(rings)} ring layers")
+        for j, m in zip(rings, maps):
+            if m.shape != (S,) or not np.issubdtype(m.dtype, np.integer) or (m < -1).any():
+                raise ValueError(f"ring_positions: a map holds {S} integer position ids (-1 empty), "
+                                 f"found {m.size} of {m.dtype}")
+            st.layers[j].ring_positions = [int(x) for x in m]
 
     def _fill_lengths(self) -> None:
         """Cache lengths the records imply, exactly as the reader derives them."""

@@ -237,11 +237,12 @@ class RoundTrip(TempDir, unittest.TestCase):
         # all-default optional columns are left out (tick == i, slot == request, no masks,
         # no snapshots, no checksums)
         for k in ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
-                  "accepted_count"):
+                  "accepted_count", "ring_row"):
             self.assertNotIn(k, st)
         self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - {"tick", "slot", "fed_mask",
                                                                            "snapshot_lengths", "checksum_row",
-                                                                           "draft_count", "accepted_count"})
+                                                                           "draft_count", "accepted_count",
+                                                                           "ring_row"})
 
     def test_writer_packs_as_the_spec_says(self):
         for snapshots in (False, True):

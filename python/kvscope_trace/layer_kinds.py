@@ -1,0 +1,99 @@
+"""The trace document's optional "layer_kinds" array: per model layer, full or sliding-window
+attention and, for a sliding layer, whether its cache is a ring of `ring_slots` physical slots
+(docs/trace-format.md, "Sliding-window layers and ring caches"). Validated like the C++
+reader; the array itself is kept in Trace.extra, as read. The ring slot maps (the
+`ring_positions` tensor, `steps.ring_row`) are read and written by format_v2.py, which asks
+this module which of the trace's layers are ring layers."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from .container import TraceError, _is_int
+
+KINDS = ("full", "sliding")
+
+
+def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Optional[List[Dict[str, Any]]]:
+    """The validated entries (None when the field is absent): {"kind", "window", "ring_slots"},
+    window and ring_slots 0 where they do not apply."""
+    if doc.get("layer_kinds") is None:
+        return None
+    j = doc["layer_kinds"]
+    if not isinstance(j, list) or len(j) != num_layers:
+        found = f"{len(j)} entries" if isinstance(j, list) else type(j).__name__
+        raise TraceError(file, "layer_kinds", f"expected an array of {num_layers} objects, one per "
+                         f"model layer (model.num_layers), found {found}")
+    out, slots_of = [], None  # slots_of: (layer, S) of the first ring layer
+    for i, e in enumerate(j):
+        at = f"layer_kinds[{i}]"
+        if not isinstance(e, dict):
+            raise TraceError(file, "layer_kinds", f"entry {i} is not an object: expected an array of "
+                             f"{num_layers} objects, one per model layer")
+        kind = e.get("kind")
+        if kind not in KINDS:
+            raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: full, sliding)")
+        window, slots = e.get("window"), e.get("ring_slots")
+        if kind == "sliding":
+            if window is None:
+                raise TraceError(file, f"{at}.window", "missing: a sliding layer needs its window "
+                                 "(a positive integer)")
+            if not _is_int(window) or window <= 0:
+                raise TraceError(file, f"{at}.window", f"expected a positive integer, found {window!r}")
+        if slots is not None:
+            if kind != "sliding":
+                raise TraceError(file, f"{at}.ring_slots", "a ring cache is for sliding layers only "
+                                 "(this layer is full)")
+            if not _is_int(slots) or slots <= 0:
+                raise TraceError(file, f"{at}.ring_slots", f"expected a positive integer, found {slots!r}")
+            if slots_of is not None and slots != slots_of[1]:
+                raise TraceError(file, f"{at}.ring_slots", f"ring of {slots} slots, but layer "
+                                 f"{slots_of[0]}'s ring has {slots_of[1]}: every ring layer has the "
+                                 "same number of slots")
+            slots_of = slots_of or (i, slots)
+        out.append({"kind": kind, "window": window if kind == "sliding" else 0,
+                    "ring_slots": slots or 0})
+    return out
+
+
+def ring_slots(kinds: Optional[List[Dict[str, Any]]]) -> int:
+    """S, the slots of every ring layer (0: no ring layer)."""
+    return next((k["ring_slots"] for k in kinds or [] if k["ring_slots"]), 0)
+
+
+def ring_layers(kinds: Optional[List[Dict[str, Any]]], stored_layers: List[int]) -> List[int]:
+    """The entries j of a step's per-layer data (model layer stored_layers[j]) that are ring
+    layers, in layer order: the `Lr` axis of ring_positions."""
+    if not kinds:
+        return []
+    return [j for j, l in enumerate(stored_layers) if kinds[l]["ring_slots"]]
+
+
+def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
+    """For `kvtrace info`: "sliding window 8 on layers 0-3, ring of 8 slots; full on layer 4"."""
+    if not kinds:
+        return ""
+    groups: List[tuple] = []  # ((kind, window, slots), [layers]) in order of first appearance
+    for l, k in enumerate(kinds):
+        key = (k["kind"], k["window"], k["ring_slots"])
+        g = next((g for g in groups if g[0] == key), None)
+        if g is None:
+            groups.append((key, [l]))
+        else:
+            g[1].append(l)
+    parts = []
+    for (kind, window, slots), layers in groups:
+        what = f"sliding window {window}" if kind == "sliding" else "full"
+        parts.append(f"{what} on {_ranges(layers)}" + (f", ring of {slots} slots" if slots else ""))
+    return "; ".join(parts)
+
+
+def _ranges(layers: List[int]) -> str:
+    runs: List[List[int]] = []
+    for l in layers:
+        if runs and l == runs[-1][1] + 1:
+            runs[-1][1] = l
+        else:
+            runs.append([l, l])
+    text = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+    return ("layer " if len(layers) == 1 else "layers ") + text
