@@ -10,7 +10,9 @@
 
 The first form decodes and writes the trace (docs/trace-format.md) with kvscope_trace:
 every step's logits row and the FULL cache of every layer after the step (a full-snapshot
-trace, what dumping `past_key_values` gives), in the order the engine ran the steps. It
+trace, what dumping `past_key_values` gives), in the order the engine ran the steps; with a
+ring cache (ring_window, window_wrap) the new records, occupied slots, slot maps and (with
+xxhash) slot-order checksums instead, and `layer_kinds` for every sliding-window model. It
 prints a JSON summary (generated tokens, where the bug acted). The second form writes a
 copy of a checkpoint whose output head has two identical rows (make_tied_checkpoint), for
 the tie_rule bug. Bug syntax: see torch_engine.py.
@@ -46,6 +48,8 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
                             stored_dtype=kvtrace.model_stored_dtype(directory))
     info["directory"] = os.path.abspath(directory)
     w = kvtrace.TraceWriter(info, engine=ENGINE_NAME, mode=run.mode)
+    if run.layer_kinds:  # sliding-window layers (ring_slots: a ring cache, whose maps add_step takes)
+        w.extra["layer_kinds"] = run.layer_kinds
     first_tick = {}
     for i, s in enumerate(run.steps):
         first_tick.setdefault(s.request, i)
@@ -55,9 +59,14 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
                       arrival_tick=r.get("arrival_tick", first_tick.get(r["id"], 0)),
                       batch_group=r.get("batch_group", -1))
     for i, s in enumerate(run.steps):
+        layers = dict(cache_keys=s.cache_keys, cache_values=s.cache_values)
+        if s.ring:  # a ring cache: the new records, occupied slots, slot maps, slot-order checksums
+            sums = [[kvtrace.cache_checksum(c) for c in s.ring[f"contents_{x}"]] for x in "kv"]
+            layers = dict(keys=s.ring["keys"], values=s.ring["values"], cache_lengths=s.ring["cache_lengths"],
+                          ring_positions=s.ring["ring_positions"],
+                          **(dict(checksums_k=sums[0], checksums_v=sums[1]) if kvtrace.trace.HAVE_XXHASH else {}))
         w.add_step(request=s.request, step=s.step, fed_ids=s.fed_ids, positions=s.positions,
-                   chosen=s.chosen, logits=s.logits, cache_keys=s.cache_keys,
-                   cache_values=s.cache_values, weights_version=s.weights_version,
+                   chosen=s.chosen, logits=s.logits, **layers, weights_version=s.weights_version,
                    events=s.events, tick=getattr(s, "tick", i), slot=s.slot, rng_draws_before=s.rng_before,
                    rng_draws_after=s.rng_after, draft_count=s.draft_count,
                    accepted_count=s.accepted_count)
@@ -128,6 +137,37 @@ def make_rope_checkpoint(src_dir: str, dst_dir: str, rope_parameters: Dict[str, 
     cfg["rope_parameters"] = {"rope_theta": theta, **rope_parameters}
     with open(os.path.join(dst_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f, indent=1)
+    return dst_dir
+
+
+def make_window_checkpoint(src_dir: str, dst_dir: str, arch: str, window: int,
+                           max_window_layers: Optional[int] = None, seed: int = 5) -> str:
+    """A copy of the Llama checkpoint `src_dir` in `dst_dir` as a sliding-window model:
+    `mistral` (sliding_window on every layer) or `qwen2` (use_sliding_window, the layers from
+    max_window_layers on slide; random q/k/v biases added, which Qwen2 has). Same weights
+    otherwise, F32, tokenizer files copied."""
+    if arch not in ("mistral", "qwen2") or os.path.abspath(src_dir) == os.path.abspath(dst_dir):
+        raise ValueError(f"make_window_checkpoint: arch {arch!r} (mistral, qwen2) into a new directory")
+    os.makedirs(dst_dir, exist_ok=True)
+    for name in os.listdir(src_dir):
+        if name.endswith(".json") and name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy2(os.path.join(src_dir, name), os.path.join(dst_dir, name))
+    with open(os.path.join(src_dir, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    weights = {k: v.astype(np.float32) for k, v in st_numpy.load_checkpoint(src_dir).items()}
+    cfg.update(model_type=arch, architectures=["MistralForCausalLM" if arch == "mistral" else "Qwen2ForCausalLM"],
+               sliding_window=int(window))
+    if arch == "qwen2":
+        for k in ("attention_bias", "mlp_bias", "pretraining_tp"):
+            cfg.pop(k, None)
+        cfg.update(use_sliding_window=True, max_window_layers=int(max_window_layers or 0))
+        rng = np.random.default_rng(seed)
+        for name in [n for n in weights if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight"))]:
+            rows = weights[name].shape[0]
+            weights[name[:-len("weight")] + "bias"] = (0.1 * rng.standard_normal(rows)).astype(np.float32)
+    with open(os.path.join(dst_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=1)
+    st_numpy.save_file(os.path.join(dst_dir, "model.safetensors"), weights, {"format": "pt"})
     return dst_dir
 
 

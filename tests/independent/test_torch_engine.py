@@ -398,6 +398,145 @@ class BugTest(_Temp):
                         self.assertLess(np.abs(s.cache_values[l] - ten[f"{key}.layer{l}.v"]).max(), TOL)
 
 
+class SlidingWindowTest(_Temp):
+    """Sliding-window layers (Mistral, Qwen2) and the ring cache (ring_cache.py): the mask is
+    transformers' sliding one, a ring of S = W slots computes exactly what the growing cache
+    does, and window_wrap loses a needed entry at the first wrapped step."""
+    W, PROMPT = 6, [5, 17, 33, 2]  # 4 prompt tokens: the ring wraps at step 3 (cache index 6)
+
+    @classmethod
+    def setUpClass(cls):
+        cls._dir = tempfile.TemporaryDirectory()
+        src = MODELS["llama"]
+        cls.ckpt = {"mistral": record_run.make_window_checkpoint(src, os.path.join(cls._dir.name, "m"), "mistral", cls.W),
+                    "qwen2": record_run.make_window_checkpoint(src, os.path.join(cls._dir.name, "q"), "qwen2", cls.W,
+                                                               max_window_layers=1)}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._dir.cleanup()
+
+    def config(self, **fields):
+        d = tempfile.mkdtemp(dir=self.tmp)
+        with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(read_json(os.path.join(MODELS["llama"], "config.json")), **fields), f)
+        return te.ModelConfig(d).windows
+
+    def test_configs_read_the_windows_like_transformers(self):
+        full, types = [None] * 3, ["sliding_attention", "full_attention", "sliding_attention"]
+        self.assertEqual(self.config(model_type="mistral", sliding_window=8), [8] * 3)
+        self.assertEqual(self.config(model_type="mistral", sliding_window=None), full)
+        self.assertEqual(self.config(model_type="qwen2", sliding_window=8, use_sliding_window=False), full)
+        self.assertEqual(self.config(model_type="qwen2", sliding_window=8, use_sliding_window=True,
+                                     max_window_layers=2), [None, None, 8])
+        self.assertEqual(self.config(model_type="qwen2", sliding_window=8, use_sliding_window=True,
+                                     max_window_layers=2, layer_types=types), [8, None, 8])
+        self.assertEqual(self.config(model_type="mistral", sliding_window=8, layer_types=types), [8, None, 8])
+        self.assertEqual(self.config(sliding_window=8), full)  # llama: only through layer_types
+        self.assertEqual(self.config(sliding_window=8, layer_types=types), [8, None, 8])
+        for bad in (dict(sliding_window=0), dict(sliding_window=8, layer_types=types[:2])):
+            with self.assertRaises(ValueError):
+                self.config(model_type="mistral", **bad)
+
+    def test_mask_and_key_order(self):
+        model = te.Model(self.ckpt["mistral"])
+        g = torch.Generator().manual_seed(3)
+        t, n, W, past = 11, 3, 4, 8  # queries at cache indices 8, 9, 10
+        q, k, v = (torch.randn(1, h, m, 16, generator=g) for h, m in ((4, n), (2, t), (2, t)))
+        out = model._attend(q, k, v, past, 0.25, window=W)
+        for i in range(n):
+            seen = [j for j in range(t) if past + i - W < j <= past + i]
+            for h in range(4):
+                kh, vh = k[0, h // 2, seen], v[0, h // 2, seen]
+                want = torch.softmax(q[0, h, i] @ kh.T * 0.25, dim=-1) @ vh
+                self.assertLess(float((out[0, h, i] - want).abs().max()), 1e-6)
+        perm = torch.randperm(t, generator=g)  # the keys in another order, with their indices
+        np.testing.assert_array_equal(model._attend(q, k[:, :, perm], v[:, :, perm], past, 0.25, W, perm), out)
+        self.assertGreater(float((model._attend(q, k, v, past, 0.25) - out).abs().max()), 1e-3)
+
+    def check_map(self, ring_map, fed, S):
+        """The slots of a correct ring after `fed` entries: the last min(fed, S), once each."""
+        self.assertEqual(sorted(p for p in ring_map if p >= 0), list(range(max(0, fed - S), fed)))
+
+    def test_ring_equals_the_growing_cache(self):
+        for arch, dtype in (("mistral", "float32"), ("qwen2", "float32"), ("mistral", "bfloat16")):
+            with self.subTest(arch=arch, dtype=dtype):
+                model = te.Model(self.ckpt[arch], dtype)
+                windows = model.cfg.windows
+                grow = te.DecodeEngine(model).run_cached(self.PROMPT, 9)
+                ring = te.DecodeEngine(model, "ring_window").run_cached(self.PROMPT, 9)
+                self.assertEqual(ring.requests[0]["generated"], grow.requests[0]["generated"])
+                self.assertEqual(ring.layer_kinds[-1], {"kind": "sliding", "window": 6, "ring_slots": 6})
+                fed = 0
+                for g_, r in zip(grow.steps, ring.steps):
+                    n, fed = len(r.fed_ids), fed + len(r.fed_ids)
+                    np.testing.assert_array_equal(r.logits, g_.logits)
+                    self.assertEqual(r.ring["cache_lengths"], [min(fed, w) if w else fed for w in windows])
+                    maps = iter(r.ring["ring_positions"])
+                    for l, w in enumerate(windows):
+                        np.testing.assert_array_equal(r.ring["keys"][l], g_.cache_keys[l][:, -n:])
+                        np.testing.assert_array_equal(r.ring["values"][l], g_.cache_values[l][:, -n:])
+                        if w:  # slot s holds the record of the position its map names
+                            m = list(next(maps))
+                            self.check_map(m, fed, w)
+                            np.testing.assert_array_equal(r.ring["contents_k"][l], g_.cache_keys[l][:, m[:min(fed, w)]])
+                if dtype == "float32":
+                    unc = te.DecodeEngine(model).run_uncached(self.PROMPT, 9)
+                    for r, u in zip(ring.steps, unc.steps):
+                        self.assertLess(np.abs(r.logits - u.logits).max(), TOL)
+                full = te.Model(self.ckpt[arch], dtype)
+                full.cfg.windows = [None] * 3  # the bug the mask had: full-causal past the window
+                diff = [np.abs(a.logits - b.logits).max() for a, b in
+                        zip(te.DecodeEngine(full).run_cached(self.PROMPT, 9).steps, grow.steps)]
+                self.assertEqual([d > 1e-3 for d in diff], [False] * 3 + [True] * 6)
+
+    def test_window_wrap_loses_a_needed_entry_at_the_first_wrap(self):
+        clean = {a: te.DecodeEngine(te.Model(d), "ring_window").run_cached(self.PROMPT, 9) for a, d in self.ckpt.items()}
+        for arch, layer in (("mistral", 0), ("mistral", 1), ("mistral", -1), ("qwen2", 2)):
+            with self.subTest(arch=arch, layer=layer):
+                model = te.Model(self.ckpt[arch])
+                rings = [l for l, w in enumerate(model.cfg.windows) if w]
+                bugged = rings if layer < 0 else [layer]
+                run = te.DecodeEngine(model, f"window_wrap:layer={layer}").run_cached(self.PROMPT, 9)
+                self.assertEqual([(i["layer"], i["step"], i["cache_index"]) for i in run.injected],
+                                 [(l, 3, self.W) for l in bugged])
+                fed, lost = 0, {}
+                for s, c in zip(run.steps, clean[arch].steps):
+                    fed += len(s.fed_ids)
+                    needed = set(range(max(0, fed - (self.W - 1)), fed))
+                    for j, l in enumerate(rings):
+                        m = list(s.ring["ring_positions"][j])
+                        if l not in bugged:
+                            self.assertEqual(m, list(c.ring["ring_positions"][j]))
+                        elif not needed <= set(m):
+                            lost.setdefault(l, s.step)
+                    worse = np.abs(s.logits - c.logits).max() > 1e-3
+                    self.assertEqual(worse, s.step > 3, f"step {s.step}")  # the first wrapped step reads right
+                self.assertEqual(lost, {l: 3 for l in bugged})
+        with self.assertRaises(ValueError):  # Qwen2's layer 0 has no window
+            te.DecodeEngine(te.Model(self.ckpt["qwen2"]), "window_wrap:layer=0").run_cached(self.PROMPT, 2)
+        with self.assertRaises(ValueError):
+            te.DecodeEngine(te.Model(MODELS["llama"]), "ring_window")
+
+    def test_traces(self):
+        out = self.path("ring.kvtrace")
+        summary = record_run.record(self.ckpt["qwen2"], out, self.PROMPT, 8, bug="ring_window")
+        t = kvtrace.read_trace(out)
+        self.assertEqual(t.extra["layer_kinds"], [{"kind": "full"}] + [{"kind": "sliding", "window": 6, "ring_slots": 6}] * 2)
+        self.assertFalse(t.has_snapshots())
+        self.assertEqual([s.layers[1].cache_length for s in t.steps], [4, 5, 6, 6, 6, 6, 6, 6])
+        self.assertEqual([s.layers[0].cache_length for s in t.steps], list(range(4, 12)))
+        self.assertEqual(t.steps[4].layers[2].ring_positions, [6, 7, 2, 3, 4, 5])
+        self.assertIsNone(t.steps[4].layers[0].ring_positions)
+        self.assertEqual([s.chosen for s in t.steps], summary["generated"])
+        record_run.record(self.ckpt["mistral"], out, self.PROMPT, 3, uncached=True)
+        t = kvtrace.read_trace(out)
+        self.assertEqual(t.extra["layer_kinds"], [{"kind": "sliding", "window": 6}] * 3)
+        self.assertTrue(t.has_snapshots())
+        record_run.record(MODELS["llama"], out, self.PROMPT, 2)
+        self.assertNotIn("layer_kinds", kvtrace.read_trace(out).extra)
+
+
 class TraceTest(_Temp):
     def test_written_trace_reads_back(self):
         out = self.path("clean.kvtrace")

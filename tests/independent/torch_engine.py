@@ -46,6 +46,10 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         ids; layer L >= 0 (RoPE only) records the right ids
                                         and rotates layer L's queries and keys at the
                                         chunk-local ones
+  ring_window                           not a bug: sliding-window layers keep a ring of S = W
+                                        slots (ring_cache.py), the trace records the slot maps
+  window_wrap:layer=L                   that ring, but once layer L's cache wraps (-1: every
+                                        sliding layer) entry c goes to slot (c - 1) % S
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_model import DTYPES, KVCache, Model, ModelConfig, Precision  # noqa: E402,F401
 from quantized_cache import QuantizedCache  # noqa: E402
+from ring_cache import RingWindowCache, layer_kinds  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- bugs
@@ -81,8 +86,11 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "rope_scaling": {"step": 1, "layer": -1},
     "prefill_chunk": {"size": 4},
     "chunk_position": {"size": 4, "chunk": 1, "layer": -1},
+    "ring_window": {},
+    "window_wrap": {"layer": -1},
 }
-CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization")
+CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization",
+              "ring_window", "window_wrap")
 STRING_PARAMS = ("format",)
 POLICY_BUGS = ("tie_rule", "rng_extra_draw")
 
@@ -269,6 +277,7 @@ class StepLog:
         self.rng_after: int = kw.get("rng_after", 0)
         self.draft_count: int = kw.get("draft_count", 0)
         self.accepted_count: int = kw.get("accepted_count", 0)
+        self.ring: Optional[Dict[str, object]] = kw.get("ring")  # a ring cache's records (RingWindowCache.record)
         # A prefill chunk before the last chooses nothing and keeps no logits row.
         self.tied: List[int] = [] if self.logits is None else [
             int(i) for i in np.flatnonzero(self.logits == float(self.logits.max()))]
@@ -285,6 +294,7 @@ class RunLog:
         self.injected: List[Dict[str, object]] = []
         self.weights_dirs: List[str] = []
         self.kv_cache: Optional[Dict[str, object]] = None  # a quantised cache's trace header
+        self.layer_kinds: Optional[List[Dict[str, object]]] = None  # a model with sliding layers
 
 
 class DecodeEngine:
@@ -308,6 +318,10 @@ class DecodeEngine:
                 raise ValueError(f"rope_scaling: step {b['step']} / layer {b['layer']} out of range")
         if "prefill_chunk" in self.bugs and "chunk_position" in self.bugs:
             raise ValueError("chunk_position brings its own chunked prefill (size=N)")
+        ring = "ring_window" in self.bugs or "window_wrap" in self.bugs
+        if ring and (not any(model.cfg.windows) or self.drafts_per_step()):
+            raise ValueError("ring_window / window_wrap need a model with sliding-window layers and "
+                             "no speculative decoding (a ring cannot drop rejected drafts)")
         b = self.bugs.get("chunk_position")
         if b:
             if b["chunk"] < 1 or b["size"] < 1 or not -1 <= b["layer"] < model.cfg.num_layers:
@@ -355,6 +369,11 @@ class DecodeEngine:
         if "kv_cache" in self.bugs:
             b = self.bugs["kv_cache"]
             return QuantizedCache(L, b["format"], static=bool(b["static"]))
+        if "ring_window" in self.bugs or "window_wrap" in self.bugs:
+            layer = self.bugs.get("window_wrap", {"layer": None})["layer"]
+            wrong = set() if layer is None else (
+                {l for l, w in enumerate(self.model.cfg.windows) if w} if layer < 0 else {layer})
+            return RingWindowCache(self.model.cfg.windows, wrong)
         if "kv_quantization" in self.bugs:
             b = self.bugs["kv_quantization"]
             return QuantizedCache(L, b["format"], (b["layer"], b["step"], b["scale"] / 100.0),
@@ -390,10 +409,15 @@ class DecodeEngine:
 
     def _log(self, run: RunLog, cache: KVCache, logits: Optional[torch.Tensor], row: int = -1,
              **kw) -> StepLog:
-        ks, vs = cache.snapshot()
+        ring = cache.record(kw["positions"]) if isinstance(cache, RingWindowCache) else None
+        ks, vs = cache.snapshot() if ring is None else (None, None)
         st = StepLog(logits=None if logits is None else logits[row].numpy().copy(),
-                     cache_keys=ks, cache_values=vs, **kw)
+                     cache_keys=ks, cache_values=vs, ring=ring, **kw)
         run.steps.append(st)
+        noted = {i["layer"] for i in run.injected if i["bug"] == "window_wrap"}
+        for layer, c in sorted(cache.wrapped.items()) if ring is not None else []:
+            if layer not in noted:  # the step that first wrote past the wrap, one slot early
+                run.injected.append({"bug": "window_wrap", "layer": layer, "step": st.step, "cache_index": c})
         return st
 
     def run_cached(self, prompt_ids: List[int], max_new: int, temperature: float = 0.0,
@@ -406,6 +430,7 @@ class DecodeEngine:
         model, version = self.model, 0
         original_dir = model.directory
         cache = self.new_cache()
+        run.layer_kinds = layer_kinds(model.cfg.windows, isinstance(cache, RingWindowCache))
         chooser = self.new_chooser(temperature, seed)
         tokens: List[int] = []
         fed = list(prompt_ids)
@@ -506,7 +531,7 @@ class DecodeEngine:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
                      "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling",
-                     "prefill_chunk", "chunk_position"):
+                     "prefill_chunk", "chunk_position", "ring_window"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:
@@ -527,6 +552,7 @@ class DecodeEngine:
             raise ValueError("need a prompt and max_new >= 1")
         run = RunLog("uncached")
         run.weights_dirs = [self.model.directory]
+        run.layer_kinds = layer_kinds(self.model.cfg.windows, False)
         chooser = self.new_chooser(temperature, seed)
         tokens: List[int] = []
         run.requests.append({"id": 0, "prompt_ids": list(prompt_ids), "generated": tokens,

@@ -9,7 +9,12 @@ Qwen2 q/k/v biases). The cache is a
 transformers-style object (`update(layer_idx, k, v) -> (k_all, v_all)`,
 `get_seq_length()`, keys stored after RoPE), and the attention mask follows transformers'
 `cache_position` rule: query i of a step may see cache entry j when
-`j <= past_len + i`, with `past_len` the cache length before the step.
+`j <= past_len + i`, with `past_len` the cache length before the step. Sliding-window
+layers (Mistral's `sliding_window` on every layer, Qwen2's above `max_window_layers` when
+`use_sliding_window`, or `layer_types`) also need `j > past_len + i - W`, transformers'
+sliding mask on cache indices; their attention reads the keys some query of the step can
+see, in cache-index order, so a cache that holds them in another order (ring_cache.py)
+computes the same thing.
 
 Compute dtypes:
   float32   plain float32.
@@ -73,6 +78,7 @@ class ModelConfig:
             self.scale_attn = c.get("scale_attn_weights", True)
             self.scale_by_layer = c.get("scale_attn_by_inverse_layer_idx", False)
             self.tie = c.get("tie_word_embeddings", True)
+            self.windows: List[Optional[int]] = [None] * self.num_layers
         elif self.model_type in LLAMA_TYPES:
             self.num_layers = c["num_hidden_layers"]
             self.num_heads = c["num_attention_heads"]
@@ -86,6 +92,7 @@ class ModelConfig:
                 raise ValueError(f"{path}: hidden_act {c.get('hidden_act')!r} not supported")
             self.tie = c.get("tie_word_embeddings", False)
             self.rope = self._rope(c, path)
+            self.windows = self._windows(c, path)
         else:
             raise ValueError(f"{path}: model_type {self.model_type!r} not supported "
                              f"(gpt2, {', '.join(LLAMA_TYPES)})")
@@ -117,6 +124,31 @@ class ModelConfig:
             except KeyError as e:
                 raise ValueError(f"{path}: llama3 rope scaling needs {e.args[0]}") from None
         return rope
+
+    def _windows(self, c: dict, path: str) -> List[Optional[int]]:
+        """The sliding window of each layer (None: full attention), as transformers reads the
+        config: Mistral slides every layer when sliding_window is set; Qwen2 only with
+        use_sliding_window, the layers i >= max_window_layers; a layer_types list
+        ("sliding_attention" / "full_attention") decides per layer when present."""
+        window, L = c.get("sliding_window"), self.num_layers
+        if self.model_type == "qwen2" and not c.get("use_sliding_window", False):
+            window = None
+        if window is None:
+            return [None] * L
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise ValueError(f"{path}: sliding_window {window!r} is not a positive integer")
+        types = c.get("layer_types")
+        if types is not None:
+            if not isinstance(types, list) or len(types) != L or \
+                    any(t not in ("sliding_attention", "full_attention") for t in types):
+                raise ValueError(f"{path}: layer_types needs {L} entries, each sliding_attention or full_attention")
+            return [window if t == "sliding_attention" else None for t in types]
+        if self.model_type == "mistral":
+            return [window] * L
+        if self.model_type == "qwen2":
+            first = c.get("max_window_layers", L)
+            return [window if i >= first else None for i in range(L)]
+        return [None] * L  # llama: sliding only through layer_types
 
     def shape_key(self) -> tuple:
         """What two checkpoints must share for one to replace the other's weights."""
@@ -174,6 +206,11 @@ class KVCache:
             self.keys[layer_idx] = torch.cat([self.keys[layer_idx], k_new], dim=2)
             self.values[layer_idx] = torch.cat([self.values[layer_idx], v_new], dim=2)
         return self.keys[layer_idx], self.values[layer_idx]
+
+    def key_index(self, layer_idx: int) -> Optional[torch.Tensor]:
+        """The cache index of each key update() last returned for the layer (None: 0..t-1,
+        the entries in stream order)."""
+        return None
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Entries in the layer's cache (0 before the prefill)."""
@@ -314,16 +351,31 @@ class Model:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return r(r(x * cos) + r(rot * sin))
 
-    def _attend(self, q, k_all, v_all, past: int, scale: float):
+    def _attend(self, q, k_all, v_all, past: int, scale: float, window: Optional[int] = None,
+                key_index: Optional[torch.Tensor] = None):
         """Eager attention of q [1, h, n, d] over the cache [1, h_kv, t, d]; query i sees
-        entries j <= past + i (transformers' cache_position mask)."""
+        entries j <= past + i (transformers' cache_position mask), and with a sliding
+        `window` W only j > past + i - W. `key_index`: the cache index of each of the t keys
+        (default 0..t-1). A sliding layer attends over the keys some query can see, gathered
+        in cache-index order (the others would get probability 0)."""
         r = self.prec.r
+        n = q.shape[2]
+        query_index = past + torch.arange(n)
+        if window is None and key_index is None:
+            allowed = torch.arange(k_all.shape[2])[None, :] <= query_index[:, None]
+        else:
+            index = torch.arange(k_all.shape[2]) if key_index is None else key_index
+            lowest = int(query_index[0]) - window if window else -1
+            seen = ((index > lowest) & (index <= int(query_index[-1]))).nonzero()[:, 0]
+            order = seen[torch.argsort(index[seen])]
+            k_all, v_all, index = k_all[:, :, order], v_all[:, :, order], index[order]
+            allowed = index[None, :] <= query_index[:, None]
+            if window:
+                allowed &= index[None, :] > query_index[:, None] - window
         rep = self.cfg.num_heads // self.cfg.num_kv_heads
         if rep > 1:
             k_all, v_all = k_all.repeat_interleave(rep, dim=1), v_all.repeat_interleave(rep, dim=1)
-        n, t = q.shape[2], k_all.shape[2]
         scores = r(self.prec.mm(torch.matmul, q, k_all.transpose(2, 3)) * scale)
-        allowed = torch.arange(t)[None, :] <= (past + torch.arange(n))[:, None]
         scores = scores.to(torch.float32).masked_fill(~allowed, float("-inf"))
         probs = r(torch.softmax(scores, dim=-1).to(q.dtype))
         return self.prec.mm(torch.matmul, probs, v_all)
@@ -401,7 +453,8 @@ class Model:
             v = self._heads(self._linear(x, w["self_attn.v_proj.weight"], w["self_attn.v_proj.bias"]), cfg.num_kv_heads)
             q, k = self._apply_rope(q, cos, sin), self._apply_rope(k, cos, sin)
             k_all, v_all = cache.update(l, k, v)
-            a = self._merge(self._attend(q, k_all, v_all, past, cfg.head_dim ** -0.5))
+            a = self._merge(self._attend(q, k_all, v_all, past, cfg.head_dim ** -0.5, cfg.windows[l],
+                                         cache.key_index(l)))
             h = r(h + self._linear(a, w["self_attn.o_proj.weight"], w["self_attn.o_proj.bias"]))
             x = self._rms_norm(h, w["post_attention_layernorm.weight"])
             g = r(F.silu(self._linear(x, w["mlp.gate_proj.weight"])))
