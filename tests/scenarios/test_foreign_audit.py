@@ -438,6 +438,42 @@ class IndependentEngineTest(unittest.TestCase):
                         f = next(x for x in out.report["findings"] if x["id"] == "batch_variance")
                         self.assertLess(f["evidence"]["logit_error_over_tolerance"], 1.0)
 
+    def test_window_wrap(self):
+        """KV Scope's addition: sliding-window checkpoints (Mistral: every layer; Qwen2: the layers
+        from max_window_layers = 1) run with a ring of S = W = 6 slots per sliding layer
+        (ring_cache.py, the trace's ring_positions) audit clean, with the model and against the
+        uncached run, also when the prefill is longer than the ring; a ring that writes one slot
+        early once it wraps (window_wrap) at one layer is window_wrap where the engine first
+        wrote past the wrap (prompt 4 tokens: cache index 6 at step 3) and at that layer."""
+        src, W = os.path.join(MODELS, "llama"), 6
+        make = record_run.make_window_checkpoint
+        ckpts = {"mistral": (make(src, os.path.join(self.tmp, "mistral-w6"), "mistral", W), (0, 1)),
+                 "qwen2": (make(src, os.path.join(self.tmp, "qwen2-w6"), "qwen2", W, max_window_layers=1), (1, 2))}
+        for arch, (ckpt, layers) in ckpts.items():
+            for dtype in ("float32", "bfloat16"):
+                with self.subTest(arch=arch, dtype=dtype):
+                    name = f"engine {arch}-window{W} {dtype}"
+                    def rec(run, prompt=PROMPTS["llama"][:4], **kw):
+                        return record_run.record(ckpt, os.path.join(self.tmp, f"{arch}.{dtype}.{run}.kvtrace"), prompt,
+                                                 10, dtype=dtype, **kw)
+                    uncached = rec("uncached", uncached=True)["out"]
+                    ring = rec("ring", bug="ring_window")["out"]
+                    check(self, name, f"ring of {W} slots clean", "model+trace", fr.Expectation([]), fr.audit(ring, model=ckpt))
+                    check(self, name, f"ring of {W} slots clean vs uncached", "trace+trace", fr.Expectation([]),
+                          fr.audit(ring, reference_trace=uncached))
+                    long = rec("ring-long", PROMPTS["llama"][:9], bug="ring_window")["out"]
+                    check(self, name, "ring clean, prefill of 9 into 6 slots", "model+trace", fr.Expectation([]),
+                          fr.audit(long, model=ckpt))
+                    for layer in layers:
+                        s = rec(f"wrap-{layer}", bug=f"window_wrap:layer={layer}")
+                        (acted,) = s["injected"]  # where the engine first wrote one slot early
+                        self.assertEqual((acted["layer"], acted["cache_index"]), (layer, W))
+                        expect = fr.Expectation(["window_wrap"], acted["step"], layer)
+                        check(self, name, f"ring one slot early past the wrap, L{layer}", "model+trace", expect,
+                              fr.audit(s["out"], model=ckpt))
+                        check(self, name, f"ring one slot early past the wrap, L{layer} vs uncached", "trace+trace",
+                              expect, fr.audit(s["out"], reference_trace=uncached))
+
 
 def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:
     """A random-weight Llama of the fixture's width with `layers` layers (HF names, one
