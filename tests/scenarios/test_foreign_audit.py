@@ -444,7 +444,8 @@ class IndependentEngineTest(unittest.TestCase):
         (ring_cache.py, the trace's ring_positions) audit clean, with the model and against the
         uncached run, also when the prefill is longer than the ring; a ring that writes one slot
         early once it wraps (window_wrap) at one layer is window_wrap where the engine first
-        wrote past the wrap (prompt 4 tokens: cache index 6 at step 3) and at that layer."""
+        wrote past the wrap (prompt 4 tokens: cache index 6 at step 3; a prefill of 10 crosses
+        the wrap itself and loses entry 5 at step 0) and at that layer."""
         src, W = os.path.join(MODELS, "llama"), 6
         make = record_run.make_window_checkpoint
         ckpts = {"mistral": (make(src, os.path.join(self.tmp, "mistral-w6"), "mistral", W), (0, 1)),
@@ -461,18 +462,19 @@ class IndependentEngineTest(unittest.TestCase):
                     check(self, name, f"ring of {W} slots clean", "model+trace", fr.Expectation([]), fr.audit(ring, model=ckpt))
                     check(self, name, f"ring of {W} slots clean vs uncached", "trace+trace", fr.Expectation([]),
                           fr.audit(ring, reference_trace=uncached))
-                    long = rec("ring-long", PROMPTS["llama"][:9], bug="ring_window")["out"]
-                    check(self, name, "ring clean, prefill of 9 into 6 slots", "model+trace", fr.Expectation([]),
+                    long = rec("ring-long", PROMPTS["llama"][:10], bug="ring_window")["out"]
+                    check(self, name, "ring clean, prefill of 10 into 6 slots", "model+trace", fr.Expectation([]),
                           fr.audit(long, model=ckpt))
-                    for layer in layers:
-                        s = rec(f"wrap-{layer}", bug=f"window_wrap:layer={layer}")
-                        (acted,) = s["injected"]  # where the engine first wrote one slot early
-                        self.assertEqual((acted["layer"], acted["cache_index"]), (layer, W))
+                    for layer, n in [(l, 4) for l in layers] + [(layers[0], 10)]:
+                        s = rec(f"wrap-{layer}-{n}", PROMPTS["llama"][:n], bug=f"window_wrap:layer={layer}")
+                        (acted,) = s["injected"]  # the step that wrote cache index W, one slot early
+                        self.assertEqual((acted["layer"], acted["step"], acted["cache_index"]), (layer, max(0, W + 1 - n), W))
                         expect = fr.Expectation(["window_wrap"], acted["step"], layer)
-                        check(self, name, f"ring one slot early past the wrap, L{layer}", "model+trace", expect,
-                              fr.audit(s["out"], model=ckpt))
-                        check(self, name, f"ring one slot early past the wrap, L{layer} vs uncached", "trace+trace",
-                              expect, fr.audit(s["out"], reference_trace=uncached))
+                        run = f"ring one slot early past the wrap, L{layer}" + (f", prefill of {n}" if n > W else "")
+                        check(self, name, run, "model+trace", expect, fr.audit(s["out"], model=ckpt))
+                        if n <= W:
+                            check(self, name, run + " vs uncached", "trace+trace", expect,
+                                  fr.audit(s["out"], reference_trace=uncached))
 
 
 def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:
