@@ -209,6 +209,10 @@ def _load_ring_maps(f: _Container, trace: Any, packing: List[Packing]) -> None:
             raise TraceError(f.path, "ring_positions", f"{f.dtype('ring_positions')} {shape}, expected "
                              f"I32 [rows, {len(rings)}, {S}] ({len(rings)} ring layers of {S} slots)")
         maps = f.read("ring_positions")
+        if (maps < -1).any():
+            row = int(np.argwhere(maps < -1)[0][0])
+            raise TraceError(f.path, "ring_positions", f"row {row} holds position {int(maps[maps < -1][0])} "
+                             "(a position id >= 0, or -1 for an empty slot)")
     _check_rows(f, "ring_positions", "ring_row", [p.ring_row for p in packing], len(maps))
     for p in packing:
         if p.ring_row >= 0:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 from .container import TraceError, _is_int
 
 KINDS = ("full", "sliding")
+MAX_SLOTS = 1 << 28  # the largest window or ring the C++ reader takes
 
 
 def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Optional[List[Dict[str, Any]]]:
@@ -28,8 +29,7 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
     for i, e in enumerate(j):
         at = f"layer_kinds[{i}]"
         if not isinstance(e, dict):
-            raise TraceError(file, "layer_kinds", f"entry {i} is not an object: expected an array of "
-                             f"{num_layers} objects, one per model layer")
+            raise TraceError(file, at, f"expected an object (one per model layer), found {e!r}")
         kind = e.get("kind")
         if kind not in KINDS:
             raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: full, sliding)")
@@ -38,14 +38,14 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
             if window is None:
                 raise TraceError(file, f"{at}.window", "missing: a sliding layer needs its window "
                                  "(a positive integer)")
-            if not _is_int(window) or window <= 0:
-                raise TraceError(file, f"{at}.window", f"expected a positive integer, found {window!r}")
+            if not _is_int(window) or not 0 < window <= MAX_SLOTS:
+                raise TraceError(file, f"{at}.window", f"expected an integer in [1, {MAX_SLOTS}], found {window!r}")
         if slots is not None:
             if kind != "sliding":
                 raise TraceError(file, f"{at}.ring_slots", "a ring cache is for sliding layers only "
                                  "(this layer is full)")
-            if not _is_int(slots) or slots <= 0:
-                raise TraceError(file, f"{at}.ring_slots", f"expected a positive integer, found {slots!r}")
+            if not _is_int(slots) or not 0 < slots <= MAX_SLOTS:
+                raise TraceError(file, f"{at}.ring_slots", f"expected an integer in [1, {MAX_SLOTS}], found {slots!r}")
             if slots_of is not None and slots != slots_of[1]:
                 raise TraceError(file, f"{at}.ring_slots", f"ring of {slots} slots, but layer "
                                  f"{slots_of[0]}'s ring has {slots_of[1]}: every ring layer has the "
