@@ -440,9 +440,9 @@ class IndependentEngineTest(unittest.TestCase):
 
     def test_window_wrap(self):
         """KV Scope's addition: sliding-window checkpoints (Mistral: every layer; Qwen2: the layers
-        from max_window_layers = 1) run with a ring of S = W = 6 slots per sliding layer
-        (ring_cache.py, the trace's ring_positions) audit clean, with the model and against the
-        uncached run, also when the prefill is longer than the ring; a ring that writes one slot
+        from max_window_layers = 1) audit clean with a growing cache and with a ring of S = W = 6
+        slots per sliding layer (ring_cache.py, the trace's ring_positions), with the model and
+        against the uncached run, also when the prefill is longer than the ring; a ring that writes one slot
         early once it wraps (window_wrap) at one layer is window_wrap where the engine first
         wrote past the wrap (prompt 4 tokens: cache index 6 at step 3; a prefill of 10 crosses
         the wrap itself and loses entry 5 at step 0) and at that layer."""
@@ -458,6 +458,8 @@ class IndependentEngineTest(unittest.TestCase):
                         return record_run.record(ckpt, os.path.join(self.tmp, f"{arch}.{dtype}.{run}.kvtrace"), prompt,
                                                  10, dtype=dtype, **kw)
                     uncached = rec("uncached", uncached=True)["out"]
+                    check(self, name, f"window {W}, growing cache clean", "model+trace", fr.Expectation([]),
+                          fr.audit(rec("grow")["out"], model=ckpt))
                     ring = rec("ring", bug="ring_window")["out"]
                     check(self, name, f"ring of {W} slots clean", "model+trace", fr.Expectation([]), fr.audit(ring, model=ckpt))
                     check(self, name, f"ring of {W} slots clean vs uncached", "trace+trace", fr.Expectation([]),
