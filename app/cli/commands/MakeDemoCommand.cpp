@@ -20,6 +20,8 @@ struct MakeDemoOptions {
   std::string dtype;
   std::string configStyle;
   int64_t shards = 0;  // 0: keep the preset's
+  int64_t slidingWindow = -1;    // -1: keep the preset's
+  int64_t maxWindowLayers = -1;  // Qwen2: layers below this attend fully (-1: keep)
   uint64_t seed = 0;
   bool seedGiven = false;
   bool force = false;
@@ -48,7 +50,13 @@ void runMakeDemo(const MakeDemoOptions& o) {
     spec.maxShardBytes = 0;
   }
   if (o.seedGiven) spec.seed = o.seed;
-  const CheckpointWriter writer(spec);
+  if (o.slidingWindow >= 0) {
+    spec.slidingWindow = o.slidingWindow;
+    // Qwen2 applies its window only with use_sliding_window.
+    if (spec.architecture == Architecture::Qwen2) spec.useSlidingWindow = o.slidingWindow > 0;
+  }
+  if (o.maxWindowLayers >= 0) spec.maxWindowLayers = o.maxWindowLayers;
+  const CheckpointWriter writer(spec);  // validates the spec (a window on gpt2 or llama)
   const auto files = writer.write(o.dir, o.force);
   const auto& s = writer.spec();
   std::cout << "wrote a random-weight " << architectureName(s.architecture) << " checkpoint to "
@@ -83,6 +91,13 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
                   "v4 (rope_theta, torch_dtype) or v5 (rope_parameters, dtype)")
       ->check(CLI::IsMember({"v4", "v5"}));
   auto* seed = sub->add_option("--seed", opts->seed, "Random seed (default 0)");
+  sub->add_option("--sliding-window", opts->slidingWindow,
+                  "Sliding attention window W (mistral: every layer; qwen2: layers from "
+                  "--max-window-layers on, with use_sliding_window; 0 = none)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-window-layers", opts->maxWindowLayers,
+                  "qwen2: the layers below this index attend over everything")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--force", opts->force,
                 "Write into a non-empty directory, replacing only the files make-demo writes");
   sub->callback([opts, seed] {

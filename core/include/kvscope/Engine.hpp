@@ -61,6 +61,11 @@ struct EngineOptions {
   // rows alone, unpadded, so its logits do not depend on its batch mates (what vLLM's
   // batch-invariant mode guarantees). The batch_variance fault turns it on.
   bool batchInvariant = false;
+  // Ring-buffer sliding-window caches: every sliding layer's cache is a ring of `window`
+  // slots (entry i in slot i mod window) that attends over its slots and the step's new
+  // records; traces record each slot's position (docs/trace-format.md). Needs a model with a
+  // sliding layer; not with speculative decoding. The window_wrap fault turns it on.
+  bool ringWindow = false;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

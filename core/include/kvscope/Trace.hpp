@@ -53,14 +53,28 @@ struct TraceRequest {
   std::vector<int64_t> stream() const;
 };
 
+/// One model layer's attention and cache (file field "layer_kinds", docs/trace-format.md).
+struct TraceLayerKind {
+  int64_t window = 0;     // 0: full attention; W > 0: a query sees the last W cache entries
+  int64_t ringSlots = 0;  // > 0: the layer's cache is a ring of this many physical slots
+  bool operator==(const TraceLayerKind& o) const {
+    return window == o.window && ringSlots == o.ringSlots;
+  }
+  bool ring() const { return ringSlots > 0; }
+};
+
 struct TraceLayerRecord {
-  int64_t cacheLength = 0;       // records in this layer's cache after the step (pads included)
+  int64_t cacheLength = 0;       // records in this layer's cache after the step (pads included;
+                                 // a ring layer: its occupied slots)
   FloatTensor keys;              // [h_kv, s, d] records appended by this step
   FloatTensor values;            // [h_kv, s, d]
   std::optional<uint64_t> keyChecksum;    // XXH3-64 of the whole cache row [h_kv, t, d] after
   std::optional<uint64_t> valueChecksum;  // the step (little-endian float32), when recorded
   FloatTensor snapshotKeys;      // optional full cache [h_kv, t, d] after the step
   FloatTensor snapshotValues;
+  // A ring layer: the position id each physical slot holds after the step (-1: empty or
+  // padding), when recorded; empty otherwise.
+  std::vector<int64_t> ringPositions;
   bool operator==(const TraceLayerRecord& o) const;
   /// How many of the `appended` records the cache still holds after the step, given its
   /// length before: fewer when the cache length says a rollback trimmed the step's tail
@@ -133,6 +147,9 @@ struct Trace {
   // empty and nothing about it may be checked or reported as ok. File field:
   // "recorded_layers" (docs/trace-format.md).
   std::vector<int64_t> recordedLayers;
+  // Per model layer its attention window and ring cache (file field "layer_kinds"); empty:
+  // not declared (every layer full, or unknown).
+  std::vector<TraceLayerKind> layerKinds;
 
   bool operator==(const Trace& o) const;
   const TraceRequest* findRequest(int64_t id) const;
@@ -147,6 +164,10 @@ struct Trace {
   std::vector<int64_t> layerIndices() const;
   /// Whether the trace holds only some of the model's layers.
   bool isLayerSubset() const { return !recordedLayers.empty(); }
+  /// Layer `layer`'s declared kind (full when undeclared).
+  TraceLayerKind layerKind(int64_t layer) const;
+  /// The trace's layers whose cache is a ring, in order (the rows of `ring_positions`).
+  std::vector<int64_t> ringLayers() const;
 };
 
 /// What a check says for a layer the trace does not hold:

@@ -267,7 +267,9 @@ class AuditRun {
                                  : "every record is where it belongs";
     const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
                          f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
-                         f.has(finding::SlidingWindow) || f.has(finding::ChunkPosition);
+                         f.has(finding::SlidingWindow) || f.has(finding::ChunkPosition) ||
+                         f.has(finding::WindowWrap);
+    ringLine(pos, analyses, f);
     if (f.has(finding::ChunkPosition))
       pos.checks.push_back("FAIL: a prefill chunk's positions do not continue from the cache");
     pos.checks.push_back(f.has(finding::Position)
@@ -288,6 +290,22 @@ class AuditRun {
           "FAIL: the records diverge once the sequence outgrows the sliding window");
     pos.status = posFail ? StageStatus::Fail : StageStatus::Pass;
     pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
+  }
+
+  // Ring caches: every recorded slot map against the positions fed (RingMapCheck).
+  void ringLine(StageResult& pos, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
+                const FindingBuilder& f) const {
+    if (trace_.ringLayers().empty()) return;
+    int64_t maps = 0;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) maps += a.ringMapsChecked;
+    pos.checks.push_back(
+        f.has(finding::WindowWrap)
+            ? "FAIL: a ring cache's slot map loses a position its window still needs"
+        : maps > 0 ? "ok: every ring slot map holds the positions its window needs (" +
+                         std::to_string(maps) + " maps checked)"
+                   : "not checked: ring slots: the trace declares ring layers but records no "
+                     "slot map (ring_positions)");
   }
 
   AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {

@@ -12,6 +12,7 @@
 #include "audit/RewriteOrigin.hpp"
 #include "audit/RopeScalingEvidence.hpp"
 #include "audit/SignatureSearch.hpp"
+#include "audit/WindowWrapEvidence.hpp"
 
 namespace kvscope::detail {
 
@@ -223,6 +224,8 @@ bool Diagnosis::chunkPosition(int64_t r, const StepAnalysis& a, FindingBuilder& 
 void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) {
   const TraceStep& st = *a.step;
   if (a.rollbackLayer >= 0) speculativeRollback(r, a, f);
+  if (a.ringLayer >= 0 && !f.hasFor(finding::WindowWrap, r))  // the onset carries the evidence
+    f.add(windowWrapFinding(trace_, a, analyses_.at(r)));
   if (a.duplicatedPrevious) {
     f.add(FindingDraft(finding::DuplicateAppend)
               .at(st)

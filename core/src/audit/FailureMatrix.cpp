@@ -47,6 +47,11 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "no structural or cache-row evidence",
        "the batch-invariance of the kernels (reductions whose split or order depends on the "
        "batch size)"},
+      {finding::WindowWrap,
+       "once a ring-buffer window cache wraps, its slot map loses a position the next query "
+       "needs (on sliding layers only)",
+       "the ring's slot arithmetic after the wrap (which slot an entry is written to and read "
+       "from)"},
   };
   return table;
 }

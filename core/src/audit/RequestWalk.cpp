@@ -36,6 +36,7 @@ RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
   length_.assign(L, 0);
   columnVersion_.assign(L, {});
   columnStream_.assign(L, {});
+  columnPosition_.assign(L, {});
 }
 
 const RequestReference* RequestWalk::lookup(uint64_t version) {
@@ -122,10 +123,14 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   a.appended[l] = appended;
   a.lengthBefore[l] = length_[l];
   if (appended > a.fedCount && a.duplicateLayer < 0) a.duplicateLayer = static_cast<int>(l);
-  const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : length_[l] + appended;
+  // A ring layer holds at most its slots: its length is the slots occupied.
+  const int64_t slots = trace_.layerKind(static_cast<int64_t>(l)).ringSlots;
+  const auto held = [&](int64_t n) { return slots > 0 ? std::min(n, slots) : n; };
+  if (slots > 0) a.lengthBefore[l] = held(length_[l]);
+  const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : held(length_[l] + appended);
   a.lengthAfter[l] = after;
   // A speculative step's rejected drafts leave the cache after it: it keeps the rest.
-  const int64_t expected = length_[l] + a.fedCount - a.rejected;
+  const int64_t expected = held(length_[l] + a.fedCount - a.rejected);
   if (a.rejected > 0 && after == expected + a.rejected && appended >= a.fedCount) {
     if (a.rollbackLayer < 0) a.rollbackLayer = static_cast<int>(l);
     a.rollbackLayers.push_back(static_cast<int>(l));
@@ -142,9 +147,11 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * d);
   }
   for (int64_t j = 0; j < appended; ++j) {
-    columnStream_[l].push_back(j < static_cast<int64_t>(a.streamIndex.size())
-                                   ? a.streamIndex[static_cast<size_t>(j)]
-                                   : -1);
+    const bool fedEntry = j < static_cast<int64_t>(a.streamIndex.size());
+    columnStream_[l].push_back(fedEntry ? a.streamIndex[static_cast<size_t>(j)] : -1);
+    columnPosition_[l].push_back(fedEntry && a.streamIndex[static_cast<size_t>(j)] >= 0
+                                     ? a.step->positions[static_cast<size_t>(j)]
+                                     : -1);
     columnVersion_[l].push_back(a.version);
   }
   length_[l] += appended;
@@ -154,6 +161,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     for (auto& h : keys_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
     for (auto& h : values_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
     columnStream_[l].resize(columnStream_[l].size() - static_cast<size_t>(trim));
+    columnPosition_[l].resize(columnPosition_[l].size() - static_cast<size_t>(trim));
     columnVersion_[l].resize(columnVersion_[l].size() - static_cast<size_t>(trim));
     length_[l] -= trim;
   }
@@ -165,6 +173,10 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   // Earlier rows unchanged? Checksums prove it without storing the cache; snapshots also
   // say which entries changed.
   bool rewritten = false;
+  if (slots > 0) {  // a ring's checksums cover its slots, not the stream-order cache
+    checkRing(a, l, rec, after);
+    return;
+  }
   if (rec.keyChecksum && rec.valueChecksum &&
       (*rec.keyChecksum != traceRowChecksum(keys_[l]) ||
        *rec.valueChecksum != traceRowChecksum(values_[l])))
@@ -202,6 +214,42 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     if (a.rewrittenLayer < 0) a.rewrittenLayer = static_cast<int>(l);
     a.rewrittenLayers.push_back(static_cast<int>(l));
   }
+}
+
+void RequestWalk::checkRing(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, int64_t held) {
+  if (rec.ringPositions.empty()) return;  // no map recorded: nothing to check the slots with
+  ++a.ringMapsChecked;
+  RingMapProblem problem = checkRingMap(rec.ringPositions, fedPositions_, fedCacheIndex_,
+                                        trace_.layerKind(static_cast<int64_t>(l)).window);
+  if (problem.ok() && ringChecksumsMatch(l, rec, held) == false) problem.kind = "checksum";
+  if (!problem.ok() && a.ringLayer < 0) {
+    a.ringLayer = static_cast<int>(l);
+    a.ringProblem = problem;
+  }
+}
+
+std::optional<bool> RequestWalk::ringChecksumsMatch(size_t l, const TraceLayerRecord& rec,
+                                                    int64_t held) const {
+  if (!rec.keyChecksum || !rec.valueChecksum ||
+      held > static_cast<int64_t>(rec.ringPositions.size()))
+    return std::nullopt;
+  const int64_t d = trace_.model.headDim;
+  const auto& positions = columnPosition_[l];
+  std::vector<std::vector<float>> keys(keys_[l].size()), values(values_[l].size());
+  for (int64_t s = 0; s < held; ++s) {
+    const int64_t p = rec.ringPositions[static_cast<size_t>(s)];
+    const auto it = p < 0 ? positions.rend() : std::find(positions.rbegin(), positions.rend(), p);
+    if (it == positions.rend()) return std::nullopt;  // padding or unknown: not verifiable
+    const auto c = static_cast<size_t>(positions.rend() - it - 1);
+    for (size_t h = 0; h < keys.size(); ++h) {
+      const auto from = static_cast<std::ptrdiff_t>(c * static_cast<size_t>(d));
+      keys[h].insert(keys[h].end(), keys_[l][h].begin() + from, keys_[l][h].begin() + from + d);
+      values[h].insert(values[h].end(), values_[l][h].begin() + from,
+                       values_[l][h].begin() + from + d);
+    }
+  }
+  return *rec.keyChecksum == traceRowChecksum(keys) &&
+         *rec.valueChecksum == traceRowChecksum(values);
 }
 
 void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* current) {
@@ -319,6 +367,10 @@ std::vector<StepAnalysis> RequestWalk::run() {
       std::fill(length_.begin(), length_.end(), 0);
       for (auto& v : columnVersion_) v.clear();
       for (auto& v : columnStream_) v.clear();
+      for (auto& v : columnPosition_) v.clear();
+      fedPositions_.clear();
+      fedCacheIndex_.clear();
+      cacheEntries_ = 0;
       staleSeen_ = false;
     }
     const std::vector<int64_t> real = st->realColumns();
@@ -334,6 +386,13 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.valueError.assign(L, 0.0);
     a.keyTol.assign(L, 0.0);
     a.valueTol.assign(L, 0.0);
+    // The entries this step leaves in the cache (rejected drafts leave it again).
+    for (int64_t j = 0; j + a.rejected < a.fedCount; ++j)
+      if (st->isRealEntry(static_cast<size_t>(j))) {
+        fedPositions_.push_back(st->positions[static_cast<size_t>(j)]);
+        fedCacheIndex_.push_back(cacheEntries_ + j);
+      }
+    cacheEntries_ += a.fedCount - a.rejected;
     const RequestReference* ref = lookup(a.version);
     a.referenceMissing = ref == nullptr;
     if (!ref) a.referenceMissingReason = lastMissingReason_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "audit/StepAnalysis.hpp"
@@ -25,6 +26,13 @@ class RequestWalk {
   void alignStream(StepAnalysis& a, const std::vector<int64_t>& real, int64_t& streamPos);
   void checkPositions(StepAnalysis& a, const std::vector<int64_t>& real);
   void checkCache(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec);
+  /// A ring layer (layer_kinds ring_slots): its slot map against the positions fed, and its
+  /// checksums against the records the map places, slot by slot.
+  void checkRing(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, int64_t held);
+  /// Whether the ring's recorded checksums match the rebuilt records at the positions its
+  /// map names (nullopt: not verifiable, e.g. a slot holds padding).
+  std::optional<bool> ringChecksumsMatch(size_t layer, const TraceLayerRecord& rec,
+                                         int64_t held) const;
   void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, const RequestReference& ref);
   void compareLogits(StepAnalysis& a, const RequestReference& ref);
   const RequestReference* lookup(uint64_t version);
@@ -47,6 +55,11 @@ class RequestWalk {
       columnVersion_;  // per layer, per cache column: weights version
   std::vector<std::vector<int64_t>>
       columnStream_;  // per layer, per cache column: stream index (-1 pad)
+  std::vector<std::vector<int64_t>>
+      columnPosition_;                  // per layer, per cache column: position id fed (-1 pad)
+  std::vector<int64_t> fedPositions_;   // the cache's real entries: position ids, in order
+  std::vector<int64_t> fedCacheIndex_;  // and the cache index each took (pads counted)
+  int64_t cacheEntries_ = 0;            // entries the cache took (pads in, rejected out)
   bool staleSeen_ = false;  // a step of this cache already mixed weights versions
   MissingReason whyMissing_;
   std::string lastMissingReason_;

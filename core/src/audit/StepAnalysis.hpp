@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "audit/RingMapCheck.hpp"
 #include "kvscope/Trace.hpp"
 
 namespace kvscope::detail {
@@ -35,6 +36,11 @@ struct StepAnalysis {
   int64_t rejected = 0;
   int rollbackLayer = -1;            // first layer that kept its rejected drafts' rows
   std::vector<int> rollbackLayers;   // every such layer
+  // Ring caches (layer_kinds ring_slots): the first ring layer whose slot map disagrees with
+  // the positions fed, or whose checksum disagrees with the records its map places.
+  int ringLayer = -1;
+  RingMapProblem ringProblem;
+  int64_t ringMapsChecked = 0;       // ring layers whose slot map this step recorded
   int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed (first layer)
   std::vector<int64_t>
       rewrittenColumns;  // with snapshots: which cache entries of that layer changed
@@ -66,7 +72,8 @@ struct StepAnalysis {
 
   bool structural() const {
     return streamMismatch || duplicatedPrevious || !positionsOk || duplicateLayer >= 0 ||
-           rewrittenLayer >= 0 || versionMix || beyondContext || rollbackLayer >= 0;
+           rewrittenLayer >= 0 || versionMix || beyondContext || rollbackLayer >= 0 ||
+           ringLayer >= 0;
   }
   bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
   int64_t lastRealStreamIndex() const;

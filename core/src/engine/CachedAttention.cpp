@@ -5,17 +5,25 @@
 namespace kvscope::detail {
 
 CachedAttention::CachedAttention(KvCache& cache, std::vector<RequestState*> group,
-                                 std::vector<std::vector<uint8_t>> fedMask, const FaultPlan& faults,
-                                 std::vector<int64_t> layerWindows, const KvQuantizer& quantizer)
+                                 std::vector<std::vector<uint8_t>> fedMask,
+                                 std::vector<std::vector<int64_t>> fedPositions,
+                                 const FaultPlan& faults, std::vector<int64_t> layerWindows,
+                                 const KvQuantizer& quantizer)
     : cache_(cache),
       group_(std::move(group)),
       fedMask_(std::move(fedMask)),
+      fedPositions_(std::move(fedPositions)),
       faults_(faults),
       windows_(std::move(layerWindows)),
       quantizer_(quantizer) {
   stashK_.resize(static_cast<size_t>(cache_.layers()));
   stashV_.resize(static_cast<size_t>(cache_.layers()));
   for (auto* r : group_) before_.push_back(r->lengths);
+  ringRecords_.resize(group_.size());
+  for (auto& records : ringRecords_) {
+    records.keys.resize(static_cast<size_t>(cache_.layers()));
+    records.values.resize(static_cast<size_t>(cache_.layers()));
+  }
 }
 
 void CachedAttention::roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) {
@@ -47,6 +55,9 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
   stashK_[L] = kNew;
   stashV_[L] = vNew;
   const int64_t B = kNew.size(0), s = kNew.size(2);
+  const bool ring =
+      !group_.empty() && L < group_[0]->rings.size() && group_[0]->rings[L].slots() > 0;
+  std::vector<torch::Tensor> ringK, ringV;  // a ring layer: each member's records, as written
   int64_t newLength = -1;
   for (int64_t b = 0; b < B; ++b) {
     RequestState& r = *group_[static_cast<size_t>(b)];
@@ -68,10 +79,15 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
     }
     int64_t at = r.lengths[L];
     const int copies = faults_.duplicateAppend(r.id, r.step, layer) ? 2 : 1;
-    for (int c = 0; c < copies; ++c) {
+    if (ring) {
+      ringK.push_back(copies == 2 ? torch::cat({k, k}, 1) : k);
+      ringV.push_back(copies == 2 ? torch::cat({v, v}, 1) : v);
+    }
+    for (int c = 0; c < copies && !ring; ++c) {
       cache_.write(layer, r.slot, at, k, v);
       at += s;
     }
+    if (ring) at += copies * s;
     r.lengths[L] = at;
     // The padding mask is per cache index; keep it as long as the longest layer.
     while (static_cast<int64_t>(r.valid.size()) < at) {
@@ -84,6 +100,7 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
                        " vs " + std::to_string(at) + ")");
     newLength = at;
   }
+  if (ring) return attendRing(layer, ringK, ringV, s);
   // Keys/values to attend over: [B, h, newLength, d].
   torch::Tensor keys, values, valid;
   std::vector<torch::Tensor> ks, vs, ms;
@@ -103,6 +120,46 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
   int64_t window = windows_[L];
   if (window > 0) window += faults_.windowExtra(layer);
   return {keys, values, buildAllowedMask(queryIdx, keyIdx, valid, window)};
+}
+
+KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tensor>& ks,
+                                   const std::vector<torch::Tensor>& vs, int64_t s) {
+  const auto L = static_cast<size_t>(layer);
+  std::vector<torch::Tensor> keys, values, masks;
+  int64_t newLength = 0;
+  for (size_t b = 0; b < group_.size(); ++b) {
+    RequestState& r = *group_[b];
+    RingSlots& slots = r.rings[L];
+    const int64_t written = ks[b].size(1), first = r.lengths[L] - written;
+    newLength = r.lengths[L];
+    // What the layer reads: the slots as they were, then this forward's records.
+    const int64_t held = slots.occupied();
+    std::vector<int64_t> index(slots.cacheIndices().begin(), slots.cacheIndices().begin() + held);
+    keys.push_back(torch::cat({cache_.copyKeys(layer, r.slot, 0, held), ks[b]}, 1).unsqueeze(0));
+    values.push_back(
+        torch::cat({cache_.copyValues(layer, r.slot, 0, held), vs[b]}, 1).unsqueeze(0));
+    // window_wrap: once wrapped, entries go one slot back, over one the next query needs.
+    ringRecords_[b].keys[L] = ks[b];
+    ringRecords_[b].values[L] = vs[b];
+    const int64_t shift = faults_.ringWrapShift(r.id, layer);
+    for (int64_t i = 0; i < written; ++i) {
+      const int64_t j = first + i, inStep = i % s;
+      const bool real = fedMask_[b][static_cast<size_t>(inStep)] != 0;
+      const int64_t slot = slots.slotFor(j, shift);
+      cache_.write(layer, r.slot, slot, ks[b].narrow(1, i, 1), vs[b].narrow(1, i, 1));
+      slots.put(slot, j, real ? fedPositions_[b][static_cast<size_t>(inStep)] : -1);
+      index.push_back(j);
+    }
+    std::vector<int64_t> valid;
+    for (int64_t j : index) valid.push_back(r.valid[static_cast<size_t>(j)]);
+    auto keyIdx = torch::tensor(index, torch::kLong);
+    auto queryIdx = torch::arange(newLength - s, newLength, torch::kLong);
+    masks.push_back(buildAllowedMask(
+        queryIdx, keyIdx, torch::tensor(valid, torch::kLong).to(torch::kBool).view({1, -1}),
+        windows_[L]));
+  }
+  if (keys.size() == 1) return {keys[0], values[0], masks[0]};
+  return {torch::cat(keys, 0), torch::cat(values, 0), torch::cat(masks, 0)};
 }
 
 }  // namespace kvscope::detail

@@ -1,6 +1,8 @@
 // AttentionContext over the engine's KvCache for one forward of a group of requests
 // (one row each, equal lengths): appends the new records, then attends over the cache.
-// Fault hooks change what is written where; a quantised cache rounds what is written.
+// Fault hooks change what is written where; a quantised cache rounds what is written. A
+// ring layer (RequestState::rings) attends over its slots before the forward's writes and
+// the new records, then writes them into their slots (transformers' sliding-window layers).
 #pragma once
 
 #include <vector>
@@ -9,15 +11,17 @@
 #include "cache/KvQuantizer.hpp"
 #include "engine/FaultPlan.hpp"
 #include "engine/RequestState.hpp"
+#include "engine/StepRecorder.hpp"
 #include "model/AttentionContext.hpp"
 
 namespace kvscope::detail {
 
 class CachedAttention : public AttentionContext {
  public:
-  /// `fedMask` [B][s]: 1 real token, 0 padding.
+  /// `fedMask` [B][s]: 1 real token, 0 padding; `fedPositions` [B][s]: their position ids.
   CachedAttention(KvCache& cache, std::vector<RequestState*> group,
-                  std::vector<std::vector<uint8_t>> fedMask, const FaultPlan& faults,
+                  std::vector<std::vector<uint8_t>> fedMask,
+                  std::vector<std::vector<int64_t>> fedPositions, const FaultPlan& faults,
                   std::vector<int64_t> layerWindows, const KvQuantizer& quantizer);
   KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
   void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
@@ -25,16 +29,25 @@ class CachedAttention : public AttentionContext {
   int64_t projectionSplits(int64_t layer, int64_t row) const override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
+  /// Member b's records per layer as its rings took them ([h, n, d] keys, values; undefined
+  /// for a layer without a ring): a ring keeps them in its slots, not at their cache index.
+  const RingRecords& ringRecords(size_t b) const { return ringRecords_.at(b); }
 
  private:
   KvCache& cache_;
   std::vector<RequestState*> group_;
+  /// Writes member b's records of `layer` into its ring and returns what the layer attends
+  /// over: the slots held before the forward, then the new records.
+  KvView attendRing(int64_t layer, const std::vector<torch::Tensor>& ks,
+                    const std::vector<torch::Tensor>& vs, int64_t s);
   std::vector<std::vector<uint8_t>> fedMask_;
+  std::vector<std::vector<int64_t>> fedPositions_;
   const FaultPlan& faults_;
   std::vector<int64_t> windows_;
   const KvQuantizer& quantizer_;  // a quantised cache stores (and so reads) rounded records
   std::vector<torch::Tensor> stashK_, stashV_;  // [layer] this forward's records, for wrong_layer
   std::vector<std::vector<int64_t>> before_;
+  std::vector<RingRecords> ringRecords_;  // [member]
 };
 
 }  // namespace kvscope::detail

@@ -8,6 +8,7 @@
 #include "cache/KvCache.hpp"
 #include "cache/KvQuantizer.hpp"
 #include "engine/CachedAttention.hpp"
+#include "engine/EngineSetup.hpp"
 #include "engine/FaultPlan.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
@@ -35,30 +36,9 @@ class EngineRun {
     if (specDrafts_ > 16) throw UsageError("at most 16 speculative draft tokens per step");
     prefillChunk_ = options.prefillChunk > 0 ? options.prefillChunk : faults_.prefillChunk();
     if (options.uncached) prefillChunk_ = 0;  // the reference recomputes the whole prefix
-    for (const int64_t l : faults_.chunkPositionLayers())
-      if (l >= 0 && !cfg_.usesRope())
-        throw UsageError(
-            "fault 'chunk_position': layer=" + std::to_string(l) + " needs a RoPE model; this " +
-            architectureName(cfg_.architecture) +
-            " checkpoint adds learned position embeddings once, at its input, so a wrong "
-            "position reaches every layer: use layer=-1");
     batchInvariant_ = options.batchInvariant || faults_.makesBatchVariant();
-    if (faults_.makesBatchVariant() && options.uncached)
-      throw UsageError(
-          "fault 'batch_variance' needs the cached engine: the uncached reference runs every "
-          "request alone");
-    if (faults_.makesBatchVariant() &&
-        std::none_of(specs.begin(), specs.end(),
-                     [](const RequestSpec& s) { return s.batchGroup >= 0; }))
-      throw UsageError(
-          "fault 'batch_variance' needs a batch: give two or more prompts that arrive at the same "
-          "tick with --batch");
-    if (faults_.dropsRopeScaling() && (!cfg_.usesRope() || cfg_.rope.type == "default"))
-      throw UsageError(
-          "fault 'rope_scaling' needs a RoPE checkpoint with rope_scaling (linear, llama3 or "
-          "dynamic); this " +
-          architectureName(cfg_.architecture) + " checkpoint " +
-          (cfg_.usesRope() ? "uses default RoPE" : "has no RoPE (learned position embeddings)"));
+    ringWindow_ = (options.ringWindow || faults_.needsRingCache()) && !options.uncached;
+    detail::checkEngineRequest(cfg_, impl_.layerWindows, faults_, options, specs, specDrafts_);
     KvQuantization quant;
     quant.dtype = options.kvCacheDtype.empty() && faults_.needsQuantizedCache() && !options.uncached
                       ? "int8"
@@ -82,6 +62,7 @@ class EngineRun {
       r.spec = s;
       r.rng = RequestRng(s.policy.seed);
       r.lengths.assign(static_cast<size_t>(cfg_.numLayers), 0);
+      r.rings = detail::ringLayout(impl_.layerWindows, ringWindow_);
       requests_.push_back(std::move(r));
       longest = std::max<int64_t>(longest, static_cast<int64_t>(s.promptIds.size()) + s.maxNewTokens);
       longestNew = std::max(longestNew, s.maxNewTokens);
@@ -146,6 +127,7 @@ class EngineRun {
     trace.model = modelInfo();
     trace.faults = faults_.describe();
     trace.kvCache = quantizer_.format();
+    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, ringWindow_);
     trace_ = &trace;
     int64_t tick = 0;
     const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},
@@ -291,10 +273,7 @@ class EngineRun {
           r.needsRebuild = false;
           r.leftBatch = r.spec.batchGroup >= 0;
         }
-        std::fill(r.lengths.begin(), r.lengths.end(), 0);
-        r.valid.clear();
-        r.nextPosition = 0;
-        r.consumed.clear();
+        r.clearCache();
       } else if (r.step == r.firstDecodeStep && faults_.duplicatePromptToken(r.id)) {
         fed[b] = {r.spec.promptIds.back(), r.generated.back()};
       } else {
@@ -365,7 +344,7 @@ class EngineRun {
         records[0].push_back(std::move(rec));
       }
     } else {
-      detail::CachedAttention attention(*cache_, group, mask, faults_, impl_.layerWindows,
+      detail::CachedAttention attention(*cache_, group, mask, pos, faults_, impl_.layerWindows,
                                         quantizer_);
       // chunk_position (layer L): the recorded ids are right, layer L rotates at the
       // chunk-local ones (B is 1: chunked requests are prefilled alone).
@@ -385,7 +364,8 @@ class EngineRun {
       if (options_.recordCache) {
         detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
         for (size_t b = 0; b < B; ++b)
-          records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b], appendedUntil[b]);
+          records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b], appendedUntil[b],
+                                       attention.ringRecords(b));
       }
     }
     for (size_t b = 0; b < B; ++b) {
@@ -542,10 +522,7 @@ class EngineRun {
   static void restartPrefill(RequestState& r, std::vector<std::string>& events) {
     events.push_back("cache_reset");
     r.needsRebuild = false;
-    std::fill(r.lengths.begin(), r.lengths.end(), 0);
-    r.valid.clear();
-    r.nextPosition = 0;
-    r.consumed.clear();
+    r.clearCache();
     r.promptFed = 0;
     r.chunk = 0;
   }
@@ -576,6 +553,7 @@ class EngineRun {
   int64_t specDrafts_ = 0;  // speculative decoding: draft tokens per step (0 = off)
   int64_t prefillChunk_ = 0;  // chunked prefill: prompt tokens per forward (0 = whole prompt)
   bool batchInvariant_ = false;  // batch-invariant kernels (EngineOptions::batchInvariant)
+  bool ringWindow_ = false;      // ring-buffer caches on sliding layers (EngineOptions::ringWindow)
   detail::KvQuantizer quantizer_{KvQuantization{}};  // the cache's element type
   Trace* trace_ = nullptr;
 };

@@ -20,7 +20,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
                          "': source must be an earlier layer than layer (its records must exist "
                          "when layer runs)");
     } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
-               f.name == "window_off_by_one") {
+               f.name == "window_off_by_one" || f.name == "window_wrap") {
       checkLayer(f, "layer", true);
     } else if (f.name == "speculative_rollback") {
       checkLayer(f, "layer", true);
@@ -138,6 +138,20 @@ int64_t FaultPlan::windowExtra(int64_t layer) const {
   for (const auto* f : all("window_off_by_one"))
     if (f->get("layer") < 0 || f->get("layer") == layer) return 1;
   return 0;
+}
+
+int64_t FaultPlan::ringWrapShift(int64_t request, int64_t layer) const {
+  for (const auto* f : all("window_wrap"))
+    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return -1;
+  return 0;
+}
+
+bool FaultPlan::needsRingCache() const { return find("window_wrap") != nullptr; }
+
+std::vector<int64_t> FaultPlan::ringWrapLayers() const {
+  std::vector<int64_t> out;
+  for (const auto* f : all("window_wrap")) out.push_back(f->get("layer"));
+  return out;
 }
 
 bool FaultPlan::skipRollback(int64_t request, int64_t step, int64_t layer) const {

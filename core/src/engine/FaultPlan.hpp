@@ -31,6 +31,13 @@ class FaultPlan {
   bool rngExtraDraw(int64_t request, int64_t step) const;
   bool rngReseed(int64_t request, int64_t step) const;
   int64_t windowExtra(int64_t layer) const;
+  /// window_wrap: the slots (request, layer)'s ring entries move by once it has wrapped (-1:
+  /// one slot back; 0 without the fault).
+  int64_t ringWrapShift(int64_t request, int64_t layer) const;
+  /// The window_wrap fault needs ring caches (turned on unless chosen).
+  bool needsRingCache() const;
+  /// The layers the window_wrap faults name (-1 for every sliding layer).
+  std::vector<int64_t> ringWrapLayers() const;
   /// speculative_rollback: the rejected drafts' rows of (request, step, layer) stay cached.
   bool skipRollback(int64_t request, int64_t step, int64_t layer) const;
   /// Draft tokens per step the speculative_rollback fault asks for (0 without it).

@@ -118,6 +118,13 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",
        {{"layer", "layer affected (-1 = every sliding layer)", "-1"}}},
+      {"window_wrap",
+       "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, once a "
+       "layer's ring has wrapped, write each entry one slot back ((cache index - 1) mod slots): "
+       "the entry overwritten is one the next query still needs, and the slot map says so",
+       "a ring layer's slot map loses a needed position at the first wrapped step",
+       {{"layer", "sliding layer affected (-1 = every sliding layer)", "-1"},
+        {"request", "request affected (-1 = all)", "-1"}}},
   };
   return faults;
 }

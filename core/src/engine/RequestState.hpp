@@ -2,10 +2,12 @@
 // padding mask, consumed stream, sampling state and the weights version its cache holds.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cache/RingSlots.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/RequestRng.hpp"
 
@@ -15,7 +17,9 @@ struct RequestState {
   int64_t id = 0;
   RequestSpec spec;
   int64_t slot = -1;                 // cache row
-  std::vector<int64_t> lengths;      // per layer: entries written (pads included)
+  std::vector<int64_t> lengths;      // per layer: entries written (pads included; a ring
+                                     // layer's logical length, more than its slots)
+  std::vector<RingSlots> rings;      // per layer: its ring slots (0 slots: not a ring)
   std::vector<uint8_t> valid;        // per cache index: 1 real, 0 padding
   std::vector<int64_t> consumed;     // real tokens fed so far (the stream the cache holds)
   int64_t nextPosition = 0;          // position id of the next real token
@@ -33,6 +37,16 @@ struct RequestState {
   int64_t batchMates = 1;            // batch-invariant mode: members of its batch group in
                                      // this tick's forwards, itself included
   std::string stopReason = "running";
+
+  /// Empties the cache (a rebuild or a restarted prefill): lengths, padding, ring slots,
+  /// the stream it held and the next position.
+  void clearCache() {
+    std::fill(lengths.begin(), lengths.end(), 0);
+    for (auto& ring : rings) ring.clear();
+    valid.clear();
+    nextPosition = 0;
+    consumed.clear();
+  }
 };
 
 }  // namespace kvscope::detail

@@ -4,25 +4,34 @@
 
 namespace kvscope::detail {
 
-std::vector<TraceLayerRecord> StepRecorder::layers(
-    const RequestState& r, const std::vector<int64_t>& lengthsBefore,
-    const std::vector<int64_t>& appendedUntil) const {
+std::vector<TraceLayerRecord> StepRecorder::layers(const RequestState& r,
+                                                   const std::vector<int64_t>& lengthsBefore,
+                                                   const std::vector<int64_t>& appendedUntil,
+                                                   const RingRecords& ring) const {
   std::vector<TraceLayerRecord> out;
   for (int64_t l = 0; l < cache_.layers(); ++l) {
     const auto L = static_cast<size_t>(l);
     TraceLayerRecord rec;
-    rec.cacheLength = r.lengths[L];
-    // Rolled-back rows are past the cache's length but still in its storage.
-    const int64_t end = L < appendedUntil.size() ? appendedUntil[L] : r.lengths[L];
-    rec.keys = toFloatTensor(cache_.copyKeys(l, r.slot, lengthsBefore[L], end));
-    rec.values = toFloatTensor(cache_.copyValues(l, r.slot, lengthsBefore[L], end));
+    const bool isRing = L < r.rings.size() && r.rings[L].slots() > 0;
+    const int64_t held = isRing ? r.rings[L].occupied() : r.lengths[L];
+    rec.cacheLength = held;
+    if (isRing && L < ring.keys.size() && ring.keys[L].defined()) {
+      rec.keys = toFloatTensor(ring.keys[L].contiguous());
+      rec.values = toFloatTensor(ring.values[L].contiguous());
+      rec.ringPositions = r.rings[L].positions();
+    } else {
+      // Rolled-back rows are past the cache's length but still in its storage.
+      const int64_t end = L < appendedUntil.size() ? appendedUntil[L] : r.lengths[L];
+      rec.keys = toFloatTensor(cache_.copyKeys(l, r.slot, lengthsBefore[L], end));
+      rec.values = toFloatTensor(cache_.copyValues(l, r.slot, lengthsBefore[L], end));
+    }
     if (checksums_) {
-      rec.keyChecksum = cache_.checksumKeys(l, r.slot, r.lengths[L]);
-      rec.valueChecksum = cache_.checksumValues(l, r.slot, r.lengths[L]);
+      rec.keyChecksum = cache_.checksumKeys(l, r.slot, held);
+      rec.valueChecksum = cache_.checksumValues(l, r.slot, held);
     }
     if (snapshots_) {
-      rec.snapshotKeys = toFloatTensor(cache_.copyKeys(l, r.slot, 0, r.lengths[L]));
-      rec.snapshotValues = toFloatTensor(cache_.copyValues(l, r.slot, 0, r.lengths[L]));
+      rec.snapshotKeys = toFloatTensor(cache_.copyKeys(l, r.slot, 0, held));
+      rec.snapshotValues = toFloatTensor(cache_.copyValues(l, r.slot, 0, held));
     }
     out.push_back(std::move(rec));
   }

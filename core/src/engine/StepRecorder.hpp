@@ -10,6 +10,11 @@
 
 namespace kvscope::detail {
 
+/// The records a forward gave each ring layer ([layer] [h, n, d]; undefined: not a ring).
+struct RingRecords {
+  std::vector<torch::Tensor> keys, values;
+};
+
 class StepRecorder {
  public:
   StepRecorder(const KvCache& cache, bool checksums, bool snapshots)
@@ -18,10 +23,13 @@ class StepRecorder {
   /// Layer records for `r` after a forward that started at `lengthsBefore`. `appendedUntil`
   /// (per layer, optional) is where the forward's appends ended when a speculative rollback
   /// shortened the cache since: the records are [lengthsBefore, appendedUntil), the cache
-  /// length, checksum and snapshot those of the cache after the rollback.
+  /// length, checksum and snapshot those of the cache after the rollback. A ring layer's
+  /// records come from `ring`; its length, checksum and snapshot cover its occupied slots in
+  /// slot order, and its slot map is recorded.
   std::vector<TraceLayerRecord> layers(const RequestState& r,
                                        const std::vector<int64_t>& lengthsBefore,
-                                       const std::vector<int64_t>& appendedUntil = {}) const;
+                                       const std::vector<int64_t>& appendedUntil = {},
+                                       const RingRecords& ring = {}) const;
 
  private:
   const KvCache& cache_;

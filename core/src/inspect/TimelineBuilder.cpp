@@ -76,6 +76,13 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
            "differs from its solo run" +
                (f.layer >= 0 ? " from layer " + std::to_string(f.layer) : std::string()),
            true});
+    if (f.id == finding::WindowWrap && f.request == request)
+      tl.markers.push_back(
+          {f.step, "window_wrap",
+           "layer " + std::to_string(f.layer) + " ring loses position " +
+               numberText(f.evidence.count("missing_position") ? f.evidence.at("missing_position")
+                                                               : -1),
+           true});
     if (f.id == finding::ChunkPosition && f.request == request)
       tl.markers.push_back(
           {f.step, "chunk_position",
@@ -92,6 +99,10 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   // whose positions the audit found wrong (above).
   const int64_t promptLength = req ? static_cast<int64_t>(req->promptIds.size()) : 0;
   int64_t chunk = 0;
+  // Ring caches: the step whose sequence first outgrows the ring's slots (it wraps).
+  const std::vector<int64_t> rings = result.trace.ringLayers();
+  const int64_t ringSlots = rings.empty() ? 0 : result.trace.layerKind(rings.front()).ringSlots;
+  bool wrapSeen = false;
   for (const TraceStep* st : steps) {
     if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end())
       chunk = 0;
@@ -113,6 +124,11 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       ts.fed.push_back(std::move(t));
     }
     ts.expectedPosition = stream - 1;
+    if (ringSlots > 0 && !wrapSeen && stream > ringSlots) {
+      wrapSeen = true;
+      tl.markers.push_back({st->step, "window_wraps",
+                            "ring of " + std::to_string(ringSlots) + " slots wraps", false});
+    }
     // A step that feeds prompt tokens after the first ones is a prefill chunk.
     if (streamBefore < promptLength && stream > streamBefore) {
       if (streamBefore > 0)

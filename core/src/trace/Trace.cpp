@@ -24,7 +24,8 @@ bool TraceRequest::operator==(const TraceRequest& o) const {
 bool TraceLayerRecord::operator==(const TraceLayerRecord& o) const {
   return cacheLength == o.cacheLength && keys == o.keys && values == o.values &&
          keyChecksum == o.keyChecksum && valueChecksum == o.valueChecksum &&
-         snapshotKeys == o.snapshotKeys && snapshotValues == o.snapshotValues;
+         snapshotKeys == o.snapshotKeys && snapshotValues == o.snapshotValues &&
+         ringPositions == o.ringPositions;
 }
 
 bool TraceStep::operator==(const TraceStep& o) const {
@@ -84,7 +85,8 @@ bool TraceEvent::operator==(const TraceEvent& o) const {
 bool Trace::operator==(const Trace& o) const {
   return formatVersion == o.formatVersion && engine == o.engine && mode == o.mode &&
          model == o.model && requests == o.requests && steps == o.steps && events == o.events &&
-         faults == o.faults && recordedLayers == o.recordedLayers && kvCache == o.kvCache;
+         faults == o.faults && recordedLayers == o.recordedLayers && kvCache == o.kvCache &&
+         layerKinds == o.layerKinds;
 }
 
 const TraceRequest* Trace::findRequest(int64_t id) const {
@@ -122,6 +124,19 @@ bool Trace::hasLayer(int64_t layer) const {
   if (layer < 0 || layer >= model.numLayers) return false;
   return recordedLayers.empty() ||
          std::binary_search(recordedLayers.begin(), recordedLayers.end(), layer);
+}
+
+TraceLayerKind Trace::layerKind(int64_t layer) const {
+  return layer >= 0 && layer < static_cast<int64_t>(layerKinds.size())
+             ? layerKinds[static_cast<size_t>(layer)]
+             : TraceLayerKind{};
+}
+
+std::vector<int64_t> Trace::ringLayers() const {
+  std::vector<int64_t> out;
+  for (int64_t l : layerIndices())
+    if (layerKind(l).ring()) out.push_back(l);
+  return out;
 }
 
 std::vector<int64_t> Trace::layerIndices() const {

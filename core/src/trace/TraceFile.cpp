@@ -9,6 +9,7 @@
 #include "trace/PackedTraceTensors.hpp"
 #include "trace/TraceJson.hpp"
 #include "trace/TracePacking.hpp"
+#include "trace/TraceRingLayers.hpp"
 #include "trace/TraceStepColumns.hpp"
 #include "trace/TraceStepResolver.hpp"
 #include "trace/TraceV1Reader.hpp"
@@ -19,7 +20,8 @@ namespace kvscope {
 using nlohmann::json;
 
 void TraceFile::write(const Trace& trace, const std::string& path, bool overwrite) {
-  const auto layouts = detail::planStepLayouts(trace);
+  auto layouts = detail::planStepLayouts(trace);
+  detail::planRingRows(trace, layouts);
   json doc = detail::traceHeaderToJson(trace, kFormatVersion);
   doc["steps"] = detail::stepsToColumns(trace, layouts);
   SafetensorsWriter w;
@@ -27,6 +29,7 @@ void TraceFile::write(const Trace& trace, const std::string& path, bool overwrit
   w.setMetadata("kvtrace_version", std::to_string(kFormatVersion));
   w.setMetadata("kvtrace", doc.dump());
   detail::addPackedTensors(trace, layouts, w);
+  detail::addRingPositions(trace, layouts, w);
   w.write(path, overwrite);
 }
 
@@ -63,6 +66,7 @@ Trace TraceFile::read(const std::string& path) {
   const auto layouts = detail::stepsFromColumns(detail::JsonFieldReader(doc, path, "").child("steps"), path, trace);
   const detail::PackedTraceTensors tensors(*file, trace.model, layouts, trace.layerIndices());
   tensors.applyChecksums(trace);
+  detail::applyRingPositions(*file, layouts, trace);
   detail::resolveStepTensors(trace, tensors, path);
   trace.tensorDtype = tensorDtype;
   return trace;

@@ -7,6 +7,7 @@
 #include "kvscope/Error.hpp"
 #include "trace/JsonFieldReader.hpp"
 #include "trace/TraceKvCacheJson.hpp"
+#include "trace/TraceRingLayers.hpp"
 #include "util/InputLimits.hpp"
 
 namespace kvscope::detail {
@@ -117,6 +118,7 @@ json traceHeaderToJson(const Trace& t, int version) {
   doc["faults"] = t.faults;
   if (t.kvCache.quantized()) doc["kv_cache"] = kvCacheToJson(t.kvCache);
   if (t.isLayerSubset()) doc["recorded_layers"] = t.recordedLayers;  // absent: every layer
+  if (!t.layerKinds.empty()) doc["layer_kinds"] = layerKindsToJson(t.layerKinds);
   return doc;
 }
 
@@ -205,6 +207,7 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
   t.faults = top.strings("faults");
   t.kvCache = kvCacheFromJson(doc, file, t.model.numLayers);
   t.recordedLayers = recordedLayersFromJson(top, t.model.numLayers);
+  t.layerKinds = layerKindsFromJson(doc, file, t.model.numLayers);
   return t;
 }
 

@@ -117,7 +117,8 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
   for (const char* k : {"request", "step", "tick", "slot", "fed_ids", "positions", "chosen", "rng_draws_before",
                         "rng_draws_after", "weights_version", "events", "logits_row", "cache_lengths"})
     c[k] = json::array();
-  bool masks = false, appended = false, snapshots = false, checksums = false, drafts = false;
+  bool masks = false, appended = false, snapshots = false, checksums = false, drafts = false,
+       rings = false;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     const StepLayout& at = layouts[i];
@@ -149,6 +150,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     appended = appended || !at.appended.empty();
     snapshots = snapshots || !at.snapshot.empty();
     checksums = checksums || at.checksumRow >= 0;
+    rings = rings || at.ringRow >= 0;
   }
   if (masks) {
     c["fed_mask"] = json::array();
@@ -173,6 +175,10 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
   if (checksums) {
     c["checksum_row"] = json::array();
     for (const auto& at : layouts) c["checksum_row"].push_back(at.checksumRow);
+  }
+  if (rings) {  // ring caches' slot maps; written only when a step recorded them
+    c["ring_row"] = json::array();
+    for (const auto& at : layouts) c["ring_row"].push_back(at.ringRow);
   }
   return c;
 }
@@ -199,6 +205,7 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
   const json* snapshot = cols.column("snapshot_lengths", false);
   const json* lengths = cols.column("cache_lengths", false);
   const json* checksumRow = cols.column("checksum_row", false);
+  const json* ringRow = cols.column("ring_row", false);
   const json* draftCount = cols.column("draft_count", false);
   const json* acceptedCount = cols.column("accepted_count", false);
 
@@ -251,6 +258,8 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
     if (at.logitsRow < -1) cols.fail("logits_row", i, "expected a row index or -1");
     at.checksumRow = cols.integer(checksumRow, "checksum_row", i, -1);
     if (at.checksumRow < -1) cols.fail("checksum_row", i, "expected a row index or -1");
+    at.ringRow = cols.integer(ringRow, "ring_row", i, -1);
+    if (at.ringRow < -1) cols.fail("ring_row", i, "expected a row index or -1");
     at.appended = cols.counts(appended, "appended", i, L);
     at.snapshot = cols.counts(snapshot, "snapshot_lengths", i, L);
     std::vector<int64_t> declared;
@@ -266,7 +275,7 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
                     "cache length " + std::to_string(n) + " is outside [0, " +
                         std::to_string(limits::kCacheLength) + "]");
     }
-    if (!declared.empty() || at.checksumRow >= 0 || at.hasLayerData()) {
+    if (!declared.empty() || at.checksumRow >= 0 || at.ringRow >= 0 || at.hasLayerData()) {
       st.layers.resize(static_cast<size_t>(trace.model.numLayers));  // indexed by model layer
       for (size_t j = 0; j < declared.size(); ++j)
         st.layers[static_cast<size_t>(recorded[j])].cacheLength = declared[j];

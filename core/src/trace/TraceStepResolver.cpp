@@ -72,11 +72,15 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
       // Undeclared: a speculative step rolled its rejected drafts back (when it appended them).
       const int64_t rolledBack =
           rec.keys.shape[1] >= static_cast<int64_t>(s.fedIds.size()) ? s.rejectedCount() : 0;
+      // A ring layer holds at most its slots (docs/trace-format.md, ring caches).
+      const int64_t slots = trace.layerKind(layer).ringSlots;
+      const int64_t grown = prev[l] + rec.keys.shape[1] - rolledBack;
       rec.cacheLength = l < declared.size() && declared[l] > 0
                             ? declared[l]
                             : (hasSnapshot ? rec.snapshotKeys.shape[1]
-                                           : prev[l] + rec.keys.shape[1] - rolledBack);
-      prev[l] = rec.cacheLength;
+                                           : (slots > 0 ? std::min(grown, slots) : grown));
+      // The entries fed so far (for a ring layer more than it holds).
+      prev[l] = slots > 0 ? grown : rec.cacheLength;
     }
   }
 }

@@ -1,0 +1,80 @@
+#include "engine/EngineSetup.hpp"
+
+#include <algorithm>
+
+#include "kvscope/Error.hpp"
+
+namespace kvscope::detail {
+
+namespace {
+
+void checkRingRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerWindows,
+                      const FaultPlan& faults, const EngineOptions& options,
+                      int64_t speculativeDrafts) {
+  const bool asked = options.ringWindow || faults.needsRingCache();
+  if (!asked) return;
+  const std::string what = options.ringWindow ? "--ring-window" : "fault 'window_wrap'";
+  if (options.uncached)
+    throw UsageError(what + " needs the cached engine: the uncached reference keeps no cache");
+  if (std::none_of(layerWindows.begin(), layerWindows.end(), [](int64_t w) { return w > 0; }))
+    throw UsageError(what + ": this " + architectureName(cfg.architecture) +
+                     " checkpoint has no sliding-window layer (its config.json sets no "
+                     "sliding_window), so no layer keeps a ring; ring caches need a model such "
+                     "as Mistral or Qwen2 with use_sliding_window");
+  if (speculativeDrafts > 0)
+    throw UsageError(what +
+                     " does not combine with speculative decoding: rolling rejected drafts back "
+                     "would need the slots they overwrote");
+  for (const int64_t l : faults.ringWrapLayers())
+    if (l >= 0 && layerWindows.at(static_cast<size_t>(l)) == 0)
+      throw UsageError("fault 'window_wrap': layer " + std::to_string(l) +
+                       " attends over every entry (no sliding window), so it keeps no ring; "
+                       "name a sliding layer or layer=-1");
+}
+
+}  // namespace
+
+void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerWindows,
+                        const FaultPlan& faults, const EngineOptions& options,
+                        const std::vector<RequestSpec>& specs, int64_t speculativeDrafts) {
+  for (const int64_t l : faults.chunkPositionLayers())
+    if (l >= 0 && !cfg.usesRope())
+      throw UsageError(
+          "fault 'chunk_position': layer=" + std::to_string(l) + " needs a RoPE model; this " +
+          architectureName(cfg.architecture) +
+          " checkpoint adds learned position embeddings once, at its input, so a wrong "
+          "position reaches every layer: use layer=-1");
+  if (faults.makesBatchVariant() && options.uncached)
+    throw UsageError(
+        "fault 'batch_variance' needs the cached engine: the uncached reference runs every "
+        "request alone");
+  if (faults.makesBatchVariant() &&
+      std::none_of(specs.begin(), specs.end(),
+                   [](const RequestSpec& s) { return s.batchGroup >= 0; }))
+    throw UsageError(
+        "fault 'batch_variance' needs a batch: give two or more prompts that arrive at the same "
+        "tick with --batch");
+  if (faults.dropsRopeScaling() && (!cfg.usesRope() || cfg.rope.type == "default"))
+    throw UsageError(
+        "fault 'rope_scaling' needs a RoPE checkpoint with rope_scaling (linear, llama3 or "
+        "dynamic); this " +
+        architectureName(cfg.architecture) + " checkpoint " +
+        (cfg.usesRope() ? "uses default RoPE" : "has no RoPE (learned position embeddings)"));
+  checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
+}
+
+std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring) {
+  std::vector<RingSlots> out;
+  for (int64_t w : layerWindows) out.emplace_back(ring ? w : 0);
+  return out;
+}
+
+std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows, bool ring) {
+  if (std::none_of(layerWindows.begin(), layerWindows.end(), [](int64_t w) { return w > 0; }))
+    return {};
+  std::vector<TraceLayerKind> out;
+  for (int64_t w : layerWindows) out.push_back({w, ring && w > 0 ? w : 0});
+  return out;
+}
+
+}  // namespace kvscope::detail
