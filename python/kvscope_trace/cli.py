@@ -45,6 +45,11 @@ def info(trace: Trace, path: str = "") -> str:
         maps = sum(1 for s in trace.steps if any(l.ring_positions is not None for l in s.layers))
         out.append("layer kinds: " + layer_kinds.describe(kinds)
                    + (f"; ring slot maps on {maps} steps" if layer_kinds.ring_slots(kinds) else ""))
+    hits = [s for s in trace.steps if s.reused_count > 0]
+    if hits:
+        reused = sum(s.reused_count for s in hits)
+        out.append(f"prefix cache: {len(hits)} hit{'s' if len(hits) != 1 else ''}, "
+                   f"{reused} entr{'ies' if reused != 1 else 'y'} reused")
     if trace.recorded_layers is not None:
         out.append(f"recorded layers: {trace.recorded_layers} of {m['num_layers']}")
     for r in trace.requests:
@@ -56,6 +61,10 @@ def info(trace: Trace, path: str = "") -> str:
         # A chunked prefill: the leading steps that choose nothing, then the one that does.
         chunks = next((i for i, s in enumerate(steps) if s.chosen >= 0), 0)
         prefill = f", prefill in {chunks + 1} chunks" if chunks else ""
+        hit = next((s for s in steps if s.reused_count > 0), None)
+        if hit is not None:
+            prefill += f", {hit.reused_count} prompt entries from the prefix cache" + (
+                f" (request {hit.reused_from})" if hit.reused_from >= 0 else "")
         out.append(f"  request {r['id']}: prompt {len(r['prompt_ids'])} tokens, generated "
                    f"{len(r['generated'])} ({r['stop_reason']}), {pol}, {len(steps)} steps{prefill}")
         gen = r["generated"]

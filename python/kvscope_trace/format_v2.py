@@ -26,7 +26,7 @@ VERSION = 2
 STEP_COLUMNS = ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
                 "rng_draws_before", "rng_draws_after", "weights_version", "events", "logits_row",
                 "appended", "snapshot_lengths", "cache_lengths", "checksum_row", "draft_count",
-                "accepted_count", "ring_row")
+                "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks")
 REQUIRED_COLUMNS = ("request", "step", "fed_ids", "positions")
 
 
@@ -290,6 +290,10 @@ def columns_of(trace: Any):
     for k, d in defaults.items():
         if c[k] == d:
             del c[k]
+    if any(s.reused_count > 0 for s in steps):  # prefix-cache hits; left out without one
+        c["reused_count"] = [int(s.reused_count) for s in steps]
+        c["reused_from"] = [int(s.reused_from) for s in steps]
+        c["reused_blocks"] = [[int(b) for b in s.reused_blocks] if s.reused_blocks else None for s in steps]
     for s in steps:  # unknown columns, kept from reading
         for k in s.extra:
             if k not in c and k not in STEP_COLUMNS and k != "count":

@@ -82,6 +82,12 @@ class Step:
     # accepted_count of them accepted (stream tokens); the rest are rolled back
     draft_count: int = 0
     accepted_count: int = 0
+    # prefix caching: the first reused_count cache entries (the request's first stream
+    # tokens, before the fed ones; the records hold them first) came from the engine's
+    # prefix cache, computed for request reused_from (-1: unknown) as blocks reused_blocks
+    reused_count: int = 0
+    reused_from: int = -1
+    reused_blocks: Optional[List[int]] = None
     logits: Optional[np.ndarray] = None        # float32 [V]
     layers: List[LayerRecord] = dataclasses.field(default_factory=list)
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
@@ -367,11 +373,29 @@ def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
     st.accepted_count = s.integer("accepted_count", 0)
     if not 0 <= st.accepted_count <= st.draft_count:
         s.fail("accepted_count", f"{st.accepted_count} is outside [0, {st.draft_count}] (draft_count)")
+    _parse_reuse(s, st, ids)
     lengths = s.ints("cache_lengths", False)
     if lengths and len(lengths) != L:
         s.fail("cache_lengths", f"one entry per layer expected ({L})")
     st.layers = [LayerRecord(cache_length=n) for n in lengths]
     return st
+
+
+MAX_REUSED = 1 << 28  # the longest prefix-cache hit the C++ reader takes (a cache length)
+
+
+def _parse_reuse(s: _Obj, st: Step, ids) -> None:
+    """A prefix-cache hit (docs/trace-format.md, "Prefix-cache hits"): reused_count in
+    [0, 2^28], reused_from -1 or a request of the trace, reused_blocks null or integers."""
+    st.reused_count = s.integer("reused_count", 0)
+    if not 0 <= st.reused_count <= MAX_REUSED:
+        s.fail("reused_count", f"{st.reused_count} is outside [0, {MAX_REUSED}] (the cache entries "
+               "taken from the prefix cache)")
+    st.reused_from = s.integer("reused_from", -1)
+    if st.reused_from != -1 and st.reused_from not in ids:
+        s.fail("reused_from", f"names request {st.reused_from} which is not in requests (-1: unknown)")
+    blocks = s.ints("reused_blocks", False)
+    st.reused_blocks = blocks or None
 
 
 def document(trace: Trace) -> Dict[str, Any]:

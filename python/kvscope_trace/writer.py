@@ -16,6 +16,11 @@ from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_
                     cache_checksum, normalize_policy)
 
 
+def _integer(v) -> bool:
+    """A Python or numpy integer (not a bool)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 class TraceWriter:
     """Builds a trace step by step and writes it (docs/trace-format.md).
 
@@ -114,7 +119,9 @@ class TraceWriter:
                  checksums_k: Optional[Sequence[str]] = None,
                  checksums_v: Optional[Sequence[str]] = None,
                  draft_count: int = 0, accepted_count: int = 0,
-                 ring_positions: Optional[Sequence[Sequence[int]]] = None) -> Step:
+                 ring_positions: Optional[Sequence[Sequence[int]]] = None,
+                 reused_count: int = 0, reused_from: int = -1,
+                 reused_blocks: Optional[Sequence[int]] = None) -> Step:
         """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
         cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
         Checksums are computed from the snapshots when xxhash is available and none are
@@ -123,7 +130,11 @@ class TraceWriter:
         the first accepted_count of them accepted (they belong in the request's generated
         tokens, before chosen); the default cache lengths assume the rejected ones were
         rolled back. ring_positions: one slot map (S position ids, -1 empty) per ring layer
-        of the trace's layers, in layer order, after the step; set extra["layer_kinds"] first."""
+        of the trace's layers, in layer order, after the step; set extra["layer_kinds"] first.
+        Prefix caching: reused_count N entries came from the prefix cache (prompt_ids[:N] at
+        positions 0 .. N-1; fed_ids are the rest), computed for request reused_from (-1:
+        unknown; else a request already added) as blocks reused_blocks (ids, informational);
+        each layer's keys/values hold the N reused rows first, then the fed tokens' records."""
         m = self.model
         L, H, D, V = self._layer_count(), m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
@@ -136,6 +147,13 @@ class TraceWriter:
         if not 0 <= int(draft_count) <= len(fed_ids) or not 0 <= int(accepted_count) <= int(draft_count):
             raise ValueError(f"draft_count {draft_count} / accepted_count {accepted_count}: need "
                              f"0 <= accepted_count <= draft_count <= {len(fed_ids)} fed tokens")
+        if not _integer(reused_count) or reused_count < 0:
+            raise ValueError(f"reused_count {reused_count!r}: a non-negative integer (the entries taken "
+                             "from the prefix cache)")
+        if not _integer(reused_from) or (reused_from != -1 and self.request(int(reused_from)) is None):
+            raise ValueError(f"reused_from {reused_from!r}: -1 (unknown) or a request already added")
+        if reused_blocks is not None and any(not _integer(b) for b in reused_blocks):
+            raise ValueError(f"reused_blocks {list(reused_blocks)!r}: block ids are integers")
         if (keys is None) != (values is None) or (cache_keys is None) != (cache_values is None):
             raise ValueError("give keys with values and cache_keys with cache_values")
         st = Step(request=int(request), step=int(step), fed_ids=fed_ids, positions=positions,
@@ -145,7 +163,10 @@ class TraceWriter:
                   chosen=int(chosen), rng_draws_before=int(rng_draws_before),
                   rng_draws_after=int(rng_draws_after), weights_version=int(weights_version),
                   events=list(events), draft_count=int(draft_count),
-                  accepted_count=int(accepted_count))
+                  accepted_count=int(accepted_count), reused_count=int(reused_count),
+                  reused_from=int(reused_from),
+                  reused_blocks=[int(b) for b in reused_blocks]
+                  if reused_blocks is not None and len(reused_blocks) else None)
         if logits is not None:
             st.logits = _float32(logits, "logits").reshape(-1)
             if st.logits.shape != (V,):
@@ -177,6 +198,10 @@ class TraceWriter:
                 st.layers.append(rec)
             if cache_lengths is not None and len(cache_lengths) != L:
                 raise ValueError(f"cache_lengths needs {L} entries")
+            short = [l for l, r in enumerate(st.layers) if r.keys is not None and r.keys.shape[1] < st.reused_count]
+            if short:
+                raise ValueError(f"layer {short[0]}: {st.layers[short[0]].keys.shape[1]} records, but the "
+                                 f"{st.reused_count} reused rows come first in a hit step's records")
         if ring_positions is not None:
             self._set_ring_maps(st, ring_positions)
         self.steps.append(st)

@@ -236,13 +236,11 @@ class RoundTrip(TempDir, unittest.TestCase):
         self.assertEqual(st["events"], [["arrival"], ["arrival"], [], [], ["cache_reset"]])
         # all-default optional columns are left out (tick == i, slot == request, no masks,
         # no snapshots, no checksums)
-        for k in ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
-                  "accepted_count", "ring_row"):
+        left_out = ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
+                    "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks")
+        for k in left_out:
             self.assertNotIn(k, st)
-        self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - {"tick", "slot", "fed_mask",
-                                                                           "snapshot_lengths", "checksum_row",
-                                                                           "draft_count", "accepted_count",
-                                                                           "ring_row"})
+        self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - set(left_out))
 
     def test_writer_packs_as_the_spec_says(self):
         for snapshots in (False, True):
