@@ -69,7 +69,8 @@ def write_trace(run: RunLog, model: Model, out_path: str) -> None:
                    chosen=s.chosen, logits=s.logits, **layers, weights_version=s.weights_version,
                    events=s.events, tick=getattr(s, "tick", i), slot=s.slot, rng_draws_before=s.rng_before,
                    rng_draws_after=s.rng_after, draft_count=s.draft_count,
-                   accepted_count=s.accepted_count)
+                   accepted_count=s.accepted_count, reused_count=getattr(s, "reused_count", 0),  # prefix_cache.py
+                   reused_from=getattr(s, "reused_from", -1), reused_blocks=getattr(s, "reused_blocks", None))
     if run.kv_cache:  # a quantised cache declares its element type and scales
         w.extra["kv_cache"] = run.kv_cache
     if len(run.weights_dirs) > 1:  # the engine swapped checkpoints (stale_cache)
