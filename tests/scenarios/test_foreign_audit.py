@@ -28,6 +28,7 @@ import scenario_to_trace  # noqa: E402
 try:
     import torch  # noqa: F401
     import batched_runs
+    import foreign_prefix
     import record_run
     import st_numpy
     HAVE_TORCH = True
@@ -477,6 +478,11 @@ class IndependentEngineTest(unittest.TestCase):
                         if n <= W:
                             check(self, name, run + " vs uncached", "trace+trace", expect,
                                   fr.audit(s["out"], reference_trace=uncached))
+
+    def test_prefix_reuse(self):
+        """KV Scope's addition: prefix-cache hits (foreign_prefix.py) audit clean; a block matched
+        without its last token is prefix_reuse at the reusing request's step 0, layer and position."""
+        foreign_prefix.run_rows(self, check, PROMPTS, MODELS, self.tmp)
 
 
 def _deep_llama(dst: str, layers: int, std: float = 0.05, seed: int = 3) -> str:
