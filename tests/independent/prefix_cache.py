@@ -1,9 +1,14 @@
+#!/usr/bin/env python3
 """A prefix cache for the independent torch engine (written from what vLLM's automatic prefix
 caching and SGLang's radix cache do, not from KV Scope's code), and runs of several requests
 through it.
 
     record_prefix(model_dir, out_path, prompts, max_new, dtype, spec)
     record_uncached(model_dir, out_path, prompts, max_new, dtype)   # the reference of each
+
+    python3 tests/independent/prefix_cache.py --model DIR --prompt-ids 1,2,3,4,5 \
+        --prompt-ids 1,2,3,4,9 --max-new N [--spec prefix_reuse:block=4,layer=-1] \
+        [--dtype bfloat16] [--uncached] --out FILE.kvtrace
 
 The requests run one after another, each alone in a cache of its own (its slot). After a
 request's prefill its prompt rows are kept in the store under its prompt's blocks of B
@@ -27,7 +32,10 @@ Options (`NAME[:k=v,...]`):
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import json
+import sys
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -201,3 +209,31 @@ def record_uncached(model_dir: str, out_path: str, prompts: List[List[int]], max
     run = run_uncached(model, prompts, max_new, **kw)
     write_trace(run, model, out_path)
     return {"out": out_path, "requests": {r["id"]: list(r["generated"]) for r in run.requests}}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="prefix_cache.py", description="requests through a prefix cache")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt-ids", action="append", required=True, help="one request's comma-separated ids")
+    ap.add_argument("--max-new", type=int, required=True)
+    ap.add_argument("--spec", default="prefix_cache:block=4", help="prefix_cache[:block=B] or "
+                    "prefix_reuse[:block=B,layer=L]")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    ap.add_argument("--uncached", action="store_true", help="the uncached reference of every request")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    try:
+        prompts = [[int(t) for t in p.split(",") if t.strip()] for p in args.prompt_ids]
+        if args.uncached:
+            info = record_uncached(args.model, args.out, prompts, args.max_new, args.dtype)
+        else:
+            info = record_prefix(args.model, args.out, prompts, args.max_new, args.dtype, args.spec)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

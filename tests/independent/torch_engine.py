@@ -50,6 +50,8 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         slots (ring_cache.py), the trace records the slot maps
   window_wrap:layer=L                   that ring, but once layer L's cache wraps (-1: every
                                         sliding layer) entry c goes to slot (c - 1) % S
+Prefix caching (several requests, one reusing another's rows): prefix_cache.py, with its
+prefix_cache:block=B and the bug prefix_reuse:block=B,layer=L.
 """
 
 from __future__ import annotations
