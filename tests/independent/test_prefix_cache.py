@@ -110,7 +110,7 @@ class PrefixCacheTest(unittest.TestCase):
         differ from its own rows at p. layer=L: only layer L's rows do, the others are right."""
         for name, model in self.models.items():
             L = model.cfg.num_layers
-            for p in (7, 11):
+            for p in (3, 7, 11):  # the end of block 0 (no right hit at all), 1, 2
                 other = differing_at(p)
                 whole = te.DecodeEngine(model).run_cached(other, 2)
                 for layer in (-1, 0, 1, L - 1):
