@@ -2,7 +2,7 @@
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch [--batch-invariant]] [--snapshots]
 //     [--uncached] [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2] [--prefill-chunk N]
-//     [--ring-window] [--weight-update TICK:TENSOR:SCALE ...]
+//     [--ring-window] [--prefix-cache B] [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
 #include <algorithm>
@@ -45,6 +45,7 @@ struct GenerateOptions {
   int64_t speculative = 0;
   int64_t prefillChunk = 0;
   bool ringWindow = false;
+  int64_t prefixCache = 0;
   std::string kvCache;
   std::vector<std::string> weightUpdates;
 };
@@ -183,6 +184,7 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
     throw UsageError("--batch-invariant needs --batch (it says how a batch is computed)");
   options.batchInvariant = o.batchInvariant;
   options.ringWindow = o.ringWindow;
+  options.prefixCacheBlock = o.prefixCache;
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
@@ -290,6 +292,10 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                 "Ring-buffer caches on sliding-window layers: a ring of `window` slots, entry i "
                 "in slot i mod window; the trace records the position each slot holds (a model "
                 "with sliding_window: Mistral, Qwen2 with use_sliding_window)");
+  cmd->add_option("--prefix-cache", o->prefixCache,
+                  "Prefix caching in blocks of B tokens: a request whose prompt begins with an "
+                  "earlier prompt's whole blocks takes their K/V rows and prefills only the rest; "
+                  "the trace records each hit (reused_count, reused_from; 0 = off)");
   cmd->add_option("--kv-cache", o->kvCache,
                   "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
                   "kv head (records are rounded when written; the trace declares it)");

@@ -66,6 +66,12 @@ struct EngineOptions {
   // records; traces record each slot's position (docs/trace-format.md). Needs a model with a
   // sliding layer; not with speculative decoding. The window_wrap fault turns it on.
   bool ringWindow = false;
+  // Prefix caching: > 0 keeps each prompt prefilled alone in blocks of this many tokens; a
+  // later request whose prompt begins with the same whole blocks (its last token left to
+  // compute) takes those rows and prefills only the rest; traces record the hit
+  // (reused_count, reused_from). Not with --ring-window or chunked prefill; ignored with
+  // `uncached`. The prefix_reuse fault turns it on (its `block`).
+  int64_t prefixCacheBlock = 0;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

@@ -26,6 +26,7 @@ inline constexpr const char* KvQuantization = "kv_quantization";
 inline constexpr const char* RopeScaling = "rope_scaling";
 inline constexpr const char* ChunkPosition = "chunk_position";
 inline constexpr const char* BatchVariance = "batch_variance";
+inline constexpr const char* PrefixReuse = "prefix_reuse";
 inline constexpr const char* WindowWrap = "window_wrap";
 }  // namespace finding
 

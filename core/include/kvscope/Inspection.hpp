@@ -112,7 +112,8 @@ struct TimelineMarker {
   int64_t step = 0;
   std::string kind;    // arrival | weight_update | context_limit | eos | other_arrival |
                        // kv_cache | speculative | rollback_skipped | rope | rope_scaling | batch |
-                       // batch_variance | window_wraps | window_wrap | ...
+                       // batch_variance | window_wraps | window_wrap | prefix_hit |
+                       // prefix_reuse | ...
   std::string label;   // e.g. "req 1 arrives (tick 3), same row"
   bool alarm = false;  // a setting in which cache bugs show (weight update, shared row, limit)
 };

@@ -103,6 +103,12 @@ struct TraceStep {
   // part of the stream, and rolled back from the cache after the step.
   int64_t draftCount = 0;
   int64_t acceptedCount = 0;
+  // Prefix caching: the first `reusedCount` cache entries came from the engine's prefix cache
+  // (the request's first stream tokens, before the fed ones; the layer records hold them
+  // first), handed over from request `reusedFrom` (-1: unknown) as blocks `reusedBlocks`.
+  int64_t reusedCount = 0;
+  int64_t reusedFrom = -1;
+  std::vector<int64_t> reusedBlocks;
   bool operator==(const TraceStep& o) const;
   /// Fed entries that are rejected draft tokens (draftCount - acceptedCount).
   int64_t rejectedCount() const;
@@ -110,6 +116,10 @@ struct TraceStep {
   /// is one of the trailing rejected draft tokens.
   bool isRealEntry(size_t i) const;
   int64_t realFedCount() const;
+  /// The stream entries the step adds to its request's cache: the prefix-cache entries it
+  /// reused (the stream's first ones), then its real fed tokens. The one rule for where a
+  /// step's entries sit in the stream.
+  int64_t streamEntries() const { return reusedCount + realFedCount(); }
   /// Which of a layer's `records` appended entries are real tokens: the mask applies when
   /// it has one entry per record; when a layer appended a different number of records than
   /// were fed (a duplicate append) or there is no mask, every record counts as real.

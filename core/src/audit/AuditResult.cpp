@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 namespace kvscope {
@@ -59,6 +60,13 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
         for (auto& head : layer) head.clear();
     }
     const std::vector<int64_t> realCols = s->realColumns();
+    // A prefix-cache hit's reused entries are the prompt's first tokens, before the fed ones.
+    const TraceRequest* req = t.findRequest(request);
+    for (int64_t c = 0;
+         c < s->reusedCount && req && c < static_cast<int64_t>(req->promptIds.size()); ++c) {
+      ids.push_back(req->promptIds[static_cast<size_t>(c)]);
+      logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
+    }
     for (int64_t j : realCols) {
       ids.push_back(s->fedIds[static_cast<size_t>(j)]);
       logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
@@ -69,7 +77,10 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       const auto& rec = s->layers[static_cast<size_t>(l)];
       if (rec.keys.shape.size() != 3) continue;
       const int64_t cnt = rec.keys.shape[1];
-      for (int64_t j : realCols) {
+      std::vector<int64_t> cols(static_cast<size_t>(std::min(s->reusedCount, cnt)));
+      std::iota(cols.begin(), cols.end(), int64_t{0});  // reused records first
+      for (int64_t j : realCols) cols.push_back(j + s->reusedCount);
+      for (int64_t j : cols) {
         if (j >= cnt) continue;
         for (int64_t hh = 0; hh < h; ++hh) {
           auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
@@ -150,7 +161,7 @@ FloatTensor AuditResult::referenceKv(int64_t request, int64_t step, int64_t laye
   int64_t t = 0;
   for (const TraceStep* s : trace.stepsOf(request)) {
     if (s->step > step) break;
-    t += s->realFedCount();
+    t += s->streamEntries();
   }
   const FloatTensor& full = kind == KvKind::Keys ? ref->keys[static_cast<size_t>(layer)]
                                                  : ref->values[static_cast<size_t>(layer)];

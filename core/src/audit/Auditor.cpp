@@ -268,8 +268,9 @@ class AuditRun {
     const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
                          f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
                          f.has(finding::SlidingWindow) || f.has(finding::ChunkPosition) ||
-                         f.has(finding::WindowWrap);
+                         f.has(finding::WindowWrap) || f.has(finding::PrefixReuse);
     ringLine(pos, analyses, f);
+    prefixLine(pos, analyses, f);
     if (f.has(finding::ChunkPosition))
       pos.checks.push_back("FAIL: a prefill chunk's positions do not continue from the cache");
     pos.checks.push_back(f.has(finding::Position)
@@ -306,6 +307,24 @@ class AuditRun {
                          std::to_string(maps) + " maps checked)"
                    : "not checked: ring slots: the trace declares ring layers but records no "
                      "slot map (ring_positions)");
+  }
+
+  // Prefix-cache hits: the rows each hit handed over against the request's own reference.
+  static void prefixLine(StageResult& pos,
+                         const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
+                         const FindingBuilder& f) {
+    int64_t hits = 0, rows = 0;
+    for (const auto& [r, steps] : analyses)
+      for (const auto& a : steps) {
+        hits += a.reused > 0 ? 1 : 0;
+        rows += a.reused;
+      }
+    if (hits == 0) return;
+    pos.checks.push_back(
+        f.has(finding::PrefixReuse)
+            ? "FAIL: a prefix-cache hit handed a request rows computed for another prompt"
+            : "ok: " + std::to_string(hits) + " prefix-cache hit(s) handed over " +
+                  std::to_string(rows) + " entries equal to the request's own reference");
   }
 
   AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {

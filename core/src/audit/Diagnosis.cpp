@@ -7,6 +7,7 @@
 #include "audit/ChunkPositionEvidence.hpp"
 #include "audit/ColumnDiff.hpp"
 #include "audit/NumberText.hpp"
+#include "audit/PrefixReuseEvidence.hpp"
 #include "audit/QuantizationEvidence.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/RewriteOrigin.hpp"
@@ -226,6 +227,7 @@ void Diagnosis::structural(int64_t r, const StepAnalysis& a, FindingBuilder& f) 
   if (a.rollbackLayer >= 0) speculativeRollback(r, a, f);
   if (a.ringLayer >= 0 && !f.hasFor(finding::WindowWrap, r))  // the onset carries the evidence
     f.add(windowWrapFinding(trace_, a, analyses_.at(r)));
+  if (a.reusedBadLayer >= 0) f.add(prefixReuseFinding(trace_, refs_, tol_, r, a));
   if (a.duplicatedPrevious) {
     f.add(FindingDraft(finding::DuplicateAppend)
               .at(st)

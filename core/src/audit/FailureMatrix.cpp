@@ -47,6 +47,11 @@ const std::vector<FailureMatrixRow>& FailureMatrix::rows() {
        "no structural or cache-row evidence",
        "the batch-invariance of the kernels (reductions whose split or order depends on the "
        "batch size)"},
+      {finding::PrefixReuse,
+       "a prefix-cache hit's reused rows equal another request's reference inside the hit span "
+       "while the rows outside it are right",
+       "the prefix cache's block key and lookup (hash collision, partial block match, a block "
+       "entered before it was written)"},
       {finding::WindowWrap,
        "once a ring-buffer window cache wraps, its slot map loses a position the next query "
        "needs (on sliding layers only)",

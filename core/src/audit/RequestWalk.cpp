@@ -122,7 +122,8 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   const int64_t appended = rec.keys.shape.size() == 3 ? rec.keys.shape[1] : 0;
   a.appended[l] = appended;
   a.lengthBefore[l] = length_[l];
-  if (appended > a.fedCount && a.duplicateLayer < 0) a.duplicateLayer = static_cast<int>(l);
+  if (appended > a.fedCount + a.reused && a.duplicateLayer < 0)
+    a.duplicateLayer = static_cast<int>(l);
   // A ring layer holds at most its slots: its length is the slots occupied.
   const int64_t slots = trace_.layerKind(static_cast<int64_t>(l)).ringSlots;
   const auto held = [&](int64_t n) { return slots > 0 ? std::min(n, slots) : n; };
@@ -130,7 +131,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   const int64_t after = rec.cacheLength > 0 ? rec.cacheLength : held(length_[l] + appended);
   a.lengthAfter[l] = after;
   // A speculative step's rejected drafts leave the cache after it: it keeps the rest.
-  const int64_t expected = held(length_[l] + a.fedCount - a.rejected);
+  const int64_t expected = held(length_[l] + a.reused + a.fedCount - a.rejected);
   if (a.rejected > 0 && after == expected + a.rejected && appended >= a.fedCount) {
     if (a.rollbackLayer < 0) a.rollbackLayer = static_cast<int>(l);
     a.rollbackLayers.push_back(static_cast<int>(l));
@@ -147,10 +148,15 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * d);
   }
   for (int64_t j = 0; j < appended; ++j) {
-    const bool fedEntry = j < static_cast<int64_t>(a.streamIndex.size());
-    columnStream_[l].push_back(fedEntry ? a.streamIndex[static_cast<size_t>(j)] : -1);
-    columnPosition_[l].push_back(fedEntry && a.streamIndex[static_cast<size_t>(j)] >= 0
-                                     ? a.step->positions[static_cast<size_t>(j)]
+    // Reused prefix-cache entries are stream positions 0..reused-1; then the fed entries.
+    const int64_t f = j - a.reused;
+    const bool fedEntry = f >= 0 && f < static_cast<int64_t>(a.streamIndex.size());
+    const int64_t stream =
+        j < a.reused ? j : (fedEntry ? a.streamIndex[static_cast<size_t>(f)] : -1);
+    columnStream_[l].push_back(stream);
+    columnPosition_[l].push_back(j < a.reused ? j
+                                 : fedEntry && stream >= 0
+                                     ? a.step->positions[static_cast<size_t>(f)]
                                      : -1);
     columnVersion_[l].push_back(a.version);
   }
@@ -287,15 +293,40 @@ void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* curr
   a.staleValuesChecked = true;
 }
 
+void RequestWalk::compareReused(StepAnalysis& a, size_t l, const TraceLayerRecord& rec,
+                                const RequestReference& ref) {
+  const int64_t T = ref.keys[l].shape[1];
+  for (int64_t c = 0; c < a.reused && c < T && c < rec.keys.shape[1]; ++c) {
+    const auto [ke, km] = columnDiff(rec.keys, c, ref.keys[l], c);
+    const auto [ve, vm] = columnDiff(rec.values, c, ref.values[l], c);
+    a.reusedError[l] = std::max({a.reusedError[l], ke, ve});
+    if (ke <= tol_.forRecord(static_cast<int64_t>(l), c, km) &&
+        ve <= tol_.forRecord(static_cast<int64_t>(l), c, vm))
+      continue;
+    if (a.reusedBadLayer < 0) {
+      a.reusedBadLayer = static_cast<int>(l);
+      a.reusedBadPosition = c;
+    }
+    if (a.firstBadLayer < 0) {
+      a.firstBadLayer = static_cast<int>(l);
+      a.firstBadColumn = c;
+      a.firstBadRealOrdinal = c;
+      a.firstBadStreamIndex = c;
+    }
+  }
+}
+
 void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
   if (rec.keys.shape.size() != 3 || l >= ref.keys.size()) return;
   const int64_t T = ref.keys[l].shape[1];
+  if (a.reused > 0) compareReused(a, l, rec, ref);
   double kErr = 0, vErr = 0, kTol = 0, vTol = 0;
   for (size_t j = 0; j < a.streamIndex.size(); ++j) {
     const int64_t p = a.streamIndex[j];
-    if (p < 0 || p >= T || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;
-    const auto [ke, km] = columnDiff(rec.keys, static_cast<int64_t>(j), ref.keys[l], p);
-    const auto [ve, vm] = columnDiff(rec.values, static_cast<int64_t>(j), ref.values[l], p);
+    const int64_t col = static_cast<int64_t>(j) + a.reused;  // reused entries come first
+    if (p < 0 || p >= T || col >= rec.keys.shape[1]) continue;
+    const auto [ke, km] = columnDiff(rec.keys, col, ref.keys[l], p);
+    const auto [ve, vm] = columnDiff(rec.values, col, ref.values[l], p);
     const double kt = tol_.forRecord(static_cast<int64_t>(l), p, km),
                  vt = tol_.forRecord(static_cast<int64_t>(l), p, vm);
     kErr = std::max(kErr, ke);
@@ -304,9 +335,8 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
     vTol = std::max(vTol, vt);
     // A symmetric per-row scale stores each row's largest element exactly.
     const bool scaleMoved =
-        rowScaled_ &&
-        rowScaleGap(rec.keys, rec.values, static_cast<int64_t>(j), ref.keys[l], ref.values[l], p) >
-            tol_.forRowScale(static_cast<int64_t>(l), p, std::max(km, vm));
+        rowScaled_ && rowScaleGap(rec.keys, rec.values, col, ref.keys[l], ref.values[l], p) >
+                          tol_.forRowScale(static_cast<int64_t>(l), p, std::max(km, vm));
     if ((ke > kt || ve > vt || scaleMoved) && a.firstBadLayer < 0) {
       a.firstBadLayer = static_cast<int>(l);
       a.firstBadColumn = static_cast<int64_t>(j);
@@ -374,6 +404,15 @@ std::vector<StepAnalysis> RequestWalk::run() {
       staleSeen_ = false;
     }
     const std::vector<int64_t> real = st->realColumns();
+    // A prefix-cache hit: the cache starts with the stream's first entries, not fed.
+    a.reused = st->reusedCount;
+    for (int64_t c = 0; c < a.reused; ++c) {
+      fedPositions_.push_back(c);
+      fedCacheIndex_.push_back(cacheEntries_ + c);
+    }
+    cacheEntries_ += a.reused;
+    streamPos += a.reused;
+    cacheReal += a.reused;
     a.cacheRealBefore = cacheReal;
     a.fedCount = static_cast<int64_t>(st->fedIds.size());
     a.rejected = st->rejectedCount();
@@ -386,6 +425,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.valueError.assign(L, 0.0);
     a.keyTol.assign(L, 0.0);
     a.valueTol.assign(L, 0.0);
+    a.reusedError.assign(L, 0.0);
     // The entries this step leaves in the cache (rejected drafts leave it again).
     for (int64_t j = 0; j + a.rejected < a.fedCount; ++j)
       if (st->isRealEntry(static_cast<size_t>(j))) {

@@ -34,6 +34,9 @@ class RequestWalk {
   std::optional<bool> ringChecksumsMatch(size_t layer, const TraceLayerRecord& rec,
                                          int64_t held) const;
   void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, const RequestReference& ref);
+  /// A prefix-cache hit's reused records (the first a.reused) against stream positions 0...
+  void compareReused(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec,
+                     const RequestReference& ref);
   void compareLogits(StepAnalysis& a, const RequestReference& ref);
   const RequestReference* lookup(uint64_t version);
   void checkStaleValues(StepAnalysis& a, const RequestReference* current);

@@ -41,6 +41,13 @@ struct StepAnalysis {
   int ringLayer = -1;
   RingMapProblem ringProblem;
   int64_t ringMapsChecked = 0;       // ring layers whose slot map this step recorded
+  // Prefix caching: the step's first `reused` records are entries taken from the prefix cache
+  // (stream positions 0..reused-1); the first layer and position where one differs from the
+  // request's own reference, and per layer the largest such difference.
+  int64_t reused = 0;
+  int reusedBadLayer = -1;
+  int64_t reusedBadPosition = -1;
+  std::vector<double> reusedError;
   int rewrittenLayer = -1;           // checksum/snapshot: earlier rows changed (first layer)
   std::vector<int64_t>
       rewrittenColumns;  // with snapshots: which cache entries of that layer changed
@@ -73,7 +80,7 @@ struct StepAnalysis {
   bool structural() const {
     return streamMismatch || duplicatedPrevious || !positionsOk || duplicateLayer >= 0 ||
            rewrittenLayer >= 0 || versionMix || beyondContext || rollbackLayer >= 0 ||
-           ringLayer >= 0;
+           ringLayer >= 0 || reusedBadLayer >= 0;
   }
   bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
   int64_t lastRealStreamIndex() const;

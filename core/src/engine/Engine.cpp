@@ -10,6 +10,7 @@
 #include "engine/CachedAttention.hpp"
 #include "engine/EngineSetup.hpp"
 #include "engine/FaultPlan.hpp"
+#include "engine/PrefixCache.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
 #include "kvscope/BuildInfo.hpp"
@@ -38,6 +39,9 @@ class EngineRun {
     if (options.uncached) prefillChunk_ = 0;  // the reference recomputes the whole prefix
     batchInvariant_ = options.batchInvariant || faults_.makesBatchVariant();
     ringWindow_ = (options.ringWindow || faults_.needsRingCache()) && !options.uncached;
+    const int64_t block =
+        options.prefixCacheBlock > 0 ? options.prefixCacheBlock : faults_.prefixBlock();
+    if (block > 0 && !options.uncached) prefix_ = std::make_unique<detail::PrefixCache>(block);
     detail::checkEngineRequest(cfg_, impl_.layerWindows, faults_, options, specs, specDrafts_);
     KvQuantization quant;
     quant.dtype = options.kvCacheDtype.empty() && faults_.needsQuantizedCache() && !options.uncached
@@ -253,13 +257,20 @@ class EngineRun {
     std::vector<std::vector<int64_t>> drafts(B);  // speculative decoding: draft tokens fed last
     size_t width = 0;
     std::vector<uint8_t> prefilling(B, 0);  // 1: the step feeds (a chunk of) the prompt
+    std::vector<detail::PrefixHit> hits(B);  // prefix caching: rows taken instead of computed
     for (size_t b = 0; b < B; ++b) {
       RequestState& r = *group[b];
       const auto promptLength = static_cast<int64_t>(r.spec.promptIds.size());
       if (r.promptFed < promptLength) {
-        if (r.needsRebuild) restartPrefill(r, events[b]);  // a weight update mid-prefill
+        if (r.needsRebuild) {  // a weight update mid-prefill: the prompt from its first chunk
+          events[b].push_back("cache_reset");
+          r.restartPrefill();
+        }
         if (prefill) events[b].push_back("arrival");
         const bool chunked = B == 1 && prefillChunk_ > 0 && r.spec.batchGroup < 0;
+        if (prefix_ && B == 1 && r.promptFed == 0 && !chunked)
+          hits[b] = prefix_->reuse(r, *cache_, model_.weightsVersion(), faults_,
+                                   [&](RequestState& q, int64_t n) { computePrefix(q, n); });
         const int64_t n = chunked ? std::min(prefillChunk_, promptLength - r.promptFed)
                                   : promptLength - r.promptFed;
         fed[b].assign(r.spec.promptIds.begin() + r.promptFed,
@@ -268,6 +279,7 @@ class EngineRun {
       } else if (r.needsRebuild || options_.uncached) {
         fed[b] = r.consumed;
         fed[b].push_back(r.generated.back());
+        if (prefix_) prefix_->forgetSlot(r.slot);
         if (r.needsRebuild) {
           events[b].push_back("cache_reset");
           r.needsRebuild = false;
@@ -364,8 +376,11 @@ class EngineRun {
       if (options_.recordCache) {
         detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
         for (size_t b = 0; b < B; ++b)
-          records[b] = recorder.layers(*group[b], attention.lengthsBefore()[b], appendedUntil[b],
-                                       attention.ringRecords(b));
+          records[b] =
+              recorder.layers(*group[b],
+                              hits[b].length > 0 ? std::vector<int64_t>(group[b]->lengths.size(), 0)
+                                                 : attention.lengthsBefore()[b],
+                              appendedUntil[b], attention.ringRecords(b));
       }
     }
     for (size_t b = 0; b < B; ++b) {
@@ -381,6 +396,9 @@ class EngineRun {
       st.weightsVersion = model_.weightsVersion();
       st.events = events[b];
       st.layers = std::move(records[b]);
+      st.reusedCount = hits[b].length;
+      st.reusedFrom = hits[b].source;
+      st.reusedBlocks = hits[b].blocks;
       if (options_.uncached && r.step > 0) {  // the step's own tokens: the last one
         st.fedIds = {fed[b].back()};
         st.positions = {pos[b].back()};
@@ -397,6 +415,7 @@ class EngineRun {
           continue;
         }
         r.firstDecodeStep = r.step + 1;
+        if (prefix_ && B == 1) prefix_->add(r, model_.weightsVersion());
       }
       // A speculative step chooses its next token from the row of its last accepted entry;
       // the accepted drafts join the stream before it, the rejected ones not at all.
@@ -415,6 +434,17 @@ class EngineRun {
       finishIfDone(r, st);
       trace_->steps.push_back(std::move(st));
     }
+  }
+
+  // Prefix caching with the prefix_reuse fault on one layer: r's first n prompt rows as a
+  // prefill computes them (the wrong block then replaces that layer's).
+  void computePrefix(RequestState& r, int64_t n) {
+    std::vector<int64_t> ids(r.spec.promptIds.begin(), r.spec.promptIds.begin() + n), pos(n);
+    std::iota(pos.begin(), pos.end(), int64_t{0});
+    detail::CachedAttention attention(*cache_, {&r}, {std::vector<uint8_t>(n, 1)}, {pos}, faults_,
+                                      impl_.layerWindows, quantizer_);
+    impl_.forward(torch::tensor(ids, torch::kLong).view({1, n}),
+                  torch::tensor(pos, torch::kLong).view({1, n}), attention, nullptr);
   }
 
   // Speculative decoding runs for greedy requests decoding alone, when switched on.
@@ -517,16 +547,6 @@ class EngineRun {
     }
   }
 
-  // A weight update arrived while a chunked prefill was under way: the cache is cleared and
-  // the prompt prefilled again from its first chunk.
-  static void restartPrefill(RequestState& r, std::vector<std::string>& events) {
-    events.push_back("cache_reset");
-    r.needsRebuild = false;
-    r.clearCache();
-    r.promptFed = 0;
-    r.chunk = 0;
-  }
-
   void stopForContext(RequestState& r, int64_t tick, int64_t position) {
     r.done = true;
     r.stopReason = "context_limit";
@@ -554,6 +574,7 @@ class EngineRun {
   int64_t prefillChunk_ = 0;  // chunked prefill: prompt tokens per forward (0 = whole prompt)
   bool batchInvariant_ = false;  // batch-invariant kernels (EngineOptions::batchInvariant)
   bool ringWindow_ = false;      // ring-buffer caches on sliding layers (EngineOptions::ringWindow)
+  std::unique_ptr<detail::PrefixCache> prefix_;  // prefix caching (EngineOptions::prefixCacheBlock)
   detail::KvQuantizer quantizer_{KvQuantization{}};  // the cache's element type
   Trace* trace_ = nullptr;
 };

@@ -61,6 +61,18 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
         architectureName(cfg.architecture) + " checkpoint " +
         (cfg.usesRope() ? "uses default RoPE" : "has no RoPE (learned position embeddings)"));
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
+  const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
+  if (prefix && !options.uncached &&
+      (options.ringWindow || faults.needsRingCache() || options.prefillChunk > 0 ||
+       faults.prefillChunk() > 0))
+    throw UsageError("--prefix-cache does not combine with " +
+                     std::string(options.prefillChunk > 0 || faults.prefillChunk() > 0
+                                     ? "chunked prefill"
+                                     : "ring caches") +
+                     ": a hit copies a prompt's rows by cache index, which neither keeps");
+  if (options.prefixCacheBlock < 0 || options.prefixCacheBlock > 4096)
+    throw UsageError("--prefix-cache: block size must be in 1..4096 tokens (0 = off), got " +
+                     std::to_string(options.prefixCacheBlock));
 }
 
 std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring) {

@@ -46,6 +46,11 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_
         throw UsageError("fault '" + f.toString() +
                          "': chunk must be >= 1 (chunk 0 starts at position 0 either way)");
       if (f.get("size") < 1) throw UsageError("fault '" + f.toString() + "': size must be >= 1");
+    } else if (f.name == "prefix_reuse") {
+      checkLayer(f, "layer", true);
+      if (f.get("block") < 2 || f.get("block") > 64)
+        throw UsageError("fault '" + f.toString() +
+                         "': block must be in 2..64 (a block's last token is the one it skips)");
     } else if (f.name == "stale_cache") {
       checkLayer(f, "layer", false);
     } else if (f.name == "cross_request" && f.get("request") == f.get("victim")) {
@@ -147,6 +152,23 @@ int64_t FaultPlan::ringWrapShift(int64_t request, int64_t layer) const {
 }
 
 bool FaultPlan::needsRingCache() const { return find("window_wrap") != nullptr; }
+
+bool FaultPlan::prefixPartialMatch(int64_t request) const {
+  for (const auto* f : all("prefix_reuse"))
+    if (matches(*f, request)) return true;
+  return false;
+}
+
+int64_t FaultPlan::prefixReuseLayer(int64_t request) const {
+  for (const auto* f : all("prefix_reuse"))
+    if (matches(*f, request)) return f->get("layer");
+  return -1;
+}
+
+int64_t FaultPlan::prefixBlock() const {
+  const auto* f = find("prefix_reuse");
+  return f ? f->get("block") : 0;
+}
 
 std::vector<int64_t> FaultPlan::ringWrapLayers() const {
   std::vector<int64_t> out;

@@ -38,6 +38,12 @@ class FaultPlan {
   bool needsRingCache() const;
   /// The layers the window_wrap faults name (-1 for every sliding layer).
   std::vector<int64_t> ringWrapLayers() const;
+  /// prefix_reuse: `request`'s prefix-cache lookup matches a block without its last token.
+  bool prefixPartialMatch(int64_t request) const;
+  /// The one layer whose rows a wrong block hands over (-1: every layer).
+  int64_t prefixReuseLayer(int64_t request) const;
+  /// Block size the prefix_reuse fault asks for (0 without it).
+  int64_t prefixBlock() const;
   /// speculative_rollback: the rejected drafts' rows of (request, step, layer) stay cached.
   bool skipRollback(int64_t request, int64_t step, int64_t layer) const;
   /// Draft tokens per step the speculative_rollback fault asks for (0 without it).

@@ -118,6 +118,16 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
        "the sliding-window mask keeps one key too many (window + 1) in the cached path",
        "layer 1 matches, layer 2 differs",
        {{"layer", "layer affected (-1 = every sliding layer)", "-1"}}},
+      {"prefix_reuse",
+       "prefix caching (enabled with `block` if --prefix-cache is not given) whose block lookup "
+       "compares a block without its last token (a hash over too few tokens), so a prompt that "
+       "differs from an earlier one only there is handed that prompt's block: rows computed for "
+       "another token, which the rest of the prefill attends over; with layer=L only layer L's "
+       "rows come from that block (a per-layer block table), the others are computed",
+       "the reused rows equal another request's reference from the block's last token on",
+       {{"layer", "layer handed the wrong block (-1 = every layer)", "-1"},
+        {"block", "prefix-cache block size in tokens, when --prefix-cache is not given", "4"},
+        {"request", "request whose lookup is wrong (-1 = all)", "-1"}}},
       {"window_wrap",
        "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, once a "
        "layer's ring has wrapped, write each entry one slot back ((cache index - 1) mod slots): "

@@ -47,6 +47,14 @@ struct RequestState {
     nextPosition = 0;
     consumed.clear();
   }
+  /// A weight update arrived while a (chunked) prefill was under way: the cache is cleared
+  /// and the prompt prefilled again from its first chunk.
+  void restartPrefill() {
+    needsRebuild = false;
+    clearCache();
+    promptFed = 0;
+    chunk = 0;
+  }
 };
 
 }  // namespace kvscope::detail

@@ -237,7 +237,7 @@ StepView Inspector::view(const InspectionPoint& requested) {
   const detail::StepPlace place = detail::StepPlace::of(result.trace, p.request, p.step);
   if (place.step) {
     v.appendedFirst = place.realBefore;
-    v.appendedCount = place.step->realFedCount();
+    v.appendedCount = place.step->streamEntries();
   }
   v.layerMaxDiff = layerDiffs(p.request, p.step, p.kind);
   if (numerics) {
@@ -248,7 +248,7 @@ StepView Inspector::view(const InspectionPoint& requested) {
   // The step's logits row against the reference row for the same real prefix.
   const RequestReference* ref = result.referenceFor(p.request);
   const TraceStep* stepRecord = place.step;
-  const int64_t row = place.step ? place.realBefore + place.step->realFedCount() - 1 : -1;
+  const int64_t row = place.step ? place.realBefore + place.step->streamEntries() - 1 : -1;
   if (ref && stepRecord && row >= 0 && ref->logits.shape.size() == 2 &&
       row < ref->logits.shape[0] && stepRecord->logits.numel() == ref->logits.shape[1]) {
     const int64_t V = ref->logits.shape[1];
@@ -299,7 +299,7 @@ std::vector<Finding> Inspector::findingsAt(int64_t request, int64_t step) const 
 
 int64_t Inspector::referenceRow(int64_t request, int64_t step) const {
   const detail::StepPlace place = detail::StepPlace::of(output_->result.trace, request, step);
-  return place.step ? place.realBefore + place.step->realFedCount() - 1 : -1;
+  return place.step ? place.realBefore + place.step->streamEntries() - 1 : -1;
 }
 
 std::string Inspector::tokenLabel(int64_t request, int64_t tokenId) const {

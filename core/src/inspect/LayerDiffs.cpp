@@ -38,7 +38,7 @@ bool LayerDiffs::extend(const AuditResult& result, int64_t request, int64_t step
     const int64_t h = r.shape[0], s = r.shape[1], d = r.shape[2], T = full.shape[1];
     if (full.shape[0] != h || full.shape[2] != d) return false;
     const std::vector<int64_t> real = current->realColumns(s);
-    if (static_cast<int64_t>(real.size()) != current->realFedCount() ||
+    if (static_cast<int64_t>(real.size()) != current->streamEntries() ||
         before + static_cast<int64_t>(real.size()) > T)
       return false;  // the cache grew differently from the reference: full comparison
     double m = prevValue;

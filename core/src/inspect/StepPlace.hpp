@@ -1,6 +1,6 @@
 // Where a step sits in its request's stream: the step record and the real tokens its
 // request consumed before it (so its own tokens occupy cache positions
-// [realBefore, realBefore + realFedCount())). One walk for the inspector's questions.
+// [realBefore, realBefore + streamEntries())). One walk for the inspector's questions.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ struct StepPlace {
         place.step = st;
         break;
       }
-      place.realBefore += st->realFedCount();
+      place.realBefore += st->streamEntries();
     }
     return place;
   }

@@ -76,6 +76,9 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
            "differs from its solo run" +
                (f.layer >= 0 ? " from layer " + std::to_string(f.layer) : std::string()),
            true});
+    if (f.id == finding::PrefixReuse && f.request == request)
+      tl.markers.push_back({f.step, "prefix_reuse",
+                            "reused rows wrong from position " + std::to_string(f.position), true});
     if (f.id == finding::WindowWrap && f.request == request)
       tl.markers.push_back(
           {f.step, "window_wrap",
@@ -106,6 +109,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   for (const TraceStep* st : steps) {
     if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end())
       chunk = 0;
+    stream += st->reusedCount;  // a prefix-cache hit's entries are the stream's first ones
     const int64_t streamBefore = stream;
     TimelineStep ts;
     ts.step = st->step;
@@ -124,6 +128,12 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
       ts.fed.push_back(std::move(t));
     }
     ts.expectedPosition = stream - 1;
+    if (st->reusedCount > 0)  // a prefix-cache hit: its entries precede the fed tokens
+      tl.markers.push_back({st->step, "prefix_hit",
+                            "prefix cache: " + std::to_string(st->reusedCount) + " entries" +
+                                (st->reusedFrom >= 0 ? " from req " + std::to_string(st->reusedFrom)
+                                                     : std::string()),
+                            false});
     if (ringSlots > 0 && !wrapSeen && stream > ringSlots) {
       wrapSeen = true;
       tl.markers.push_back({st->step, "window_wraps",
@@ -131,7 +141,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
     }
     // A step that feeds prompt tokens after the first ones is a prefill chunk.
     if (streamBefore < promptLength && stream > streamBefore) {
-      if (streamBefore > 0)
+      if (streamBefore > st->reusedCount)
         tl.markers.push_back({st->step, "chunk",
                               "prefill chunk " + std::to_string(chunk) + " from position " +
                                   std::to_string(streamBefore),

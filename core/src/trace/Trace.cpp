@@ -34,7 +34,8 @@ bool TraceStep::operator==(const TraceStep& o) const {
          logits == o.logits && chosenToken == o.chosenToken && rngDrawsBefore == o.rngDrawsBefore &&
          rngDrawsAfter == o.rngDrawsAfter && weightsVersion == o.weightsVersion &&
          layers == o.layers && events == o.events && draftCount == o.draftCount &&
-         acceptedCount == o.acceptedCount;
+         acceptedCount == o.acceptedCount && reusedCount == o.reusedCount &&
+         reusedFrom == o.reusedFrom && reusedBlocks == o.reusedBlocks;
 }
 
 int64_t TraceStep::rejectedCount() const {

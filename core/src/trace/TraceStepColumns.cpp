@@ -118,7 +118,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
                         "rng_draws_after", "weights_version", "events", "logits_row", "cache_lengths"})
     c[k] = json::array();
   bool masks = false, appended = false, snapshots = false, checksums = false, drafts = false,
-       rings = false;
+       rings = false, reused = false;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     const StepLayout& at = layouts[i];
@@ -147,6 +147,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     c["cache_lengths"].push_back(std::move(lengths));
     masks = masks || !s.fedMask.empty();
     drafts = drafts || s.draftCount > 0;
+    reused = reused || s.reusedCount > 0;
     appended = appended || !at.appended.empty();
     snapshots = snapshots || !at.snapshot.empty();
     checksums = checksums || at.checksumRow >= 0;
@@ -162,6 +163,16 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     for (const auto& s : trace.steps) {
       c["draft_count"].push_back(s.draftCount);
       c["accepted_count"].push_back(s.acceptedCount);
+    }
+  }
+  if (reused) {  // prefix-cache hits; written only when a step reused entries
+    c["reused_count"] = json::array();
+    c["reused_from"] = json::array();
+    c["reused_blocks"] = json::array();
+    for (const auto& s : trace.steps) {
+      c["reused_count"].push_back(s.reusedCount);
+      c["reused_from"].push_back(s.reusedFrom);
+      c["reused_blocks"].push_back(s.reusedBlocks.empty() ? json(nullptr) : json(s.reusedBlocks));
     }
   }
   if (appended) {
@@ -208,6 +219,9 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
   const json* ringRow = cols.column("ring_row", false);
   const json* draftCount = cols.column("draft_count", false);
   const json* acceptedCount = cols.column("accepted_count", false);
+  const json* reusedCount = cols.column("reused_count", false);
+  const json* reusedFrom = cols.column("reused_from", false);
+  const json* reusedBlocks = cols.column("reused_blocks", false);
 
   std::vector<StepLayout> layouts(cols.count());
   trace.steps.resize(cols.count());
@@ -239,6 +253,15 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
     st.draftCount =
         cols.integerIn(draftCount, "draft_count", i, 0, 0, static_cast<int64_t>(st.fedIds.size()));
     st.acceptedCount = cols.integerIn(acceptedCount, "accepted_count", i, 0, 0, st.draftCount);
+    // Prefix caching: entries taken from the prefix cache, from a known request or -1.
+    st.reusedCount = cols.integerIn(reusedCount, "reused_count", i, 0, 0, limits::kCacheLength);
+    st.reusedFrom = cols.integer(reusedFrom, "reused_from", i, -1);
+    if (st.reusedFrom < -1 || (st.reusedFrom >= 0 && !trace.findRequest(st.reusedFrom)))
+      cols.fail("reused_from", i,
+                "names request " + std::to_string(st.reusedFrom) +
+                    " which is not in requests (-1: unknown)");
+    if (reusedBlocks && !(*reusedBlocks)[i].is_null())
+      st.reusedBlocks = cols.ints(reusedBlocks, "reused_blocks", i);
     // -1: no token chosen; otherwise a row index of the step's logits.
     st.chosenToken = cols.integerIn(chosen, "chosen", i, -1, -1, trace.model.vocabSize - 1);
     st.rngDrawsBefore = cols.count64(drawsBefore, "rng_draws_before", i);
