@@ -9,7 +9,8 @@ IndependentEngineTest.test_prefix_reuse: the independent engine's prefix cache
   only at the last token p of block 1 (p = 7) or block 2 (p = 11), is handed request 0's
   rows for all 3 whole blocks (12 entries) and must be prefix_reuse at request 1, step 0, the
   first layer whose reused rows are wrong (0 for every layer; L with a per-layer block table
-  wrong at L) and the first wrong position p (the finding's where.position).
+  wrong at L) and the first wrong position p (the finding's where.position), the rows found
+  to be request 0's (evidence.source_request).
 """
 
 from __future__ import annotations
@@ -74,3 +75,5 @@ def run_rows(case, check: Callable, prompts: dict, models: str, tmp: str, max_ne
                             f = next(x for x in out.report["findings"] if x["id"] == "prefix_reuse")
                             case.assertEqual((f["where"]["request"], f["where"]["step"], f["where"]["layer"],
                                               f["where"]["position"]), (1, 0, first_layer, p), f"{run} ({mode})")
+                            ev = f["evidence"]  # the rows are request 0's: the hit's source, found by the audit
+                            case.assertEqual((ev["reused_count"], ev["reused_from"], ev["source_request"]), (12, 0, 0))
