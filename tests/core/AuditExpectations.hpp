@@ -1,14 +1,21 @@
 // Shared helpers for tests of one failure-matrix row: a trace written to a file and read
-// back (as another engine's trace arrives), and the report's one finding of an id.
+// back (as another engine's trace arrives), the report's one finding of an id, the row's
+// place among KV Scope's additions, and the accuracy table a suite prints at exit.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iomanip>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "ScratchDir.hpp"
 #include "kvscope/AuditReport.hpp"
+#include "kvscope/FailureMatrix.hpp"
+#include "kvscope/FaultSpec.hpp"
 #include "kvscope/Trace.hpp"
 #include "kvscope/TraceFile.hpp"
 
@@ -31,5 +38,58 @@ inline const Finding& onlyFinding(const AuditReport& rep, const std::string& id)
   static const Finding none;
   return none;
 }
+
+/// Row `id` is KV Scope's addition, listed after `after`, and its fault is in --help.
+inline void expectAdditionAfter(const char* id, const char* after) {
+  const auto& row = FailureMatrix::row(id);
+  EXPECT_EQ(row.origin, MatrixOrigin::KvScope) << id;
+  const auto& rows = FailureMatrix::rows();
+  const auto at = [&](const char* which) {
+    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == which; });
+  };
+  EXPECT_LT(at(after), at(id)) << id << " is listed before " << after;
+  EXPECT_NE(FaultSpec::helpText().find(id), std::string::npos) << id << " not in --help";
+}
+
+/// One run of a suite's accuracy table.
+struct AccuracyRow {
+  std::string name, mode, expected, got;
+  int64_t step = -1, layer = -1;
+  std::string detail;  // e.g. the finding's position
+  bool pass = false;
+};
+
+/// The rows a suite adds, printed as one table when the test program ends.
+class AccuracyTable : public ::testing::Environment {
+ public:
+  explicit AccuracyTable(std::string title) : title_(std::move(title)) {}
+  /// Registers a table with gtest (call from a namespace-scope initializer).
+  static AccuracyTable* registered(const std::string& title) {
+    auto* t = new AccuracyTable(title);
+    ::testing::AddGlobalTestEnvironment(t);
+    return t;
+  }
+  void add(AccuracyRow row) { rows_.push_back(std::move(row)); }
+  void TearDown() override {
+    if (rows_.empty()) return;
+    int passed = 0;
+    std::cout << "\n"
+              << title_ << "\n"
+              << std::left << std::setw(34) << "case" << std::setw(13) << "mode" << std::setw(14)
+              << "expected" << std::setw(14) << "got"
+              << "step layer detail ok\n";
+    for (const auto& r : rows_) {
+      passed += r.pass ? 1 : 0;
+      std::cout << std::setw(34) << r.name << std::setw(13) << r.mode << std::setw(14) << r.expected
+                << std::setw(14) << r.got << std::setw(5) << r.step << std::setw(6) << r.layer
+                << std::setw(7) << r.detail << (r.pass ? "yes" : "NO") << "\n";
+    }
+    std::cout << passed << " of " << rows_.size() << " right\n";
+  }
+
+ private:
+  std::string title_;
+  std::vector<AccuracyRow> rows_;
+};
 
 }  // namespace kvscope::test

@@ -40,14 +40,7 @@ AuditReport audit(const std::string& model, const Trace& t) {
 }
 
 TEST(ChunkedPrefill, MatrixRowIsKvScopesAddition) {
-  const auto& row = FailureMatrix::row(finding::ChunkPosition);
-  EXPECT_EQ(row.origin, MatrixOrigin::KvScope);
-  const auto& rows = FailureMatrix::rows();
-  const auto at = [&](const char* id) {
-    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == id; });
-  };
-  EXPECT_LT(at(finding::RopeScaling), at(finding::ChunkPosition));  // added after it
-  EXPECT_NE(FaultSpec::helpText().find("chunk_position"), std::string::npos);
+  test::expectAdditionAfter(finding::ChunkPosition, finding::RopeScaling);  // added after it
 }
 
 TEST(ChunkedPrefill, ChunksChooseNothingUntilTheLastAndGiveTheWholePrefillsTokens) {

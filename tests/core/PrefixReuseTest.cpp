@@ -62,15 +62,8 @@ Trace prefixRun(const PrefixRun& c, bool uncached = false) {
   return Engine(m).run(specs, o);
 }
 
-struct PrefixTableRow {
-  std::string name, mode, expected, got;
-  int64_t step, layer, position;
-  bool pass;
-};
-std::vector<PrefixTableRow>& prefixTable() {
-  static std::vector<PrefixTableRow> rows;
-  return rows;
-}
+test::AccuracyTable* const prefixTable =
+    test::AccuracyTable::registered("prefix cache / prefix_reuse accuracy");
 
 // Audits `c` in model+trace and trace+trace (against the uncached engine) mode; expects clean
 // (layer < -1), or prefix_reuse alone at request 1, step 0, `layer`, `position`.
@@ -105,43 +98,17 @@ void expectPrefixAudit(const PrefixRun& c, int64_t layer = -2, int64_t position 
       pass = rep->findings.size() == 1 && f.request == 1 && f.step == 0 && f.layer == layer &&
              f.position == position;
     }
-    prefixTable().push_back({c.name, mode, layer < -1 ? "clean" : "prefix_reuse",
-                             got.empty() ? "clean" : got, rep->firstDivergence.step,
-                             rep->firstDivergence.layer, at, pass});
+    prefixTable->add({c.name, mode, layer < -1 ? "clean" : "prefix_reuse",
+                      got.empty() ? "clean" : got, rep->firstDivergence.step,
+                      rep->firstDivergence.layer, at >= 0 ? "pos " + std::to_string(at) : "",
+                      pass});
   }
 }
-
-class PrefixReuseTable : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (prefixTable().empty()) return;
-    int passed = 0;
-    std::cout << "\nprefix cache / prefix_reuse accuracy\n"
-              << std::left << std::setw(30) << "case" << std::setw(13) << "mode" << std::setw(14)
-              << "expected" << std::setw(14) << "got"
-              << "step layer pos ok\n";
-    for (const auto& r : prefixTable()) {
-      passed += r.pass ? 1 : 0;
-      std::cout << std::setw(30) << r.name << std::setw(13) << r.mode << std::setw(14) << r.expected
-                << std::setw(14) << r.got << std::setw(5) << r.step << std::setw(6) << r.layer
-                << std::setw(4) << r.position << (r.pass ? "yes" : "NO") << "\n";
-    }
-    std::cout << passed << " of " << prefixTable().size() << " right\n";
-  }
-};
-const auto* const kPrefixTableEnv = ::testing::AddGlobalTestEnvironment(new PrefixReuseTable);
 
 }  // namespace
 
 TEST(PrefixReuse, MatrixRowIsKvScopesAdditionAfterBatchVariance) {
-  const auto& row = FailureMatrix::row(finding::PrefixReuse);
-  EXPECT_EQ(row.origin, MatrixOrigin::KvScope);
-  const auto& rows = FailureMatrix::rows();
-  const auto at = [&](const char* id) {
-    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == id; });
-  };
-  EXPECT_LT(at(finding::BatchVariance), at(finding::PrefixReuse));
-  EXPECT_NE(FaultSpec::helpText().find("prefix_reuse"), std::string::npos);
+  test::expectAdditionAfter(finding::PrefixReuse, finding::BatchVariance);
 }
 
 TEST(PrefixReuse, HitTakesWholeBlocksAndGivesTheSameTokens) {

@@ -70,15 +70,8 @@ Trace ringRun(const RingRun& c, bool uncached = false) {
   return Engine(m).run(specs, o);
 }
 
-struct RingTableRow {
-  std::string name, mode, expected, got;
-  int64_t step, layer;
-  bool pass;
-};
-std::vector<RingTableRow>& ringTable() {
-  static std::vector<RingTableRow> rows;
-  return rows;
-}
+test::AccuracyTable* const ringTable =
+    test::AccuracyTable::registered("ring window / window_wrap accuracy");
 
 // Audits `c` in model+trace and trace+trace (against the uncached engine) mode; expects
 // clean, or window_wrap alone at (step, layer).
@@ -104,31 +97,10 @@ void expectRingAudit(const RingRun& c, int64_t step = -1, int64_t layer = -1) {
       pass = rep->findings.size() == 1 && f.id == finding::WindowWrap && f.step == step &&
              f.layer == layer;
     }
-    ringTable().push_back({c.name, mode, step < 0 ? "clean" : "window_wrap",
-                           got.empty() ? "clean" : got, rep->firstDivergence.step,
-                           rep->firstDivergence.layer, pass});
+    ringTable->add({c.name, mode, step < 0 ? "clean" : "window_wrap", got.empty() ? "clean" : got,
+                    rep->firstDivergence.step, rep->firstDivergence.layer, "", pass});
   }
 }
-
-class RingWindowTable : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (ringTable().empty()) return;
-    int passed = 0;
-    std::cout << "\nring window / window_wrap accuracy\n"
-              << std::left << std::setw(34) << "case" << std::setw(13) << "mode" << std::setw(13)
-              << "expected" << std::setw(13) << "got"
-              << "step layer ok\n";
-    for (const auto& r : ringTable()) {
-      passed += r.pass ? 1 : 0;
-      std::cout << std::setw(34) << r.name << std::setw(13) << r.mode << std::setw(13) << r.expected
-                << std::setw(13) << r.got << std::setw(5) << r.step << std::setw(6) << r.layer
-                << (r.pass ? "yes" : "NO") << "\n";
-    }
-    std::cout << passed << " of " << ringTable().size() << " right\n";
-  }
-};
-const auto* const kRingTableEnv = ::testing::AddGlobalTestEnvironment(new RingWindowTable);
 
 std::string ringReadErrorField(const std::string& path) {
   try {
@@ -141,15 +113,8 @@ std::string ringReadErrorField(const std::string& path) {
 
 }  // namespace
 
-TEST(RingWindow, MatrixRowIsKvScopesAdditionAfterBatchVariance) {
-  const auto& row = FailureMatrix::row(finding::WindowWrap);
-  EXPECT_EQ(row.origin, MatrixOrigin::KvScope);
-  const auto& rows = FailureMatrix::rows();
-  const auto at = [&](const char* id) {
-    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == id; });
-  };
-  EXPECT_LT(at(finding::BatchVariance), at(finding::WindowWrap));
-  EXPECT_NE(FaultSpec::helpText().find("window_wrap"), std::string::npos);
+TEST(RingWindow, MatrixRowIsKvScopesAdditionAfterPrefixReuse) {
+  test::expectAdditionAfter(finding::WindowWrap, finding::PrefixReuse);
 }
 
 TEST(RingWindow, RingHoldsTheLastWindowAndChoosesAsTheFullCache) {

@@ -42,14 +42,8 @@ Trace runRope(const std::string& dir, const std::vector<std::string>& faults = {
 TEST(RopeScaling, MatrixRowIsKvScopesAddition) {
   const auto& row = FailureMatrix::row(finding::RopeScaling);
   EXPECT_EQ(row.observation, "key error grows with position while values at layer 0 are exact");
-  EXPECT_EQ(row.origin, MatrixOrigin::KvScope);
   // Listed among KV Scope's additions, after the ones added before it.
-  const auto& rows = FailureMatrix::rows();
-  const auto at = [&](const char* id) {
-    return std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.id == id; });
-  };
-  EXPECT_LT(at(finding::KvQuantization), at(finding::RopeScaling));
-  EXPECT_NE(FaultSpec::helpText().find("rope_scaling"), std::string::npos);
+  test::expectAdditionAfter(finding::RopeScaling, finding::KvQuantization);
 }
 
 TEST(RopeScaling, DroppedLinearFactorIsNotAPositionOffset) {
