@@ -293,54 +293,43 @@ void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* curr
   a.staleValuesChecked = true;
 }
 
-void RequestWalk::compareReused(StepAnalysis& a, size_t l, const TraceLayerRecord& rec,
-                                const RequestReference& ref) {
-  const int64_t T = ref.keys[l].shape[1];
-  for (int64_t c = 0; c < a.reused && c < T && c < rec.keys.shape[1]; ++c) {
-    const auto [ke, km] = columnDiff(rec.keys, c, ref.keys[l], c);
-    const auto [ve, vm] = columnDiff(rec.values, c, ref.values[l], c);
-    a.reusedError[l] = std::max({a.reusedError[l], ke, ve});
-    if (ke <= tol_.forRecord(static_cast<int64_t>(l), c, km) &&
-        ve <= tol_.forRecord(static_cast<int64_t>(l), c, vm))
-      continue;
-    if (a.reusedBadLayer < 0) {
-      a.reusedBadLayer = static_cast<int>(l);
-      a.reusedBadPosition = c;
-    }
-    if (a.firstBadLayer < 0) {
-      a.firstBadLayer = static_cast<int>(l);
-      a.firstBadColumn = c;
-      a.firstBadRealOrdinal = c;
-      a.firstBadStreamIndex = c;
-    }
-  }
-}
-
 void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
   if (rec.keys.shape.size() != 3 || l >= ref.keys.size()) return;
   const int64_t T = ref.keys[l].shape[1];
-  if (a.reused > 0) compareReused(a, l, rec, ref);
   double kErr = 0, vErr = 0, kTol = 0, vTol = 0;
-  for (size_t j = 0; j < a.streamIndex.size(); ++j) {
-    const int64_t p = a.streamIndex[j];
-    const int64_t col = static_cast<int64_t>(j) + a.reused;  // reused entries come first
-    if (p < 0 || p >= T || col >= rec.keys.shape[1]) continue;
-    const auto [ke, km] = columnDiff(rec.keys, col, ref.keys[l], p);
-    const auto [ve, vm] = columnDiff(rec.values, col, ref.values[l], p);
+  // Record column c: a prefix-cache hit's reused entries first (stream positions 0..reused-1),
+  // then one per fed entry.
+  const int64_t columns = a.reused + static_cast<int64_t>(a.streamIndex.size());
+  for (int64_t c = 0; c < columns; ++c) {
+    const bool reusedRow = c < a.reused;
+    const int64_t j = c - a.reused;  // the fed entry (reused rows: negative)
+    const int64_t p = reusedRow ? c : a.streamIndex[static_cast<size_t>(j)];
+    if (p < 0 || p >= T || c >= rec.keys.shape[1]) continue;
+    const auto [ke, km] = columnDiff(rec.keys, c, ref.keys[l], p);
+    const auto [ve, vm] = columnDiff(rec.values, c, ref.values[l], p);
     const double kt = tol_.forRecord(static_cast<int64_t>(l), p, km),
                  vt = tol_.forRecord(static_cast<int64_t>(l), p, vm);
-    kErr = std::max(kErr, ke);
-    vErr = std::max(vErr, ve);
-    kTol = std::max(kTol, kt);
-    vTol = std::max(vTol, vt);
     // A symmetric per-row scale stores each row's largest element exactly.
     const bool scaleMoved =
-        rowScaled_ && rowScaleGap(rec.keys, rec.values, col, ref.keys[l], ref.values[l], p) >
+        rowScaled_ && rowScaleGap(rec.keys, rec.values, c, ref.keys[l], ref.values[l], p) >
                           tol_.forRowScale(static_cast<int64_t>(l), p, std::max(km, vm));
-    if ((ke > kt || ve > vt || scaleMoved) && a.firstBadLayer < 0) {
+    const bool bad = ke > kt || ve > vt || scaleMoved;
+    if (reusedRow) {
+      a.reusedError[l] = std::max({a.reusedError[l], ke, ve});
+      if (bad && a.reusedBadLayer < 0) {
+        a.reusedBadLayer = static_cast<int>(l);
+        a.reusedBadPosition = p;
+      }
+    } else {
+      kErr = std::max(kErr, ke);
+      vErr = std::max(vErr, ve);
+      kTol = std::max(kTol, kt);
+      vTol = std::max(vTol, vt);
+    }
+    if (bad && a.firstBadLayer < 0) {
       a.firstBadLayer = static_cast<int>(l);
-      a.firstBadColumn = static_cast<int64_t>(j);
-      a.firstBadRealOrdinal = a.realOrdinal(static_cast<int64_t>(j));
+      a.firstBadColumn = reusedRow ? c : j;
+      a.firstBadRealOrdinal = reusedRow ? c : a.realOrdinal(j);
       a.firstBadStreamIndex = p;
     }
   }

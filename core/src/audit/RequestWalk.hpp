@@ -33,10 +33,8 @@ class RequestWalk {
   /// map names (nullopt: not verifiable, e.g. a slot holds padding).
   std::optional<bool> ringChecksumsMatch(size_t layer, const TraceLayerRecord& rec,
                                          int64_t held) const;
-  void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, const RequestReference& ref);
-  /// A prefix-cache hit's reused records (the first a.reused) against stream positions 0...
-  void compareReused(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec,
-                     const RequestReference& ref);
+  void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec,
+                      const RequestReference& ref);
   void compareLogits(StepAnalysis& a, const RequestReference& ref);
   const RequestReference* lookup(uint64_t version);
   void checkStaleValues(StepAnalysis& a, const RequestReference* current);
