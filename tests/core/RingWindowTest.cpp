@@ -197,6 +197,24 @@ TEST(RingWindow, EvidenceNamesTheLostPositionAndTheSlot) {
   EXPECT_NE(std::find(kinds.begin(), kinds.end(), "window_wrap@4"), kinds.end());
 }
 
+TEST(RingWindow, InspectorDoesNotReadARingsSlotOrderChecksumAsARewrittenRow) {
+  // A correct ring past its wrap: its slot-order checksums differ from the stream-order row
+  // the inspector rebuilds, which is no rewrite.
+  const Trace t = ringRun({"inspected", Architecture::Mistral, 3, {}});
+  auto out = std::make_shared<AuditJobOutput>();
+  out->result = Auditor::audit(*Model::load(windowedModel(Architecture::Mistral)), t);
+  ASSERT_TRUE(out->result.report.clean()) << out->result.report.toText();
+  Inspector inspector(out);
+  for (int64_t layer = 0; layer < 3; ++layer) {
+    InspectionPoint p;
+    p.step = t.steps.back().step;
+    p.layer = layer;
+    const StepView v = inspector.view(p);
+    EXPECT_FALSE(v.rowRewritten) << "layer " << layer << ": " << v.note;
+    EXPECT_TRUE(v.note.find("overwritten") == std::string::npos) << v.note;
+  }
+}
+
 TEST(RingWindow, RingWithoutSlotMapsIsNotCheckedNotOk) {
   Trace t = ringRun({"no maps", Architecture::Mistral, 3, {"window_wrap:layer=1"}});
   for (auto& s : t.steps)

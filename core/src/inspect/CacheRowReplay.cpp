@@ -32,6 +32,9 @@ bool CacheRowReplay::rowRewritten(const Trace& trace, int64_t request, int64_t s
   const std::optional<uint64_t> recorded =
       checksumOf(target->layers[static_cast<size_t>(layer)], kind);
   if (!recorded) return false;  // nothing to check against (most traces from other engines)
+  // A ring layer's checksum covers its slots in slot order, not this stream-order row; the
+  // audit checks it against the records its slot map places (RequestWalk::checkRing).
+  if (trace.layerKind(layer).ring()) return false;
   std::vector<std::vector<float>> heads;  // per head, [t, d] as the engine's row holds it
   int64_t length = 0;                     // the row's length before each step
   for (const TraceStep* st : trace.stepsOf(request)) {
