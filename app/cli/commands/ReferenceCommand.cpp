@@ -125,7 +125,14 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
   }
   session.checkIds(idList, havePrompt ? "--prompt" : "--ids");
 
-  const ReferenceRun run = model.reference(idList);
+  PassWatch watch;
+  if (isatty(STDERR_FILENO))  // an 8B model's 256-token pass takes about a minute here
+    watch.progress = [&idList](int64_t layer, int64_t layers) {
+      std::cerr << "\runcached reference over " << idList.size() << " tokens: layer " << layer
+                << " of " << layers << std::flush;
+      if (layer == layers) std::cerr << "\n";
+    };
+  const ReferenceRun run = model.reference(idList, {}, watch);
   const int64_t T = run.logits.dim(0), V = run.logits.dim(1);
   const std::vector<float> last(run.logits.data.end() - V, run.logits.data.end());
   const std::vector<Candidate> top = topCandidates(last, o.top);

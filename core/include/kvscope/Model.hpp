@@ -27,6 +27,14 @@ struct ReferenceRun {
   uint64_t weightsVersion = 0;
 };
 
+/// What a long pass (the uncached reference of a long stream) does between layers: it
+/// reports `progress(layers done, layers)` and polls `cancelled`, throwing AuditCancelled
+/// when it returns true. Both may be empty.
+struct PassWatch {
+  std::function<bool()> cancelled;
+  std::function<void(int64_t, int64_t)> progress;
+};
+
 struct ModelImpl;  // torch internals, core/src/model/ModelImpl.hpp
 
 class Model {
@@ -62,7 +70,9 @@ class Model {
   /// With a quantised `cache` (KvQuantization), every K/V entry is rounded as that cache
   /// stores it before the attention reads it: the uncached reference of a correct
   /// quantised cache (records and logits then include the rounding).
-  ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {}) const;
+  /// `watch` reports progress and cancels between layers.
+  ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {},
+                         const PassWatch& watch = {}) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory.
@@ -74,8 +84,8 @@ class Model {
 
  private:
   Model() = default;
-  ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids,
-                                  const KvQuantization& cache) const;
+  ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
+                                  const PassWatch& watch) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

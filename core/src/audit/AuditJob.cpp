@@ -39,6 +39,12 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     fillText(out, nullptr);
     return out;
   }
+  // Between the pieces of loading, say what comes next and let Cancel stop it.
+  const auto next = [&spec](const std::string& what) {
+    if (spec.options.cancelled && spec.options.cancelled()) throw AuditCancelled();
+    if (spec.options.progress) spec.options.progress(0.0, what);
+  };
+  next("opening the checkpoint " + spec.modelDir);
   auto model = Model::load(spec.modelDir);
   // The content hash of a large checkpoint takes a while on its first run (then it is
   // cached): say so instead of sitting silent, and let Cancel stop the wait.
@@ -52,7 +58,9 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
                                      detail::numberText(static_cast<double>(total) * gb, 3) +
                                      " GB (cached for the next run)");
     });
+  next("reading the tokenizer");
   auto tokenizer = tryTokenizer(spec.modelDir);
+  next(spec.traceFile.empty() ? "generating" : "reading the trace " + spec.traceFile);
   AuditOptions options = spec.options;
   if (tokenizer && options.tokenizerVocabSize == 0) options.tokenizerVocabSize = tokenizer->vocabSize();
   Trace trace;

@@ -58,7 +58,18 @@ class AuditRun {
     size_t done = 0;
     for (const auto& req : trace_.requests) {
       if (opts_.cancelled && opts_.cancelled()) throw AuditCancelled();
-      if (opts_.progress) opts_.progress(static_cast<double>(done++) / static_cast<double>(trace_.requests.size()), "request " + std::to_string(req.id));
+      const double n = static_cast<double>(trace_.requests.size()),
+                   first = static_cast<double>(done++);
+      if (opts_.progress) opts_.progress(first / n, "request " + std::to_string(req.id));
+      // A long stream's uncached reference takes a while (a minute for 8B models): report it
+      // layer by layer, and let Cancel stop it between layers.
+      refs_.watchPasses(
+          {opts_.cancelled, [&, id = req.id, first, n](int64_t layer, int64_t layers) {
+             if (!opts_.progress) return;
+             opts_.progress((first + static_cast<double>(layer) / static_cast<double>(layers)) / n,
+                            "request " + std::to_string(id) + ": uncached reference, layer " +
+                                std::to_string(layer) + " of " + std::to_string(layers));
+           }});
       const auto stream = req.stream();
       RequestWalk walk(
           trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); },
@@ -68,6 +79,7 @@ class AuditRun {
       for (const auto& a : analyses[req.id]) last = a.version;
       latest[req.id] = refs_.get(req.id, last, stream);
     }
+    refs_.watchPasses({opts_.cancelled, {}});  // later passes are short: cancel only
     for (const auto& [id, ref] : latest)
       if (ref) out.references.push_back(*ref);
 

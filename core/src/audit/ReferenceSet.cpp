@@ -92,9 +92,10 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     const auto limit = static_cast<size_t>(m->config().maxPositions);
     if (ids.size() > limit) ids.resize(limit);  // positions beyond the context do not exist
     if (ids.empty()) return nullptr;
-    ReferenceRun run = m->reference(ids, trace_->kvCache);
+    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_);
     ref.request = request;
-    if (trace_->kvCache.quantized()) ref.roundingEffect = roundingEffect(run, m->reference(ids));
+    if (trace_->kvCache.quantized())
+      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_));
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);

@@ -28,6 +28,8 @@ class ReferenceSet {
   /// nullptr when it cannot be computed (the reason is in `unavailableReason`).
   const RequestReference* get(int64_t request, uint64_t version, const std::vector<int64_t>& stream);
   const std::string& unavailableReason() const { return reason_; }
+  /// Model mode: what the uncached passes get() computes report and poll (Model::reference).
+  void watchPasses(PassWatch watch) { watch_ = std::move(watch); }
   /// Layer-0 keys of `token` at positions 0..count-1 ([count, h, d] as FloatTensor), model
   /// mode only (empty otherwise).
   FloatTensor probeLayer0(int64_t token, int64_t count, uint64_t version);
@@ -58,6 +60,7 @@ class ReferenceSet {
   std::map<std::pair<int64_t, uint64_t>, size_t>
       requested_;  // stream length each entry was computed for
   std::string reason_;
+  PassWatch watch_;
 };
 
 }  // namespace kvscope::detail

@@ -7,6 +7,7 @@
 #include "kvscope/Error.hpp"
 #include "model/AllocationGuard.hpp"
 #include "model/ModelImpl.hpp"
+#include "util/BlasKernels.hpp"
 
 namespace kvscope {
 
@@ -30,6 +31,9 @@ namespace {
 // 22 ms with 1 thread and ~1 s with 2; a GPT-2-small decode is 1.8x slower with 2), so
 // such models run single-threaded. OMP_NUM_THREADS always wins.
 void configureThreads(int64_t hiddenSize) {
+  // The BLAS kernels were re-selected for this CPU before main (util/BlasKernels); naming the
+  // selection here also links it into every program that runs a model.
+  (void)detail::BlasKernels::atStartup();
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
     const int n = std::atoi(env);  // read now too: it may have changed since start-up
     if (n > 0) torch::set_num_threads(n);
@@ -42,7 +46,8 @@ void configureThreads(int64_t hiddenSize) {
 // Collects per-layer K/V and hidden states of batch row 0.
 class ReferenceCollector : public detail::TorchTapSink {
  public:
-  explicit ReferenceCollector(ReferenceRun& run) : run_(run) {}
+  ReferenceCollector(ReferenceRun& run, const PassWatch& watch, int64_t layers)
+      : run_(run), watch_(watch), layers_(layers) {}
   bool wants(const std::string& name) const override {
     return name == "k_proj" || name == "v_proj" || name == "hidden" || name == "embed" ||
            name == "final";
@@ -53,6 +58,10 @@ class ReferenceCollector : public detail::TorchTapSink {
     else if (name == "v_proj") run_.values.push_back(std::move(row));
     else if (name == "final") final_ = std::move(row);
     else layerOutputs_.push_back(std::move(row));  // embed, then each layer's output
+    if (name != "hidden") return;
+    ++layersDone_;
+    if (watch_.progress) watch_.progress(layersDone_, layers_);
+    if (watch_.cancelled && watch_.cancelled()) throw AuditCancelled();
   }
   // transformers' hidden_states: the embeddings, each layer's output except the last,
   // then the final-normed output of the last layer.
@@ -64,6 +73,9 @@ class ReferenceCollector : public detail::TorchTapSink {
 
  private:
   ReferenceRun& run_;
+  const PassWatch& watch_;
+  const int64_t layers_;
+  int64_t layersDone_ = 0;
   std::vector<FloatTensor> layerOutputs_;
   FloatTensor final_;
 };
@@ -142,19 +154,20 @@ void Model::checkReferenceMemory(int64_t tokens) const {
       "--trace B loads no model), or a machine with more memory");
 }
 
-ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache) const {
+ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
+                              const PassWatch& watch) const {
   checkReferenceMemory(static_cast<int64_t>(ids.size()));
   return detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
-      [&] { return referenceUnchecked(ids, cache); });
+      [&] { return referenceUnchecked(ids, cache, watch); });
 }
 
-ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids,
-                                       const KvQuantization& cache) const {
+ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
+                                       const PassWatch& watch) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
-  ReferenceCollector collector(run);
+  ReferenceCollector collector(run, watch, impl_->config.numLayers);
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);
   auto pos = torch::arange(T, torch::kLong).view({1, -1});

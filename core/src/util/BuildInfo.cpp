@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "util/BlasKernels.hpp"
+
 namespace kvscope {
 
 namespace {
@@ -40,6 +42,8 @@ BuildInfo BuildInfo::detect() {
   info.optimizedBlas = info.blasLibrary.find("openblas") != std::string::npos ||
                        info.blasLibrary.find("mkl") != std::string::npos ||
                        info.blasLibrary.find("blis") != std::string::npos;
+  const auto& kernels = detail::BlasKernels::atStartup();
+  info.blasKernels = kernels.inUse.empty() ? "" : kernels.inUse + ": " + kernels.reason;
   info.torchThreads = torch::get_num_threads();
   return info;
 }
@@ -53,6 +57,7 @@ std::string BuildInfo::describe() const {
                        : " (reference BLAS: matrix products ~45x slower; "
                          "install libopenblas0-pthread)")
      << "\n";
+  if (!blasKernels.empty()) os << "BLAS kernels: " << blasKernels << "\n";
   return os.str();
 }
 
