@@ -51,6 +51,30 @@ TEST(WeightsMemory, StoredDtypeProductsMatchUpcastThenMatmul) {
   EXPECT_NE(std::string(detail::fusedKernelName()), "");
 }
 
+TEST(WeightsMemory, EveryFusedRowCountMatchesAndARowDoesNotDependOnItsNeighbours) {
+  // The fused kernel computes several weight rows against all input rows at once (a block
+  // size per input-row count); each input row's result must be the one it gets alone, bit
+  // for bit (a decode step batched with others computes what it computes solo).
+  torch::manual_seed(5);
+  for (auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    for (int64_t K : {16, 45, 2048}) {
+      const int64_t N = 29;  // not a multiple of any row block
+      auto w = (torch::randn({N, K}) * 0.1).to(dtype);
+      const auto wf = w.to(torch::kFloat);
+      for (int64_t M = 1; M <= detail::kFusedMaxRows; ++M) {
+        const auto x = torch::randn({M, K});
+        const auto got = detail::linearStored(x, w, torch::Tensor());
+        EXPECT_LT(maxRelDiff(got, torch::matmul(x, wf.t())), 1e-5) << "K " << K << " M " << M;
+        for (int64_t m = 0; m < M; ++m) {
+          const auto alone = detail::linearStored(x.narrow(0, m, 1), w, torch::Tensor());
+          EXPECT_TRUE(torch::equal(alone, got.narrow(0, m, 1)))
+              << "K " << K << " M " << M << " row " << m;
+        }
+      }
+    }
+  }
+}
+
 TEST(WeightsMemory, Bf16MatricesAreViewsOfTheMapping) {
   CheckpointSpec spec = test::smallSpec();
   spec.storedDtype = SafetensorsDtype::BF16;
