@@ -41,6 +41,7 @@ struct CandidateOrder {
 }  // namespace
 
 BpeModel::BpeModel(BpeConfig config, const MergeError& onBadMerge) : config_(std::move(config)) {
+  vocabR_.reserve(config_.vocab.size());
   for (const auto& [token, id] : config_.vocab) {
     vocabR_[id] = token;
     if (id > maxId_) maxId_ = id;
@@ -52,6 +53,7 @@ BpeModel::BpeModel(BpeConfig config, const MergeError& onBadMerge) : config_(std
   const std::size_t prefixLen =
       config_.continuingSubwordPrefix ? config_.continuingSubwordPrefix->size() : 0;
   merges_.reserve(config_.merges.size());
+  std::string merged;  // reused: one allocation for all merges
   for (std::size_t i = 0; i < config_.merges.size(); ++i) {
     const auto& [a, b] = config_.merges[i];
     auto ia = config_.vocab.find(a);
@@ -59,7 +61,8 @@ BpeModel::BpeModel(BpeConfig config, const MergeError& onBadMerge) : config_(std
     auto ib = config_.vocab.find(b);
     if (ib == config_.vocab.end()) onBadMerge(i, "merge token '" + b + "' is not in the vocabulary");
     // As in `tokenizers`: the right part loses the continuing-subword prefix when joined.
-    const std::string merged = a + (b.size() >= prefixLen ? b.substr(prefixLen) : std::string());
+    merged.assign(a);
+    if (b.size() >= prefixLen) merged.append(b, prefixLen, std::string::npos);
     auto im = config_.vocab.find(merged);
     if (im == config_.vocab.end()) {
       onBadMerge(i, "merged token '" + merged + "' is not in the vocabulary");

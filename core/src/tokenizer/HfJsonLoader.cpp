@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "tokenizer/TokenizerConfig.hpp"
+#include "util/InputLimits.hpp"
 
 namespace kvscope::tok {
 
@@ -34,9 +35,11 @@ BpeConfig readBpeConfig(const JsonFields& jf, const Json& model) {
   const Json& vocab = jf.require(model, "model", "vocab");
   jf.requireObject(vocab, "model.vocab");
   cfg.vocab.reserve(vocab.size());
+  // A 128k-entry vocabulary and 280k merges (Llama 3): the field path of an entry is built
+  // only when the entry is refused.
   for (const auto& [token, id] : vocab.items()) {
-    const int64_t v = jf.asTokenId(id, "model.vocab." + token);
-    cfg.vocab.emplace(token, v);
+    const bool plain = id.is_number_unsigned() && id.get<uint64_t>() < static_cast<uint64_t>(limits::kVocab);
+    cfg.vocab.emplace(token, plain ? id.get<int64_t>() : jf.asTokenId(id, "model.vocab." + token));
   }
   const Json* merges = jf.find(model, "merges");
   if (merges) {
@@ -44,19 +47,19 @@ BpeConfig readBpeConfig(const JsonFields& jf, const Json& model) {
     cfg.merges.reserve(merges->size());
     for (std::size_t i = 0; i < merges->size(); ++i) {
       const Json& m = (*merges)[i];
-      const std::string p = JsonFields::index("model.merges", i);
+      const auto p = [i] { return JsonFields::index("model.merges", i); };
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
+        const std::string& s = m.get_ref<const std::string&>();
         const std::size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-          jf.fail(p, "expected \"left right\" (two tokens separated by one space), found \"" + s + "\"");
+          jf.fail(p(), "expected \"left right\" (two tokens separated by one space), found \"" + s + "\"");
         }
         cfg.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (m.is_array() && m.size() == 2) {
-        cfg.merges.emplace_back(jf.asString(m[0], JsonFields::index(p, 0)),
-                                jf.asString(m[1], JsonFields::index(p, 1)));
+        cfg.merges.emplace_back(jf.asString(m[0], JsonFields::index(p(), 0)),
+                                jf.asString(m[1], JsonFields::index(p(), 1)));
       } else {
-        jf.fail(p, "expected \"left right\" or [left, right]");
+        jf.fail(p(), "expected \"left right\" or [left, right]");
       }
     }
   }
