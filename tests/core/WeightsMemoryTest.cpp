@@ -61,7 +61,7 @@ TEST(WeightsMemory, EveryFusedRowCountMatchesAndARowDoesNotDependOnItsNeighbours
       const int64_t N = 29;  // not a multiple of any row block
       auto w = (torch::randn({N, K}) * 0.1).to(dtype);
       const auto wf = w.to(torch::kFloat);
-      for (int64_t M = 1; M <= detail::kFusedMaxRows; ++M) {
+      for (int64_t M = 1; M <= detail::fusedMaxRows(); ++M) {
         const auto x = torch::randn({M, K});
         const auto got = detail::linearStored(x, w, torch::Tensor());
         EXPECT_LT(maxRelDiff(got, torch::matmul(x, wf.t())), 1e-5) << "K " << K << " M " << M;

@@ -130,6 +130,58 @@ __attribute__((target("avx512f"))) void dotRowsAvx512(const float* x, int64_t K,
   for (; n < n1; ++n) dotBlockAvx512<M, 1, F16>(x, K, w, n, out, N);
 }
 
+// Any number of input rows against weight rows [n0, n1): for each block of three weight
+// rows, every chunk of up to eight input rows, so the weights stream from memory once
+// while the input chunks come from the caches.
+template <int M, bool F16>
+__attribute__((target("avx512f"))) void dotChunkAvx512(const float* x, int64_t K, const uint16_t* w,
+                                                       int64_t n, int nr, float* out, int64_t N) {
+  if (nr == 3)
+    dotBlockAvx512<M, 3, F16>(x, K, w, n, out, N);
+  else
+    dotBlockAvx512<M, 1, F16>(x, K, w, n, out, N);
+}
+
+template <bool F16>
+__attribute__((target("avx512f"))) void dotTiledAvx512(const float* x, int64_t M, int64_t K,
+                                                       const uint16_t* w, int64_t n0, int64_t n1,
+                                                       float* out, int64_t N) {
+  for (int64_t n = n0; n < n1;) {
+    const int nr = n + 3 <= n1 ? 3 : 1;
+    for (int64_t m0 = 0; m0 < M; m0 += 8) {
+      const float* xc = x + m0 * K;
+      float* oc = out + m0 * N;
+      switch (std::min<int64_t>(8, M - m0)) {
+        case 1:
+          dotChunkAvx512<1, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 2:
+          dotChunkAvx512<2, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 3:
+          dotChunkAvx512<3, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 4:
+          dotChunkAvx512<4, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 5:
+          dotChunkAvx512<5, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 6:
+          dotChunkAvx512<6, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        case 7:
+          dotChunkAvx512<7, F16>(xc, K, w, n, nr, oc, N);
+          break;
+        default:
+          dotChunkAvx512<8, F16>(xc, K, w, n, nr, oc, N);
+          break;
+      }
+    }
+    n += nr;
+  }
+}
+
 template <bool F16>
 __attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const uint16_t* p) {
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -263,6 +315,8 @@ std::vector<int64_t> outShape(const torch::Tensor& x, int64_t n) {
 
 const char* gemmName() { return dnnlSgemm() ? "oneDNN sgemm" : "LibTorch (BLAS)"; }
 
+int64_t fusedMaxRows() { return isa() == Isa::Avx512 ? 32 : 8; }
+
 const char* fusedKernelName() {
   switch (isa()) {
     case Isa::Avx512: return "avx512";
@@ -282,17 +336,23 @@ torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const
   const int64_t M = x2.size(0);
   auto out = torch::empty({M, N}, torch::kFloat);
   const uint16_t* wp = rawBits(w);
-  if (M <= kFusedMaxRows) {
+  if (M <= fusedMaxRows()) {
     const float* xp = x2.data_ptr<float>();
     float* op = out.data_ptr<float>();
-    // Rows of eight at a time (M <= 8 by construction).
-    for (int64_t m0 = 0; m0 < M; m0 += 8) {
-      const int64_t mm = std::min<int64_t>(8, M - m0);
-      const DotFn dot = pickDot(mm, f16);
+    if (isa() == Isa::Avx512 && M > 8) {
       at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-        dot(xp + m0 * K, K, wp, n0, n1, op + m0 * N, N);
+        f16 ? dotTiledAvx512<true>(xp, M, K, wp, n0, n1, op, N)
+            : dotTiledAvx512<false>(xp, M, K, wp, n0, n1, op, N);
       });
-    }
+    } else
+      // Rows of eight at a time.
+      for (int64_t m0 = 0; m0 < M; m0 += 8) {
+        const int64_t mm = std::min<int64_t>(8, M - m0);
+        const DotFn dot = pickDot(mm, f16);
+        at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+          dot(xp + m0 * K, K, wp, n0, n1, op + m0 * N, N);
+        });
+      }
   } else {
     const int64_t rows = std::max<int64_t>(64, kBlockElements / std::max<int64_t>(K, 1));
     float* buf = scratch(std::min(rows, N) * K);
