@@ -142,41 +142,22 @@ __attribute__((target("avx512f"))) void dotChunkAvx512(const float* x, int64_t K
     dotBlockAvx512<M, 1, F16>(x, K, w, n, out, N);
 }
 
+using ChunkFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, int, float*, int64_t);
+
 template <bool F16>
 __attribute__((target("avx512f"))) void dotTiledAvx512(const float* x, int64_t M, int64_t K,
                                                        const uint16_t* w, int64_t n0, int64_t n1,
                                                        float* out, int64_t N) {
+  static constexpr ChunkFn kChunkByRows[8] = {dotChunkAvx512<1, F16>, dotChunkAvx512<2, F16>,
+                                              dotChunkAvx512<3, F16>, dotChunkAvx512<4, F16>,
+                                              dotChunkAvx512<5, F16>, dotChunkAvx512<6, F16>,
+                                              dotChunkAvx512<7, F16>, dotChunkAvx512<8, F16>};
   for (int64_t n = n0; n < n1;) {
     const int nr = n + 3 <= n1 ? 3 : 1;
     for (int64_t m0 = 0; m0 < M; m0 += 8) {
       const float* xc = x + m0 * K;
       float* oc = out + m0 * N;
-      switch (std::min<int64_t>(8, M - m0)) {
-        case 1:
-          dotChunkAvx512<1, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 2:
-          dotChunkAvx512<2, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 3:
-          dotChunkAvx512<3, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 4:
-          dotChunkAvx512<4, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 5:
-          dotChunkAvx512<5, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 6:
-          dotChunkAvx512<6, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        case 7:
-          dotChunkAvx512<7, F16>(xc, K, w, n, nr, oc, N);
-          break;
-        default:
-          dotChunkAvx512<8, F16>(xc, K, w, n, nr, oc, N);
-          break;
-      }
+      kChunkByRows[std::min<int64_t>(8, M - m0) - 1](xc, K, w, n, nr, oc, N);
     }
     n += nr;
   }
