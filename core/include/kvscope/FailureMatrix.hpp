@@ -41,11 +41,17 @@ struct FailureMatrixRow {
   std::string observation;  // what the audit saw
   std::string firstCheck;   // where to look first
   MatrixOrigin origin = MatrixOrigin::KvScope;
+  std::vector<std::string> citations;  // public reports of the bug (docs/audit.md)
+  bool divergent = true;  // a finding of this row makes the verdict divergent (drift does not)
 };
 
+/// The rows come from the audit's row modules (core/src/audit/rows/), listed as the method
+/// lists them: its eight rows first, then KV Scope's in the order they were added.
 class FailureMatrix {
  public:
   static const std::vector<FailureMatrixRow>& rows();
+  /// The matrix as a Markdown table (docs/audit.md holds it; a test keeps the two equal).
+  static std::string markdown();
   /// The row for `id`; throws std::out_of_range for an unknown id.
   static const FailureMatrixRow& row(const std::string& id);
 };

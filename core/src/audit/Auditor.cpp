@@ -5,15 +5,14 @@
 #include <set>
 #include <sstream>
 
-#include "audit/BatchVarianceCheck.hpp"
 #include "audit/Diagnosis.hpp"
 #include "audit/FindingBuilder.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/PolicyStage.hpp"
-#include "audit/QuantizationEvidence.hpp"
+#include "audit/rows/RowRegistry.hpp"
+#include "audit/rows/reference/ReferenceFinding.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/RequestWalk.hpp"
-#include "audit/RngPairCheck.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/Error.hpp"
 
@@ -83,22 +82,24 @@ class AuditRun {
     for (const auto& [id, ref] : latest)
       if (ref) out.references.push_back(*ref);
 
-    std::vector<std::string> batchLines;
+    // Trace+trace: the rows that compare the run with the paired one (numerics lines).
+    std::vector<std::string> pairedLines;
     Diagnosis diagnosis(trace_, refs_, tol_, analyses, latest, window_);
     if (referenceTrace_) {
-      BatchVarianceCheck batch(trace_, *referenceTrace_);
-      batchLines = batch.run(analyses, findings);
-      diagnosis.noDriftFor(batch.explained());
+      std::set<int64_t> explained;
+      for (const FailureRow* row : RowRegistry::rows()) {
+        auto lines = row->paired({trace_, *referenceTrace_, analyses}, findings, explained);
+        pairedLines.insert(pairedLines.end(), lines.begin(), lines.end());
+      }
+      diagnosis.noDriftFor(explained);
     }
     diagnosis.run(findings);
-    numerics(rep, analyses);
-    addBatchLines(rep.stages[stageIndex(AuditStage::Numerics)], batchLines, findings);
+    numerics(rep, analyses, findings);
+    addPairedLines(rep.stages[stageIndex(AuditStage::Numerics)], pairedLines, findings);
     cacheAndPositionStages(rep, analyses, findings);
     std::vector<Finding> policyFindings;
-    rep.stages[stageIndex(AuditStage::Policy)] = policyStage(trace_, policyFindings);
-    if (referenceTrace_)
-      checkRngAgainstReference(*referenceTrace_, trace_, analyses,
-                               rep.stages[stageIndex(AuditStage::Policy)], policyFindings);
+    rep.stages[stageIndex(AuditStage::Policy)] =
+        policyStage(trace_, referenceTrace_, analyses, policyFindings);
     std::vector<Finding> stopFindings;
     rep.stages[stageIndex(AuditStage::Stopping)] =
         stoppingStage(trace_, stopFindings, rep.stopSummary);
@@ -110,15 +111,32 @@ class AuditRun {
   }
 
  private:
-  // Batched requests against their solo runs (BatchVarianceCheck): a difference fails the stage.
-  static void addBatchLines(StageResult& st, const std::vector<std::string>& lines,
-                            const FindingBuilder& findings) {
+  // The rows that fired in `stage` (divergent findings only).
+  static std::vector<const FailureRow*> firedIn(AuditStage stage, const FindingBuilder& f) {
+    std::vector<const FailureRow*> out;
+    for (const FailureRow* row : RowRegistry::rows())
+      if (row->spec().stage == stage && row->spec().divergent && f.has(row->id()))
+        out.push_back(row);
+    return out;
+  }
+
+  // Each row's lines for `stage`, in the rows' order.
+  void rowChecks(AuditStage stage, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
+                 const FindingBuilder& f, std::vector<std::string>& checks) const {
+    for (const FailureRow* row : RowRegistry::rows())
+      row->stageChecks({stage, trace_, analyses, tol_, f.has(row->id())}, checks);
+  }
+
+  // Trace+trace lines (a batched request against its solo run); a row of the numerics stage
+  // that fired fails it, in the row's words.
+  static void addPairedLines(StageResult& st, const std::vector<std::string>& lines,
+                             const FindingBuilder& findings) {
     st.checks.insert(st.checks.end(), lines.begin(), lines.end());
-    if (!findings.has(finding::BatchVariance)) return;
-    st.status = StageStatus::Fail;
-    st.summary =
-        "logits within tolerance, but a batched request differs from its solo run "
-        "(batch_variance)";
+    for (const FailureRow* row : firedIn(AuditStage::Numerics, findings)) {
+      st.status = StageStatus::Fail;
+      if (!row->spec().stageFailSummary.empty()) st.summary = row->spec().stageFailSummary;
+      break;
+    }
   }
 
   int64_t tickOf(const Finding& f) const {
@@ -127,7 +145,8 @@ class AuditRun {
     return 0;
   }
 
-  void numerics(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses) {
+  void numerics(AuditReport& rep, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
+                const FindingBuilder& findings) {
     StageResult& st = rep.stages[stageIndex(AuditStage::Numerics)];
     int diverged = 0, compared = 0;
     double worstRatio = 0;
@@ -196,7 +215,7 @@ class AuditRun {
                ? " (near tie: top-2 margin " + numberText(first->top2Margin, 3) + ")"
                : ""));
     }
-    if (tol_.cache().quantized()) st.checks.push_back(quantizationBudgetCheck(tol_, analyses));
+    rowChecks(AuditStage::Numerics, analyses, findings, st.checks);
     st.status = compared == 0 ? StageStatus::Skipped : diverged ? StageStatus::Fail : StageStatus::Pass;
     st.summary = compared == 0 ? "no logits to compare"
                  : diverged    ? std::to_string(diverged) + " of " + std::to_string(compared) +
@@ -270,80 +289,22 @@ class AuditRun {
                         std::to_string(checksums) +
                         " layer checksums or snapshots verified against the rebuilt cache)"
                   : "not checked: earlier rows unchanged: the trace has no checksums or snapshots");
-    const bool cacheFail = f.has(finding::DuplicateAppend) || f.has(finding::WrongLayer) ||
-                           f.has(finding::SpeculativeRollback) || f.has(finding::KvQuantization) ||
-                           lengthBad > 0;
+    const bool cacheFail = !firedIn(AuditStage::Cache, f).empty() || lengthBad > 0;
     cache.status = cacheFail ? StageStatus::Fail : StageStatus::Pass;
     cache.summary = cacheFail ? "the cache is built wrongly (see findings)"
                     : badRecords ? "structure ok; record values differ (explained by a later stage)"
                                  : "every record is where it belongs";
-    const bool posFail = f.has(finding::Position) || f.has(finding::CrossRequest) ||
-                         f.has(finding::StaleCache) || f.has(finding::ContextLimit) ||
-                         f.has(finding::SlidingWindow) || f.has(finding::ChunkPosition) ||
-                         f.has(finding::WindowWrap) || f.has(finding::PrefixReuse);
-    ringLine(pos, analyses, f);
-    prefixLine(pos, analyses, f);
-    if (f.has(finding::ChunkPosition))
-      pos.checks.push_back("FAIL: a prefill chunk's positions do not continue from the cache");
-    pos.checks.push_back(f.has(finding::Position)
-                             ? "FAIL: decode positions do not continue from the prompt length"
-                             : "ok: decode positions continue from the prompt length");
-    pos.checks.push_back(
-        f.has(finding::CrossRequest)
-            ? "FAIL: another request wrote into a request's cache rows or token stream"
-            : "ok: each request owns its cache rows and token stream");
-    pos.checks.push_back(f.has(finding::StaleCache)
-                             ? "FAIL: a cache built under other weights is reused"
-                             : "ok: no cache built under other weights is reused");
-    pos.checks.push_back(f.has(finding::ContextLimit)
-                             ? "FAIL: a position beyond the context was needed"
-                             : "ok: no position beyond the context was read");
-    if (f.has(finding::SlidingWindow))
-      pos.checks.push_back(
-          "FAIL: the records diverge once the sequence outgrows the sliding window");
+    const bool posFail = !firedIn(AuditStage::Positions, f).empty();
+    rowChecks(AuditStage::Positions, analyses, f, pos.checks);
     pos.status = posFail ? StageStatus::Fail : StageStatus::Pass;
     pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
-  }
-
-  // Ring caches: every recorded slot map against the positions fed (RingMapCheck).
-  void ringLine(StageResult& pos, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
-                const FindingBuilder& f) const {
-    if (trace_.ringLayers().empty()) return;
-    int64_t maps = 0;
-    for (const auto& [r, steps] : analyses)
-      for (const auto& a : steps) maps += a.ringMapsChecked;
-    pos.checks.push_back(
-        f.has(finding::WindowWrap)
-            ? "FAIL: a ring cache's slot map loses a position its window still needs"
-        : maps > 0 ? "ok: every ring slot map holds the positions its window needs (" +
-                         std::to_string(maps) + " maps checked)"
-                   : "not checked: ring slots: the trace declares ring layers but records no "
-                     "slot map (ring_positions)");
-  }
-
-  // Prefix-cache hits: the rows each hit handed over against the request's own reference.
-  static void prefixLine(StageResult& pos,
-                         const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
-                         const FindingBuilder& f) {
-    int64_t hits = 0, rows = 0;
-    for (const auto& [r, steps] : analyses)
-      for (const auto& a : steps) {
-        hits += a.reused > 0 ? 1 : 0;
-        rows += a.reused;
-      }
-    if (hits == 0) return;
-    pos.checks.push_back(
-        f.has(finding::PrefixReuse)
-            ? "FAIL: a prefix-cache hit handed a request rows computed for another prompt"
-            : "ok: " + std::to_string(hits) + " prefix-cache hit(s) handed over " +
-                  std::to_string(rows) + " entries equal to the request's own reference");
   }
 
   AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {
     AuditReport& rep = out.report;
     rep.findings = findings.finish();
-    const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(),
-                                         [](const Finding& f) { return f.id != finding::Drift; });
+    auto divergent = [](const Finding& f) { return RowRegistry::row(f.id).spec().divergent; };
+    const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(), divergent);
     bool failed = false;
     for (const auto& s : rep.stages)
       if (s.status == StageStatus::Fail) {
@@ -382,7 +343,7 @@ class AuditRun {
           }
     } else if (!rep.findings.empty() && realFinding) {
       for (const auto& f : rep.findings)
-        if (f.id != finding::Drift) {
+        if (divergent(f)) {
           rep.firstDivergence = {true, f.request, f.step, f.layer, f.position};
           break;
         }
@@ -403,16 +364,6 @@ class AuditRun {
   Tolerance tol_;
   int64_t window_;
 };
-
-Finding referenceFinding(const std::string& explanation, std::map<std::string, double> ev = {}) {
-  FindingBuilder b;
-  b.add(FindingDraft(finding::Reference)
-            .tick(-1)
-            .confidence(1.0)
-            .explanation(explanation)
-            .evidence(std::move(ev)));
-  return b.finish().front();
-}
 
 // Cross-check of the teacher-forced reference: recompute every step's row with its own
 // full-prefix pass (one pass per step, the slow way) and compare.

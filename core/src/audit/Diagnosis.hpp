@@ -1,7 +1,7 @@
-// Maps the measured step analyses of every request onto failure-matrix findings with
-// evidence. Structural evidence (fed stream, positions, cache lengths, rewritten rows,
-// weights versions) is reported wherever it occurs; value evidence (where a mismatching
-// record's values really came from) is searched at each request's first divergence.
+// The diagnosis walk: maps the measured step analyses of every request onto failure-matrix
+// findings by asking the rows (rows/RowRegistry.cpp) in their order. Structural evidence is
+// reported wherever it occurs; a request's first value divergence that no structural
+// evidence explains goes to the first row that explains it. The walk knows no row by name.
 #pragma once
 
 #include <map>
@@ -16,6 +16,8 @@
 
 namespace kvscope::detail {
 
+class DiagnosisContext;
+
 class Diagnosis {
  public:
   Diagnosis(const Trace& trace, ReferenceSet& refs, const Tolerance& tol,
@@ -28,18 +30,8 @@ class Diagnosis {
   void noDriftFor(std::set<int64_t> requests) { noDrift_ = std::move(requests); }
 
  private:
-  void structural(int64_t request, const StepAnalysis& a, FindingBuilder& f);
-  void rewritten(int64_t request, const StepAnalysis& a, FindingBuilder& f);
-  void speculativeRollback(int64_t request, const StepAnalysis& a, FindingBuilder& f);
-  void valueBased(int64_t request, const StepAnalysis& a, FindingBuilder& f);
-  /// chunk_position at `a`, a chunk after the first of a chunked prefill, from its recorded
-  /// positions or (`fromValues`) its records; true when `a` is explained (a later chunk of a
-  /// prefill already found wrong is its consequence).
-  bool chunkPosition(int64_t request, const StepAnalysis& a, FindingBuilder& f, bool fromValues);
-  void driftAndTies(int64_t request, const StepAnalysis& a, FindingBuilder& f);
-  /// Another request whose steps ran between this request's previous step and `a`.
-  int64_t interleavedRequest(int64_t request, const StepAnalysis& a) const;
-  int64_t slotSharer(int64_t request, int64_t slot, int64_t upToTick) const;
+  /// The request's first value divergence at `a`: the first row that explains it.
+  void explainDivergence(DiagnosisContext& ctx, int64_t request, const StepAnalysis& a);
 
   const Trace& trace_;
   ReferenceSet& refs_;
@@ -48,7 +40,6 @@ class Diagnosis {
   const std::map<int64_t, const RequestReference*>& references_;
   int64_t slidingWindow_;
   std::set<int64_t> noDrift_;
-  std::map<int64_t, int64_t> previousTick_;  // request -> tick of the step before the current one
 };
 
 }  // namespace kvscope::detail

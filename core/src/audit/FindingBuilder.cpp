@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kvscope/FailureMatrix.hpp"
+#include "audit/rows/RowRegistry.hpp"
 
 namespace kvscope::detail {
 
@@ -10,17 +10,7 @@ FindingDraft::FindingDraft(const char* id) { f_.id = id; }
 
 Finding FindingDraft::finish() const {
   Finding f = f_;
-  const auto& row = FailureMatrix::row(f.id);
-  f.matrixRow = row.observation;
-  f.firstCheck = row.firstCheck;
-  // The matrix row speaks of "layer 1" and "layer 2" as an example; the finding names the
-  // layers it is about (the table itself, FailureMatrix::rows(), keeps the method's words).
-  if (f.id == finding::WrongLayer && f.layer >= 0) {
-    f.firstCheck = "layer " + std::to_string(f.layer) + "'s cache source and append";
-    f.matrixRow = f.layer > 0 ? "layer " + std::to_string(f.layer - 1) + " matches, layer " +
-                                    std::to_string(f.layer) + " differs"
-                              : "layer 0 differs";
-  }
+  RowRegistry::row(f.id).describe(f);  // its matrix row and first check
   return f;
 }
 

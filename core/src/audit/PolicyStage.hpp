@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kvscope/AuditReport.hpp"
+#include "audit/rows/FailureRow.hpp"
 #include "kvscope/Trace.hpp"
 
 namespace kvscope::detail {
@@ -13,7 +14,9 @@ namespace kvscope::detail {
 /// replay from the seed (shifted draw counts and re-seeding are recognised).
 /// The recorded (cached) logits are used as they are, so whatever this stage finds is a
 /// policy finding (tie_rule, rng_order), never a cache one.
-StageResult policyStage(const Trace& trace, std::vector<Finding>& findings);
+/// In trace+trace mode (`reference`) the rows also compare the runs' sampled tokens.
+StageResult policyStage(const Trace& trace, const Trace* reference,
+                        const RequestAnalyses& analyses, std::vector<Finding>& findings);
 
 /// EOS handling, max new tokens and the context limit: why each request ended and whether
 /// that was right.

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "audit/ColumnDiff.hpp"
-#include "audit/QuantizationEvidence.hpp"
+#include "audit/rows/kv_quantization/QuantizationEvidence.hpp"
 
 namespace kvscope::detail {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "audit/NumberText.hpp"
-#include "kvscope/FailureMatrix.hpp"
+#include "audit/rows/RowRegistry.hpp"
 
 namespace kvscope::detail {
 
@@ -65,39 +65,10 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
                           "batch group " + std::to_string(req->batchGroup) + ": " +
                               std::to_string(mates + 1) + " requests",
                           false});
-  for (const Finding& f : result.report.findings) {
-    if (f.id == finding::RopeScaling && f.request == request)
-      tl.markers.push_back({f.step, "rope_scaling",
-                            "layer " + std::to_string(f.layer) + " keys at another RoPE scaling",
-                            true});
-    if (f.id == finding::BatchVariance && f.request == request)
-      tl.markers.push_back(
-          {f.step, "batch_variance",
-           "differs from its solo run" +
-               (f.layer >= 0 ? " from layer " + std::to_string(f.layer) : std::string()),
-           true});
-    if (f.id == finding::PrefixReuse && f.request == request)
-      tl.markers.push_back({f.step, "prefix_reuse",
-                            "reused rows wrong from position " + std::to_string(f.position), true});
-    if (f.id == finding::WindowWrap && f.request == request)
-      tl.markers.push_back(
-          {f.step, "window_wrap",
-           "layer " + std::to_string(f.layer) + " ring loses position " +
-               numberText(f.evidence.count("missing_position") ? f.evidence.at("missing_position")
-                                                               : -1),
-           true});
-    if (f.id == finding::ChunkPosition && f.request == request)
-      tl.markers.push_back(
-          {f.step, "chunk_position",
-           f.layer > 0 || f.evidence.count("hypothesis")
-               ? "layer " + std::to_string(f.layer) + " at chunk-local positions"
-               : "chunk " + numberText(f.evidence.count("chunk") ? f.evidence.at("chunk") : 0) +
-                     " positions from " +
-                     numberText(f.evidence.count("recorded_position")
-                                    ? f.evidence.at("recorded_position")
-                                    : 0),
-           true});
-  }
+  // Where the audit found what: each row marks its own findings.
+  for (const Finding& f : result.report.findings)
+    if (f.request == request)
+      if (auto m = RowRegistry::row(f.id).marker(f)) tl.markers.push_back(std::move(*m));
   // Chunked prefill: where each chunk after the first starts (below), and the boundary
   // whose positions the audit found wrong (above).
   const int64_t promptLength = req ? static_cast<int64_t>(req->promptIds.size()) : 0;

@@ -1,5 +1,7 @@
 #include "kvscope/TraceMinimizer.hpp"
 
+#include "kvscope/FailureMatrix.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool isRoot(const Finding& f) { return f.causedBy.empty() && f.id != "drift"; }
+bool isRoot(const Finding& f) { return f.causedBy.empty() && FailureMatrix::row(f.id).divergent; }
 
 bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();

@@ -1,4 +1,4 @@
-#include "audit/BatchVarianceCheck.hpp"
+#include "audit/rows/batch_variance/BatchVarianceCheck.hpp"
 
 #include <algorithm>
 

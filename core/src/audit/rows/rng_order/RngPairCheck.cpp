@@ -1,4 +1,4 @@
-#include "audit/RngPairCheck.hpp"
+#include "audit/rows/rng_order/RngPairCheck.hpp"
 
 #include <sstream>
 

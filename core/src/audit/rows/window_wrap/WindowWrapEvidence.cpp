@@ -1,4 +1,4 @@
-#include "audit/WindowWrapEvidence.hpp"
+#include "audit/rows/window_wrap/WindowWrapEvidence.hpp"
 
 #include "audit/NumberText.hpp"
 

@@ -1,4 +1,4 @@
-#include "audit/QuantizationEvidence.hpp"
+#include "audit/rows/kv_quantization/QuantizationEvidence.hpp"
 
 #include <algorithm>
 #include <cmath>

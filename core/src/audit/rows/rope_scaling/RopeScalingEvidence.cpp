@@ -1,4 +1,4 @@
-#include "audit/RopeScalingEvidence.hpp"
+#include "audit/rows/rope_scaling/RopeScalingEvidence.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "audit/PrefixReuseEvidence.hpp"
+#include "audit/rows/prefix_reuse/PrefixReuseEvidence.hpp"
 
 #include <algorithm>
 #include <cmath>

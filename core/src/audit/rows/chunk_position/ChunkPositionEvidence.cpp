@@ -1,4 +1,4 @@
-#include "audit/ChunkPositionEvidence.hpp"
+#include "audit/rows/chunk_position/ChunkPositionEvidence.hpp"
 
 #include <algorithm>
 #include <string>

@@ -1,0 +1,78 @@
+#include "audit/rows/RowRegistry.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "audit/rows/Rows.hpp"
+
+namespace kvscope::detail {
+
+// The order the audit asks the rows. Every question goes to every row in this order:
+//  - at a structural step every row may claim (several findings at once); a row that can
+//    cause another (RowSpec::causes) is asked before it, so the consequence finds its root;
+//  - at a request's first value divergence the first row that explains the records (or the
+//    logits) wins, then the nearest rows are asked the same way; so a row with a narrower,
+//    stronger signature stands before one whose evidence it would otherwise look like.
+// Adding a row: its module (a folder under rows/ with its spec, detectors and fault
+// descriptions), one accessor in Rows.hpp, one line here, its fault in the engine, its tests.
+const std::vector<const FailureRow*>& RowRegistry::rows() {
+  static const std::vector<const FailureRow*> ordered = {
+      // A chunk boundary whose positions restart explains wrong positions and wrong keys
+      // before the position row or the signature search read them as an offset.
+      &rows::chunkPosition(),
+      // Keys rotated with another RoPE scaling: before the position probe, which reads a
+      // dropped linear factor f as the right key at f x the position.
+      &rows::ropeScaling(),
+      // Structural roots: rows left by a skipped rollback or a duplicate append inflate the
+      // cache length that later positions are taken from (causes: position).
+      &rows::speculativeRollback(),
+      &rows::windowWrap(),
+      &rows::prefixReuse(),
+      &rows::duplicateAppend(),
+      // Positions, ownership, the layer a cache stores, and the signature search's three
+      // answers (one match; the three rows claim disjoint kinds).
+      &rows::position(),
+      &rows::crossRequest(),
+      &rows::wrongLayer(),
+      &rows::staleCache(),
+      &rows::contextLimit(),
+      // Asked after every signature: a quantised cache's error is explained only when no
+      // layer, position or request explains the values.
+      &rows::kvQuantization(),
+      // No signature and the sequence outgrew the window: the window's trimming.
+      &rows::slidingWindow(),
+      // Nothing explains layer 0's records: the reference itself (nearest row).
+      &rows::reference(),
+      // Outside the walk: the policy stage (logits held fixed), the solo-run comparison,
+      // and precision drift (steps before any divergence).
+      &rows::tieRule(),
+      &rows::rngOrder(),
+      &rows::batchVariance(),
+      &rows::drift(),
+  };
+  return ordered;
+}
+
+const std::vector<const FailureRow*>& RowRegistry::listed() {
+  static const std::vector<const FailureRow*> table = [] {
+    auto out = rows();
+    std::stable_sort(out.begin(), out.end(), [](const FailureRow* a, const FailureRow* b) {
+      return a->spec().listing < b->spec().listing;
+    });
+    return out;
+  }();
+  return table;
+}
+
+const FailureRow& RowRegistry::row(const std::string& id) {
+  for (const FailureRow* r : rows())
+    if (id == r->id()) return *r;
+  throw std::out_of_range("unknown finding id '" + id + "'");
+}
+
+void FailureRow::describe(Finding& f) const {
+  f.matrixRow = spec().observation;
+  f.firstCheck = spec().firstCheck;
+}
+
+}  // namespace kvscope::detail
