@@ -19,8 +19,10 @@ derivations both versions share, and the writer. The command line (`kvtrace`) is
     w.save("run.kvtrace")
     t = read_trace("run.kvtrace")        # validated like the C++ reader (TraceError)
 
-XXH3-64 cache checksums are computed only when the `xxhash` module is importable;
-otherwise they are omitted (they are optional in the format).
+XXH3-64 cache checksums are computed only when the `xxhash` module is importable
+(KVSCOPE_TRACE_XXHASH=0: never, =1: required); otherwise they are omitted (they are
+optional in the format). In F16/BF16 files they hash the stored, rounded values
+(stored_checksums.py).
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container, 
                         _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
                         write_safetensors)
 
-try:  # optional: checksums are left out without it
-    import xxhash as _xxhash  # type: ignore
-except ImportError:  # pragma: no cover - depends on the environment
-    _xxhash = None
+# Optional: checksums are left out without it. KVSCOPE_TRACE_XXHASH=0 leaves it out even
+# when it is installed and =1 requires it (the test suite runs both ways, so that the
+# environment cannot change what a trace says).
+_XXHASH_MODE = os.environ.get("KVSCOPE_TRACE_XXHASH", "")
+_xxhash = None
+if _XXHASH_MODE != "0":
+    try:
+        import xxhash as _xxhash  # type: ignore
+    except ImportError:  # pragma: no cover - depends on the environment
+        if _XXHASH_MODE == "1":
+            raise ImportError("KVSCOPE_TRACE_XXHASH=1 but the xxhash module is not installed "
+                              "(Debian: python3-xxhash; pip install xxhash)") from None
 
 FORMAT_VERSION = format_v2.VERSION  # what the writers write; read_trace also reads 1
 HAVE_XXHASH = _xxhash is not None
