@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   nlohmann-json3-dev libpcre2-dev libcli11-dev libutf8proc-dev
   libxxhash-dev libssl-dev
-  python3 python3-numpy python3-torch python3-venv python3-setuptools python3-wheel python3-pip
+  python3 python3-numpy python3-torch python3-venv python3-setuptools python3-wheel python3-pip python3-xxhash
   xvfb xauth fonts-dejavu-core
   help2man shared-mime-info
   clang libclang-rt-dev

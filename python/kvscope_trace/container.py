@@ -121,6 +121,18 @@ def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
     return np.where(nan, quiet, rounded).astype("<u2")
 
 
+def stored_values(a: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 `a` as a reader reads it back after storing it as `dtype` (F32, F16 or BF16,
+    rounded to nearest even like _encode), as a float32 array."""
+    a = np.ascontiguousarray(a, dtype="<f4")
+    if dtype == "F16":
+        with np.errstate(over="ignore"):
+            return a.astype("<f2").astype("<f4")
+    if dtype == "BF16":
+        return (_to_bf16_bits(a).astype(np.uint32) << 16).view("<f4").reshape(a.shape)
+    return a
+
+
 def _encode(a: np.ndarray, dtype: str) -> bytes:
     if dtype == "F32":
         return np.ascontiguousarray(a, dtype="<f4").tobytes()

@@ -236,9 +236,11 @@ def _check_rows(f: _Container, tensor: str, column: str, rows: List[int], count:
 
 # ----------------------------------------------------------------------------- write
 
-def columns_of(trace: Any):
+def columns_of(trace: Any, checksums: Optional[List[list]] = None):
     """The version-2 step columns of `trace` and the arrays to pack: (columns, logits rows,
-    per layer appended keys and values, per layer snapshots, checksum rows, ring_positions rows)."""
+    per layer appended keys and values, per layer snapshots, checksum rows, ring_positions rows).
+    `checksums`: per step, per layer (key, value) hex checksums to write instead of the
+    records' (stored_checksums.for_storage); None: the records'."""
     steps, L = trace.steps, len(trace.stored_layers())
     n = len(steps)
     c: Dict[str, Any] = {"count": n}
@@ -258,7 +260,8 @@ def columns_of(trace: Any):
     for k in ("logits_row", "appended", "snapshot_lengths", "cache_lengths", "checksum_row"):
         c[k] = []
     c["ring_row"], rings = _ring_rows(trace)
-    for s in steps:
+    for i, s in enumerate(steps):
+        pairs = checksums[i] if checksums is not None else [(l.checksum_k, l.checksum_v) for l in s.layers]
         c["logits_row"].append(len(logits) if s.logits is not None else -1)
         if s.logits is not None:
             logits.append(s.logits)
@@ -276,9 +279,9 @@ def columns_of(trace: Any):
         c["appended"].append(appended if any(x is not None for x in appended) else None)
         c["snapshot_lengths"].append(lengths if any(x is not None for x in lengths) else None)
         c["cache_lengths"].append([int(l.cache_length) for l in s.layers] if s.layers else None)
-        if len(s.layers) == L and all(l.checksum_k and l.checksum_v for l in s.layers):
+        if len(s.layers) == L and all(k and v for k, v in pairs):
             c["checksum_row"].append(len(sums))
-            sums.append([[int(l.checksum_k, 16), int(l.checksum_v, 16)] for l in s.layers])
+            sums.append([[int(k, 16), int(v, 16)] for k, v in pairs])
         else:
             c["checksum_row"].append(-1)
     defaults = {"tick": list(range(n)), "slot": c["request"], "fed_mask": [None] * n,
@@ -326,10 +329,11 @@ def _ring_rows(trace: Any):
     return column, rows
 
 
-def pack(trace: Any, dtype: str):
+def pack(trace: Any, dtype: str, checksums: Optional[List[list]] = None):
     """The version-2 step columns of `trace` and its tensors as (name, array, dtype) for
-    write_safetensors; a tensor whose column total is 0 is left out."""
-    columns, logits, kv, snaps, sums, rings = columns_of(trace)
+    write_safetensors; a tensor whose column total is 0 is left out. `checksums`: as for
+    columns_of (those a file stored as `dtype` can carry)."""
+    columns, logits, kv, snaps, sums, rings = columns_of(trace, checksums)
     tensors = []
     if sums:  # first: U64 rows stay 8-byte aligned whatever the float dtype
         tensors.append(("checksums", np.array(sums, dtype=np.uint64), "U64"))

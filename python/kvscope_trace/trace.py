@@ -19,8 +19,10 @@ derivations both versions share, and the writer. The command line (`kvtrace`) is
     w.save("run.kvtrace")
     t = read_trace("run.kvtrace")        # validated like the C++ reader (TraceError)
 
-XXH3-64 cache checksums are computed only when the `xxhash` module is importable;
-otherwise they are omitted (they are optional in the format).
+XXH3-64 cache checksums are computed only when the `xxhash` module is importable
+(KVSCOPE_TRACE_XXHASH=0: never, =1: required); otherwise they are omitted (they are
+optional in the format). In F16/BF16 files they hash the stored, rounded values
+(stored_checksums.py).
 """
 
 from __future__ import annotations
@@ -39,10 +41,18 @@ from .container import (MAX_HEADER_BYTES, STORE_DTYPES, TraceError, _Container, 
                         _DTYPES, _Obj, _columns, _encode, _float32, _is_int, _to_bf16_bits,
                         write_safetensors)
 
-try:  # optional: checksums are left out without it
-    import xxhash as _xxhash  # type: ignore
-except ImportError:  # pragma: no cover - depends on the environment
-    _xxhash = None
+# Optional: checksums are left out without it. KVSCOPE_TRACE_XXHASH=0 leaves it out even
+# when it is installed and =1 requires it (the test suite runs both ways, so that the
+# environment cannot change what a trace says).
+_XXHASH_MODE = os.environ.get("KVSCOPE_TRACE_XXHASH", "")
+_xxhash = None
+if _XXHASH_MODE != "0":
+    try:
+        import xxhash as _xxhash  # type: ignore
+    except ImportError:  # pragma: no cover - depends on the environment
+        if _XXHASH_MODE == "1":
+            raise ImportError("KVSCOPE_TRACE_XXHASH=1 but the xxhash module is not installed "
+                              "(Debian: python3-xxhash; pip install xxhash)") from None
 
 FORMAT_VERSION = format_v2.VERSION  # what the writers write; read_trace also reads 1
 HAVE_XXHASH = _xxhash is not None
@@ -297,7 +307,7 @@ def _parse_document(doc: Any, file: str):
     ids = {r["id"] for r in requests}
 
     def parse_step(s: _Obj, i: int) -> Step:
-        return _parse_step(s, i, ids, L)
+        return _parse_step(s, i, ids, L, version)
     packing = None
     if version == 1:
         steps = format_v1.parse_steps(top.child("steps"), file, parse_step)
@@ -346,9 +356,12 @@ def _recorded_layers(top: _Obj, num_layers: int) -> Optional[List[int]]:
     return layers
 
 
-def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
+def _parse_step(s: _Obj, i: int, ids, L: int, version: int) -> Step:
     """The step fields both versions share; `s` names fields as steps[i].x (version 1) or
-    steps.x[i] (version 2). The layers hold the declared cache lengths, if any."""
+    steps.x[i] (version 2). The layers hold the declared cache lengths, if any. The
+    speculative (draft_count, accepted_count) and prefix-cache (reused_*) columns are
+    version 2's: in a version 1 step they are ignored (kept in Step.extra), as by the C++
+    reader."""
     request = s.integer("request")
     if request not in ids:
         s.fail("request", f"names request {request} which is not in requests")
@@ -367,18 +380,24 @@ def _parse_step(s: _Obj, i: int, ids, L: int) -> Step:
     st.rng_draws_after = s.integer("rng_draws_after", 0)
     st.weights_version = s.integer("weights_version", 0)
     st.events = s.strings("events")
+    if version >= 2:
+        _parse_drafts(s, st)
+        _parse_reuse(s, st, ids)
+    lengths = s.ints("cache_lengths", False)
+    if lengths and len(lengths) != L:
+        s.fail("cache_lengths", f"one entry per layer expected ({L})")
+    st.layers = [LayerRecord(cache_length=n) for n in lengths]
+    return st
+
+
+def _parse_drafts(s: _Obj, st: Step) -> None:
+    """Speculative decoding: draft_count in [0, fed], accepted_count in [0, draft_count]."""
     st.draft_count = s.integer("draft_count", 0)
     if not 0 <= st.draft_count <= len(st.fed_ids):
         s.fail("draft_count", f"{st.draft_count} is outside [0, {len(st.fed_ids)}] (the fed tokens)")
     st.accepted_count = s.integer("accepted_count", 0)
     if not 0 <= st.accepted_count <= st.draft_count:
         s.fail("accepted_count", f"{st.accepted_count} is outside [0, {st.draft_count}] (draft_count)")
-    _parse_reuse(s, st, ids)
-    lengths = s.ints("cache_lengths", False)
-    if lengths and len(lengths) != L:
-        s.fail("cache_lengths", f"one entry per layer expected ({L})")
-    st.layers = [LayerRecord(cache_length=n) for n in lengths]
-    return st
 
 
 MAX_REUSED = 1 << 28  # the longest prefix-cache hit the C++ reader takes (a cache length)
@@ -453,20 +472,21 @@ def read_trace(path: str) -> Trace:
                 s.layers = s.layers or [LayerRecord() for _ in range(len(p.ring))]
                 for rec, ring in zip(s.layers, p.ring):
                     rec.ring_positions = ring
-    _attach_layers(trace, stored)
+    _attach_layers(trace, stored, path)
     trace.stored_dtypes = sorted(f.float_dtypes)
     return trace
 
 
-def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
+def _attach_layers(trace: Trace, stored: List[Optional[list]], path: str) -> None:
     """Both versions: gives each step with layer data (stored[i], per layer [keys, values,
     cache_keys, cache_values]) its LayerRecords, keeping the declared cache lengths and
     checksums. A layer with a snapshot alone gets as appended records the snapshot columns
     new since the request's previous step (all of them after a cache_reset); a cache length
-    not declared is the snapshot's, else the previous length plus the appended count."""
+    not declared is the snapshot's, else the previous length plus the appended count. A
+    prefix-cache hit needs its reused rows among each layer's records (TraceError)."""
     L = len(trace.stored_layers())
     last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
-    for s, layers in zip(trace.steps, stored):
+    for i, (s, layers) in enumerate(zip(trace.steps, stored)):
         if layers is None:
             continue
         prev = last.setdefault(s.request, [0] * L)
@@ -484,6 +504,11 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]]) -> None:
                 start = min(prev[l], t)
                 rec.keys, rec.values = _columns(ck, start, t), _columns(cv, start, t)
                 rec.derived = True
+            if s.reused_count > rec.keys.shape[1]:
+                raise TraceError(path, f"steps.reused_count[{i}]", f"{s.reused_count} entries taken from "
+                                 f"the prefix cache, but layer {trace.stored_layers()[l]} of the step has "
+                                 f"{rec.keys.shape[1]} records (a hit step's records start with the "
+                                 "reused rows)")
             if l < len(declared) and declared[l].cache_length > 0:
                 rec.cache_length = declared[l].cache_length
             elif ck is not None:

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import format_v2, layer_kinds
+from . import format_v2, layer_kinds, stored_checksums
 from .container import STORE_DTYPES, _float32, _is_int, write_safetensors
 from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_layers,
                     cache_checksum, normalize_policy)
@@ -263,7 +263,8 @@ class TraceWriter:
     def save(self, path: str, overwrite: bool = True) -> None:
         """Writes the trace as version 2: the step columns and the packed tensors."""
         trace = self.to_trace()
-        steps, tensors = format_v2.pack(trace, self.dtype)
+        # checksums hold for the values as stored: rounded to F16/BF16, some no longer do
+        steps, tensors = format_v2.pack(trace, self.dtype, stored_checksums.for_storage(trace, self.dtype))
         meta = {"format": "kvtrace", "kvtrace_version": str(FORMAT_VERSION),
                 "kvtrace": json.dumps(_document(trace, steps), separators=(",", ":"), allow_nan=False)}
         write_safetensors(path, tensors, meta, overwrite=overwrite)

@@ -87,8 +87,15 @@ def header(path):
 
 
 def packed(t):
-    """The version-2 tensors of trace `t`, packed by hand as docs/trace-format.md says."""
+    """The version-2 tensors of trace `t`, packed by hand as docs/trace-format.md says; the
+    checksums (when the package computes them: the xxhash module) hashed here of each step's
+    snapshot as contiguous little-endian float32."""
     out = {"logits": np.stack([s.logits for s in t.steps if s.logits is not None])}
+    if kvtrace.HAVE_XXHASH and any(rec.cache_keys is not None for s in t.steps for rec in s.layers):
+        import xxhash
+        digest = lambda a: xxhash.xxh3_64_intdigest(np.ascontiguousarray(a, "<f4").tobytes())
+        out["checksums"] = np.array([[[digest(r.cache_keys), digest(r.cache_values)] for r in s.layers]
+                                     for s in t.steps if s.layers], dtype=np.uint64)
     for l in range(t.model["num_layers"]):
         for name, attr in (("k", "keys"), ("v", "values"), ("cache_k", "cache_keys"), ("cache_v", "cache_values")):
             parts = [getattr(s.layers[l], attr) for s in t.steps if s.layers]
@@ -252,7 +259,7 @@ class RoundTrip(TempDir, unittest.TestCase):
                 want = packed(w.to_trace())
                 self.assertEqual(sorted(f.entries), sorted(want))
                 for name, a in want.items():
-                    np.testing.assert_array_equal(f.read_float(name), a, name)
+                    np.testing.assert_array_equal(f.read(name) if name == "checksums" else f.read_float(name), a, name)
                 steps = json.loads(f.metadata["kvtrace"])["steps"]
                 if snapshots:
                     self.assertEqual(steps["snapshot_lengths"], steps["cache_lengths"])

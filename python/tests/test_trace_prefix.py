@@ -142,9 +142,9 @@ class PrefixColumns(unittest.TestCase):
         prefix_writer(hit=False)[0].save(self.path("b.kvtrace"))
         self.assertNotIn("prefix cache", cli.info(read_trace(self.path("b.kvtrace")), "b.kvtrace"))
 
-    def _rewrite(self, name, column, value):
+    def _rewrite(self, name, column, value, snapshots=False):
         """a.kvtrace with steps.<column>[2] set to `value` (the whole column created if absent)."""
-        prefix_writer()[0].save(self.path("a.kvtrace"))
+        prefix_writer(snapshots=snapshots)[0].save(self.path("a.kvtrace"))
         t = read_trace(self.path("a.kvtrace"))
         columns, tensors = format_v2.pack(t, "F32")
         doc = document_of(self.path("a.kvtrace"))
@@ -176,6 +176,20 @@ class PrefixColumns(unittest.TestCase):
                 self.assertEqual(cm.exception.file, path)
         # the unmodified file reads (the refusals come from the values above)
         read_trace(self._rewrite("good.kvtrace", "reused_from", 0))
+
+    def test_more_reused_entries_than_records_are_refused(self):
+        """The hit step (steps[2]) has 11 records per layer, the 8 reused rows first: 11 is the
+        most it can have reused (a hit of the whole cache), 12 is refused, with records and
+        with snapshots alone (records derived from them), as kvscope-cli does."""
+        for snapshots in (False, True):
+            with self.subTest(snapshots=snapshots):
+                t = read_trace(self._rewrite("all.kvtrace", "reused_count", 11, snapshots))
+                self.assertEqual([s.reused_count for s in t.steps], [0, 0, 11, 0])
+                path = self._rewrite("over.kvtrace", "reused_count", 12, snapshots)
+                with self.assertRaises(TraceError) as cm:
+                    read_trace(path)
+                self.assertEqual((cm.exception.file, cm.exception.field), (path, "steps.reused_count[2]"))
+                self.assertIn("layer 0 of the step has 11 records", str(cm.exception))
 
     def test_writer_refuses_bad_arguments(self):
         w, _ = prefix_writer()

@@ -79,6 +79,27 @@ class ValidationV1(Errors, unittest.TestCase):
         self.assertEqual(self.field("ck.kvtrace", bad_checksum), "steps[0].checksums_k")
 
 
+    def test_version2_step_columns_are_ignored(self):
+        """The speculative and prefix-cache columns are version 2's: in a version 1 step they
+        are ignored, even nonsense values (kept as unknown keys), as kvscope-cli does."""
+        def add(d):
+            for st in d["steps"]:
+                st.update(reused_count=1000000, reused_from=7, reused_blocks="abc", draft_count=99,
+                          accepted_count=-1)
+        plain, t = kvtrace.read_trace(self.rewrite("plain.kvtrace")), kvtrace.read_trace(self.rewrite("v2cols.kvtrace", add))
+        self.assertEqual([(s.reused_count, s.reused_from, s.reused_blocks, s.draft_count, s.accepted_count)
+                          for s in t.steps], [(0, -1, None, 0, 0)] * len(t.steps))
+        self.assertEqual(t.steps[0].extra["reused_count"], 1000000)
+        # rewritten as version 2 they are not columns
+        out = self.path("v2cols-as-v2.kvtrace")
+        kvtrace.write_trace(t, out)
+        doc = json.loads(header(out)["__metadata__"]["kvtrace"])
+        self.assertFalse({"reused_count", "draft_count"} & set(doc["steps"]))
+        for s in t.steps:
+            s.extra = {}
+        assert_same_trace(self, plain, t)
+
+
 class Version1Fixtures(TempDir, unittest.TestCase):
     """The committed version-1 traces in tests/fixtures/traces-v1 (written by the version-1
     make_example_trace.py and by the C++ engine) read as before and convert to version 2."""
@@ -86,7 +107,11 @@ class Version1Fixtures(TempDir, unittest.TestCase):
     def fresh(self, name, **kw):
         """make_example_trace.py's trace (the same formulas), written and read as version 2."""
         path = self.path(name)
-        make_example_trace.build(**kw).save(path)
+        w = make_example_trace.build(**kw)
+        for s in w.steps:  # the version-1 fixtures were written without checksums
+            for rec in s.layers:
+                rec.checksum_k = rec.checksum_v = None
+        w.save(path)
         self.assertEqual(header(path)["__metadata__"]["kvtrace_version"], "2")
         return kvtrace.read_trace(path)
 

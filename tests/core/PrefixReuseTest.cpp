@@ -196,11 +196,19 @@ TEST(PrefixReuse, EngineAndReaderRefuseWhatTheyCannotTake) {
   EXPECT_THROW(Engine(Model::load(test::hfModel("llama"))).run({s}, o), UsageError);
   const auto path = (test::scratchDir("prefix-reuse-traces") / "valid.kvtrace").string();
   std::filesystem::remove(path);
-  TraceFile::write(prefixRun({"valid", "llama", -1, {}}), path);
+  const Trace valid = prefixRun({"valid", "llama", -1, {}});
+  TraceFile::write(valid, path);
+  const auto hitStep = std::find_if(valid.steps.begin(), valid.steps.end(),
+                                    [](const TraceStep& st) { return st.reusedCount > 0; });
+  ASSERT_NE(hitStep, valid.steps.end());
+  const auto hit = static_cast<size_t>(hitStep - valid.steps.begin());
   const std::vector<std::pair<std::string, std::function<void(json&)>>> bad = {
       {"steps.reused_from[2]", [](json& d) { d["steps"]["reused_from"][2] = 7; }},
       {"steps.reused_count[1]", [](json& d) { d["steps"]["reused_count"][1] = -3; }},
       {"steps.reused_blocks[2]", [](json& d) { d["steps"]["reused_blocks"][2] = "abc"; }},
+      // more reused entries than the hit step's records (which start with the reused rows)
+      {"steps.reused_count[" + std::to_string(hit) + "]",
+       [&](json& d) { d["steps"]["reused_count"][hit] = d["steps"]["appended"][hit][0].get<int64_t>() + 1; }},
   };
   for (const auto& [field, edit] : bad) {
     const auto out = (test::scratchDir("prefix-reuse-traces") / "bad.kvtrace").string();

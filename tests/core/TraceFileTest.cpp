@@ -289,3 +289,27 @@ TEST(TraceFile, VersionOneErrorsStillNameTheFields) {
   EXPECT_EQ(fieldOf(rewrite(v1path, "v1-heads.kvtrace", [](json& d) { d["model"]["num_kv_heads"] = 3; })),
             "step0.layer0.cache_k");
 }
+
+// The speculative and prefix-cache columns are version 2's: a version 1 step that carries
+// them (even nonsense values) reads exactly as without them (kvscope_trace does the same).
+TEST(TraceFile, VersionOneIgnoresTheVersionTwoStepColumns) {
+  const auto v1path = test::fixture("traces-v1/llama-engine-snapshots.kvtrace");
+  const Trace plain = TraceFile::read(v1path);
+  const Trace edited = TraceFile::read(rewrite(v1path, "v1-reuse.kvtrace", [](json& d) {
+    for (auto& s : d["steps"]) {
+      s["reused_count"] = 1000000;
+      s["reused_from"] = 7;
+      s["reused_blocks"] = "abc";
+      s["draft_count"] = 99;
+      s["accepted_count"] = -1;
+    }
+  }));
+  ASSERT_EQ(edited.steps.size(), plain.steps.size());
+  for (const auto& s : edited.steps) {
+    EXPECT_EQ(s.reusedCount, 0);
+    EXPECT_EQ(s.reusedFrom, -1);
+    EXPECT_TRUE(s.reusedBlocks.empty());
+    EXPECT_EQ(s.draftCount, 0);
+  }
+  EXPECT_EQ(edited, plain);
+}

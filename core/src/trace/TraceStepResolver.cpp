@@ -69,6 +69,13 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
                          "layer " + std::to_string(l) + " of steps[" + std::to_string(i) +
                              "] has neither appended records nor a snapshot (truncated trace?)");
       }
+      // A prefix-cache hit's records start with its reused rows (docs/trace-format.md).
+      if (s.reusedCount > rec.keys.shape[1])
+        throw InputError(path, "steps.reused_count[" + std::to_string(i) + "]",
+                         std::to_string(s.reusedCount) +
+                             " entries taken from the prefix cache, but layer " + std::to_string(l) +
+                             " of the step has " + std::to_string(rec.keys.shape[1]) +
+                             " records (a hit step's records start with the reused rows)");
       // Undeclared: a speculative step rolled its rejected drafts back (when it appended them).
       const int64_t rolledBack =
           rec.keys.shape[1] >= static_cast<int64_t>(s.fedIds.size()) ? s.rejectedCount() : 0;
