@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "CliChecks.hpp"
 #include "CliText.hpp"
 #include "kvscope/FaultSpec.hpp"
 
@@ -22,7 +23,7 @@ void AuditInputArgs::addTo(CLI::App& cmd, AuditJobSpec& spec) {
   cmd.add_option("--ids", ids_, "prompt token ids as 1,2,3, one request each");
   cmd.add_option("--arrival", spec.arrivalTicks, "arrival tick per request (default 0)");
   cmd.add_option("--max-new", spec.maxNewTokens, "new tokens per request")
-      ->check(CLI::PositiveNumber);
+      ->check(wholeNumberIn(1, 1000000, "new tokens per request"));
   cmd.add_option("--fault", spec.faults, "inject a fault (repeatable), see below");
   sampling_.addTo(cmd, 0.0);
   cmd.add_flag("--per-step-reference", spec.options.perStepReference,

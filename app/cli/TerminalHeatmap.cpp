@@ -1,6 +1,5 @@
 #include "TerminalHeatmap.hpp"
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 
 namespace kvscope::cli {
 
@@ -68,18 +66,6 @@ ColorMode detectColorMode(const std::string& choice) {
   return ct == "truecolor" || ct == "24bit" ? ColorMode::TrueColor : ColorMode::Ansi256;
 }
 
-int terminalWidth(int requested) {
-  if (requested > 0) return requested;
-  winsize ws{};
-  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
-    return ws.ws_col;
-  if (const char* cols = std::getenv("COLUMNS")) {
-    const int n = std::atoi(cols);
-    if (n > 0) return n;
-  }
-  return 100;
-}
-
 std::string Style::code(const Rgb& c, bool background) const {
   char buf[32];
   if (mode_ == ColorMode::TrueColor) {
@@ -109,55 +95,6 @@ std::string Style::alarm(const std::string& text) const {
 }
 std::string Style::ok(const std::string& text) const {
   return colored() ? "\x1b[32m" + text + "\x1b[0m" : text;
-}
-
-int displayWidth(const std::string& s) {
-  int n = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c == 0x1b) {  // CSI ... final byte
-      while (i + 1 < s.size() && !(s[i + 1] >= 0x40 && s[i + 1] <= 0x7e && s[i + 1] != '[')) ++i;
-      ++i;
-      continue;
-    }
-    if ((c & 0xC0) != 0x80) ++n;
-  }
-  return n;
-}
-
-std::string fitWidth(const std::string& s, int width) {
-  if (displayWidth(s) <= width) return s;
-  std::string out;
-  int n = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if ((c & 0xC0) != 0x80) {
-      if (n == width - 1) break;
-      ++n;
-    }
-    out += s[i];
-  }
-  return out + "\u2026";
-}
-
-std::string padRight(const std::string& s, int width) {
-  return s + std::string(static_cast<size_t>(std::max(0, width - displayWidth(s))), ' ');
-}
-
-std::vector<std::string> wrapText(const std::string& text, int width, const std::string& indent) {
-  std::vector<std::string> lines;
-  std::istringstream words(text);
-  std::string word, line;
-  const int room = std::max(20, width - displayWidth(indent));
-  while (words >> word) {
-    if (!line.empty() && displayWidth(line) + 1 + displayWidth(word) > room) {
-      lines.push_back(indent + line);
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-  }
-  if (!line.empty()) lines.push_back(indent + line);
-  return lines;
 }
 
 std::vector<std::string> drawHeatmaps(const std::vector<HeatmapMap>& maps, const HeatmapRows& rows,
@@ -222,26 +159,41 @@ std::vector<std::string> drawHeatmaps(const std::vector<HeatmapMap>& maps, const
   return lines;
 }
 
-std::string heatmapLegend(const HeatmapMap& m, const Style& style) {
-  std::ostringstream os;
-  os << m.title << ": ";
+std::vector<std::string> heatmapLegend(const HeatmapMap& m, const Style& style) {
+  std::vector<std::string> items{m.title + ":"};
   if (style.colored()) {
-    os << shortNumber(m.lo) << " ";
+    std::string gradient = shortNumber(m.lo) + " ";
     const int cells = 16;
     for (int i = 0; i < cells; ++i) {
       const double t = static_cast<double>(i) / (cells - 1);
-      os << style.bg(m.diverging ? diverging(t) : sequential(t), " ");
+      gradient += style.bg(m.diverging ? diverging(t) : sequential(t), " ");
     }
-    os << " " << shortNumber(m.hi);
-    if (m.diverging) os << " (light = " << shortNumber((m.lo + m.hi) / 2) << ")";
+    items.push_back(gradient + " " + shortNumber(m.hi));
+    if (m.diverging) items.push_back("(light = " + shortNumber((m.lo + m.hi) / 2) + ")");
   } else {
     // Each glyph and the value it stands for (the middle of its interval).
     for (size_t i = 0; i < kShades.size(); ++i) {
       const double t = static_cast<double>(i) / (kShades.size() - 1);
-      os << (i ? "  " : "") << "'" << kShades[i] << "' " << shortNumber(m.lo + t * (m.hi - m.lo));
+      items.push_back(std::string("'") + kShades[i] + "' " + shortNumber(m.lo + t * (m.hi - m.lo)));
     }
   }
-  return os.str();
+  items[1] = items[0] + " " + items[1];  // the title stays with the first entry
+  items.erase(items.begin());
+  return items;
+}
+
+std::string heatmapRamp(const HeatmapMap& m, const Style& style) {
+  std::string ramp;
+  if (style.colored()) {
+    for (int i = 0; i < 8; ++i) {
+      const double t = i / 7.0;
+      ramp += style.bg(m.diverging ? diverging(t) : sequential(t), " ");
+    }
+  } else {
+    for (const char* g : kShades) ramp += g;
+    ramp = "'" + ramp + "'";
+  }
+  return shortNumber(m.lo) + " " + ramp + " " + shortNumber(m.hi);
 }
 
 std::string logBar(double value, double floor, double lo, double hi, int width,

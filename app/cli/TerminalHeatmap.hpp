@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "TerminalText.hpp"
+
 namespace kvscope::cli {
 
 enum class ColorMode { None, Ansi256, TrueColor };
@@ -15,8 +17,6 @@ enum class ColorMode { None, Ansi256, TrueColor };
 /// `choice` auto | always | never. auto: colour when stdout is a terminal, NO_COLOR is
 /// unset (or empty) and TERM is not "dumb"; 24-bit when COLORTERM says truecolor/24bit.
 ColorMode detectColorMode(const std::string& choice);
-/// `requested` when > 0, else the terminal's width (stdout), else $COLUMNS, else 100.
-int terminalWidth(int requested);
 
 struct Rgb {
   int r = 0, g = 0, b = 0;
@@ -40,15 +40,6 @@ class Style {
   ColorMode mode_;
 };
 
-/// Columns a UTF-8 string takes (one per code point; escape sequences count zero).
-int displayWidth(const std::string& s);
-/// `s` cut to `width` columns with a trailing "…" when it is longer (no escapes inside).
-std::string fitWidth(const std::string& s, int width);
-/// `s` padded with spaces to `width` columns.
-std::string padRight(const std::string& s, int width);
-/// Words of `text` wrapped to `width` columns, every line prefixed by `indent`.
-std::vector<std::string> wrapText(const std::string& text, int width, const std::string& indent);
-
 /// One map of a heatmap row: a [positions, dims] row-major buffer and its colour range.
 struct HeatmapMap {
   std::string title;
@@ -70,8 +61,12 @@ struct HeatmapRows {
 /// whole row fits `width` columns. Returns the lines, a column-header line first.
 std::vector<std::string> drawHeatmaps(const std::vector<HeatmapMap>& maps, const HeatmapRows& rows,
                                       int width, const Style& style, std::string* dimsNote);
-/// The colour scale of a map: its glyphs or a colour gradient with the numeric range.
-std::string heatmapLegend(const HeatmapMap& map, const Style& style);
+/// The colour scale of a map as items to pack into lines: "title: " and each glyph with
+/// its value, or the colour gradient between the numeric range's ends.
+std::vector<std::string> heatmapLegend(const HeatmapMap& map, const Style& style);
+
+/// The colour scale in a few columns: "lo ' ░▒▓█' hi", or a short gradient between them.
+std::string heatmapRamp(const HeatmapMap& map, const Style& style);
 
 /// A log-scale bar of `width` cells for `value` on [lo, hi] with a mark at `floor`
 /// (none when floor <= 0).

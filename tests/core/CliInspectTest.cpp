@@ -1,8 +1,11 @@
 // kvscope-cli inspect end to end: the terminal view of one step names the divergent layer
 // and kv head at once (header, layer overview, heatmap heading) on the demo audit and on a
-// transformers-recorded scenario; plain text when stdout is not a terminal; bad points exit 2.
+// transformers-recorded scenario; plain text when stdout is not a terminal; the compact view
+// fits 80x24 (or --width x --height, $COLUMNS x $LINES) with the verdict and the first check
+// on top, every line within the width, coloured or not; bad points and values exit 2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -71,7 +74,7 @@ std::string shownHead(const std::string& out) {
 }  // namespace
 
 TEST(CliInspect, DemoShowsTheDivergentLayerAndHeadAtOnce) {
-  const CliRun r = inspect(demoArgs(), {"--width", "100"});
+  const CliRun r = inspect(demoArgs(), {"--full", "--width", "100"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_FALSE(has(r.out, "\x1b[")) << "no colour when stdout is not a terminal\n" << r;
   // 1. Header: the verdict, the first divergence and the point shown.
@@ -118,7 +121,8 @@ TEST(CliInspect, DemoShowsTheDivergentLayerAndHeadAtOnce) {
 TEST(CliInspect, ChosenPointIsShownAsAsked) {
   // The step where request 1 arrives in request 0's cache row: the event, the finding.
   const CliRun r =
-      inspect(demoArgs(), {"--step", "3", "--layer", "0", "--head", "0", "--kind", "v"});
+      inspect(demoArgs(), {"--full", "--width", "100", "--step", "3", "--layer", "0", "--head", "0",
+                           "--kind", "v"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "request 0, step 3, layer 0, kv head 0 of 2")) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "V (values)")) << r;
@@ -134,13 +138,13 @@ TEST(CliInspect, ChosenPointIsShownAsAsked) {
   EXPECT_TRUE(has(r.out, "[cross_request]")) << r;
   EXPECT_TRUE(has(r.out, "elsewhere: wrong_layer at --request 0 --step 0 --layer 2")) << r;
   // Another request: its own first divergent step.
-  const CliRun other = inspect(demoArgs(), {"--request", "1"});
+  const CliRun other = inspect(demoArgs(), {"--full", "--request", "1"});
   ASSERT_TRUE(other.exitedWith(1)) << other;
   EXPECT_TRUE(has(lineWith(other.out, "shown: "), "request 1, step 0 (prefill), layer 2")) << other;
 }
 
 TEST(CliInspect, ColourOnlyWhenAskedOrOnATerminal) {
-  const CliRun r = inspect(demoArgs(), {"--color", "always", "--rows", "4"});
+  const CliRun r = inspect(demoArgs(), {"--full", "--color", "always", "--rows", "4"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_TRUE(has(r.out, "\x1b[48;")) << "heatmap cells are coloured\n" << r;
   EXPECT_EQ(lineWith(r.out, "scale  reference and cached: ' '"), "") << "a gradient, not glyphs\n"
@@ -152,7 +156,7 @@ TEST(CliInspect, ColourOnlyWhenAskedOrOnATerminal) {
 }
 
 TEST(CliInspect, CleanRunExitsZero) {
-  const CliRun r = inspect({"--model", demoModel(), "--prompt", "hello there", "--max-new", "3"});
+  const CliRun r = inspect({"--model", demoModel(), "--prompt", "hello there", "--max-new", "3", "--full"});
   ASSERT_TRUE(r.exitedWith(0)) << r;
   EXPECT_TRUE(has(r.out, "verdict: clean")) << r;
   EXPECT_TRUE(has(r.out, "first divergence: none")) << r;
@@ -196,7 +200,7 @@ TEST(CliInspect, TransformersScenarioShowsTheReplacedLayer) {
                            quote(fixture("hf/scenarios/gpt2.wrong_layer.json")) + " " +
                            quote(hfModel("gpt2")) + " " + quote(trace));
   ASSERT_EQ(convert.status, 0) << convert.output;
-  const CliRun r = inspect({"--model", hfModel("gpt2"), "--trace", trace, "--width", "120"});
+  const CliRun r = inspect({"--model", hfModel("gpt2"), "--trace", trace, "--width", "120", "--full"});
   ASSERT_TRUE(r.exitedWith(1)) << r;
   EXPECT_TRUE(has(r.out, "first divergence: request 0, step 1, layer 1")) << r;
   EXPECT_TRUE(has(lineWith(r.out, "shown: "), "request 0, step 1, layer 1, kv head ")) << r;
@@ -214,4 +218,128 @@ TEST(CliInspect, TransformersScenarioShowsTheReplacedLayer) {
   const CliRun bad = inspect({"--model", hfModel("gpt2"), "--trace", trace, "--step", "40"});
   EXPECT_TRUE(bad.exitedWith(2)) << bad;
   EXPECT_TRUE(has(bad.err, "its steps: 0-10")) << bad;
+}
+
+namespace {
+
+// Terminal columns of a line: escape sequences count zero, a code point one (the demo draws
+// no wide characters).
+size_t columns(const std::string& line) {
+  size_t n = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\x1b') {
+      if (i + 1 < line.size() && line[i + 1] == '[') {
+        i += 2;
+        while (i < line.size() && !(line[i] >= 0x40 && line[i] <= 0x7e)) ++i;
+      } else {
+        ++i;
+      }
+      continue;
+    }
+    n += (static_cast<unsigned char>(line[i]) & 0xC0) != 0x80;
+  }
+  return n;
+}
+
+std::vector<std::string> linesOf(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+void expectFits(const CliRun& r, size_t width, size_t height) {
+  const auto lines = linesOf(r.out);
+  EXPECT_LE(lines.size(), height) << r;
+  for (const auto& l : lines) EXPECT_LE(columns(l), width) << l;
+}
+
+const std::vector<std::string> kNoSize = {"COLUMNS", "LINES"};
+
+}  // namespace
+
+TEST(CliInspect, CompactViewFitsEightyByTwentyFourWithTheVerdictAndFirstCheck) {
+  // Piped, without --width, $COLUMNS or $LINES: 80 x 24.
+  for (const char* color : {"never", "always"}) {
+    SCOPED_TRACE(color);
+    const CliRun r = runKvscopeCli(
+        [&] {
+          std::vector<std::string> a{"inspect"};
+          for (const auto& x : demoArgs()) a.push_back(x);
+          a.insert(a.end(), {"--color", color});
+          return a;
+        }(),
+        kNoSize);
+    ASSERT_TRUE(r.exitedWith(1)) << r;
+    expectFits(r, 80, 24);
+    const auto lines = linesOf(r.out);
+    ASSERT_GE(lines.size(), 20u) << "the height is used\n" << r;
+    EXPECT_TRUE(has(lines[0], "verdict: ")) << r;
+    EXPECT_TRUE(has(lines[0], "DIVERGENT")) << r;
+    EXPECT_TRUE(has(r.out, "first divergence: ")) << r;
+    EXPECT_TRUE(has(r.out, "request 0, step 0, layer 2")) << r;
+    // The first check of the root finding, as `audit` prints it ("-> check ...").
+    EXPECT_TRUE(has(lineWith(r.out, "first check: "), "layer 2's cache source and append")) << r;
+    EXPECT_TRUE(has(lineWith(r.out, "first check: "), "(wrong_layer)")) << r;
+    EXPECT_TRUE(has(lineWith(r.out, "shown: "), "layer 2, kv head ")) << r;
+    // Every part is there, the heatmap with the rows that fit.
+    EXPECT_TRUE(has(r.out, "\u25B6 layer 2")) << r;
+    EXPECT_TRUE(has(r.out, "logits: max |\u0394logit| ")) << r;
+    EXPECT_TRUE(has(r.out, "here: ")) << r;
+    EXPECT_TRUE(has(r.out, "wrong_layer")) << r;
+    EXPECT_TRUE(has(lineWith(r.out, "  pos 13 "), "\u25C0"))
+        << "the largest difference's row is among those shown\n"
+        << r;
+  }
+  const CliRun clean = runKvscopeCli(
+      {"inspect", "--model", demoModel(), "--prompt", "hello there", "--max-new", "3"}, kNoSize);
+  ASSERT_TRUE(clean.exitedWith(0)) << clean;
+  expectFits(clean, 80, 24);
+  EXPECT_TRUE(has(clean.out, "first check: none, the audit is clean")) << clean;
+}
+
+TEST(CliInspect, SizeComesFromTheOptionsElseTheEnvironment) {
+  std::vector<std::string> args{"inspect"};
+  for (const auto& x : demoArgs()) args.push_back(x);
+  const CliRun env = runKvscopeCli(args, {"COLUMNS=60", "LINES=16"});
+  ASSERT_TRUE(env.exitedWith(1)) << env;
+  expectFits(env, 60, 16);
+  EXPECT_TRUE(has(env.out, "first check: ")) << env;
+  auto sized = args;
+  sized.insert(sized.end(), {"--width", "120", "--height", "40"});
+  const CliRun opt = runKvscopeCli(sized, {"COLUMNS=60", "LINES=16"});
+  ASSERT_TRUE(opt.exitedWith(1)) << opt;
+  expectFits(opt, 120, 40);
+  EXPECT_GT(linesOf(opt.out).size(), 24u) << "a taller view draws more rows\n" << opt;
+}
+
+TEST(CliInspect, FullViewHonoursTheWidthStrictly) {
+  // The layer lines with their tags, the scales and the heatmap with its ◀ once ran over.
+  for (const char* width : {"80", "40"})
+    for (const char* color : {"never", "always"}) {
+      SCOPED_TRACE(std::string(width) + " " + color);
+      const CliRun r = inspect(demoArgs(), {"--full", "--width", width, "--color", color});
+      ASSERT_TRUE(r.exitedWith(1)) << r;
+      expectFits(r, static_cast<size_t>(std::stoi(width)), 1000);
+      EXPECT_TRUE(has(r.out, "first check: ")) << r;
+      EXPECT_TRUE(has(r.out, "elsewhere: ")) << r;
+    }
+}
+
+TEST(CliInspect, OutOfRangeValuesSayWhatIsAccepted) {
+  const CliRun rows = inspect(demoArgs(), {"--rows", "0"});
+  EXPECT_TRUE(rows.exitedWith(2)) << rows;
+  EXPECT_TRUE(has(rows.err, "--rows: 0 is out of range: give a whole number from 1 to 100000"))
+      << rows;
+  EXPECT_FALSE(has(rows.err, "e+308")) << rows;
+  const CliRun word = inspect(demoArgs(), {"--rows", "many"});
+  EXPECT_TRUE(word.exitedWith(2)) << word;
+  EXPECT_TRUE(has(word.err, "'many' is not a whole number: give a whole number from 1")) << word;
+  const CliRun width = inspect(demoArgs(), {"--width", "20"});
+  EXPECT_TRUE(width.exitedWith(2)) << width;
+  EXPECT_TRUE(has(width.err, "--width: 20 is out of range: give a whole number from 40")) << width;
+  const CliRun maxNew = inspect({"--model", demoModel(), "--prompt", "x", "--max-new", "0"});
+  EXPECT_TRUE(maxNew.exitedWith(2)) << maxNew;
+  EXPECT_TRUE(has(maxNew.err, "--max-new: 0 is out of range: give a whole number from 1"))
+      << maxNew;
 }

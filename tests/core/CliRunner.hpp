@@ -40,7 +40,10 @@ inline std::string readWholeFile(const std::filesystem::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-inline CliRun runKvscopeCli(const std::vector<std::string>& args) {
+/// `env`: changes to this process's environment for the child, "NAME=value" to set and
+/// "NAME" alone to unset.
+inline CliRun runKvscopeCli(const std::vector<std::string>& args,
+                            const std::vector<std::string>& env = {}) {
   namespace fs = std::filesystem;
   static std::atomic<int> counter{0};
   const fs::path base =
@@ -61,9 +64,25 @@ inline CliRun runKvscopeCli(const std::vector<std::string>& args) {
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errPath.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> vars;
+  for (char** e = environ; *e; ++e) {
+    const std::string var = *e;
+    bool replaced = false;
+    for (const auto& change : env) {
+      const std::string name = change.substr(0, change.find('=')) + "=";
+      replaced = replaced || var.compare(0, name.size(), name) == 0;
+    }
+    if (!replaced) vars.push_back(var);
+  }
+  for (const auto& change : env)
+    if (change.find('=') != std::string::npos) vars.push_back(change);
+  std::vector<char*> cenv;
+  for (auto& v : vars) cenv.push_back(v.data());
+  cenv.push_back(nullptr);
+
   CliRun r;
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  const int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), cenv.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) {
     r.err = "posix_spawn failed with " + std::to_string(rc);

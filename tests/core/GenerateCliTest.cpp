@@ -231,3 +231,36 @@ TEST(GenerateCli, IdsInsteadOfPromptText) {
     EXPECT_TRUE(b.exitedWith(2)) << b;
   }
 }
+
+TEST(GenerateCli, IdsWorkWithoutATokenizerAsInReference) {
+  // A checkpoint without tokenizer files: --ids run (as `reference --ids` does), the text
+  // is left out, and the trace audits; prompt text still needs a tokenizer.
+  const std::string dir =
+      test::writeScratchCheckpoint(kGenerateTag, "no-tokenizer", test::smallSpec());
+  fs::remove(dir + "/tokenizer.json");
+  fs::remove(dir + "/tokenizer_config.json");
+  const std::string trace = test::freshDir("cli-generate-no-tokenizer").string() + "/run.kvtrace";
+  fs::create_directories(fs::path(trace).parent_path());
+  auto r = test::runKvscopeCli({"generate", "--model", dir, "--ids", "5,6,7", "--max-new", "3",
+                                "--json", "--trace", trace});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["requests"].size(), 1u);
+  EXPECT_EQ(j["requests"][0]["prompt_ids"], (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(j["requests"][0]["generated"].size(), 3u);
+  EXPECT_TRUE(j["requests"][0]["text"].is_null()) << r.out;
+  // The plain-text summary says why there is no text.
+  r = test::runKvscopeCli({"generate", "--model", dir, "--ids", "5,6,7", "--max-new", "2"});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  EXPECT_NE(r.out.find("text:      (no tokenizer"), std::string::npos) << r;
+  // The same greedy token as the reference's argmax.
+  const auto ref = test::runKvscopeCli({"reference", "--model", dir, "--ids", "5,6,7", "--json"});
+  ASSERT_TRUE(ref.exitedWith(0)) << ref;
+  EXPECT_EQ(json::parse(ref.out)["top"][0]["id"], j["requests"][0]["generated"][0]) << ref.out;
+  const auto audit = test::runKvscopeCli({"audit", "--model", dir, "--trace", trace});
+  EXPECT_TRUE(audit.exitedWith(0)) << audit;
+
+  r = test::runKvscopeCli({"generate", "--model", dir, "--prompt", "hello", "--max-new", "2"});
+  EXPECT_TRUE(r.exitedWith(2)) << r;
+  EXPECT_NE(r.err.find("no tokenizer"), std::string::npos) << r;
+}

@@ -143,8 +143,11 @@ void printText(const Trace& trace, const ModelSession& session, const std::strin
               << " tokens)\n"
               << "  generated:";
     for (int64_t id : r.generated) std::cout << " " << id;
-    std::cout << "\n  text:      '" << printable(session.tokenizer()->decode(r.generated)) << "'\n"
-              << "  stop:      " << r.stopReason << " after " << r.generated.size() << " tokens\n";
+    std::cout << "\n  text:      "
+              << (session.tokenizer()
+                      ? "'" + printable(session.tokenizer()->decode(r.generated)) + "'"
+                      : std::string("(no tokenizer in the model directory to decode it)"))
+              << "\n  stop:      " << r.stopReason << " after " << r.generated.size() << " tokens\n";
   }
   if (!tracePath.empty())
     std::cout << "\ntrace: " << tracePath << " (" << trace.steps.size() << " steps"
@@ -193,7 +196,8 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
                        "(remove it or choose another name)");
   }
 
-  const ModelSession session = ModelSession::open(o.model, /*requireTokenizer=*/true);
+  // --ids need no tokenizer (as in `reference`); prompt text does.
+  const ModelSession session = ModelSession::open(o.model, /*requireTokenizer=*/o.idLists.empty());
   for (const auto& u : options.weightUpdates) checkWeightName(*session.model(), u);
   const std::vector<RequestSpec> requests = buildRequests(o, session, policy);
 
@@ -213,7 +217,9 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
                     {"prompt", r.promptText},
                     {"prompt_ids", r.promptIds},
                     {"generated", r.generated},
-                    {"text", session.tokenizer()->decode(r.generated)},
+                    {"text", session.tokenizer()
+                                 ? nlohmann::json(session.tokenizer()->decode(r.generated))
+                                 : nlohmann::json(nullptr)},
                     {"stop_reason", r.stopReason},
                     {"arrival_tick", r.arrivalTick},
                     {"batch_group",
