@@ -293,3 +293,24 @@ TEST(RingWindow, ReaderRefusesBadLayerKindsAndSlotMaps) {
     EXPECT_EQ(ringReadErrorField(out), b.field) << b.name;
   }
 }
+
+TEST(RingWindow, ContentsWrongUnderARightMapAreNamedAsContentsInStageThree) {
+  // A correct ring past its wrap whose layer-1 checksum after the last step no longer fits
+  // the records its (right) slot map places: stage 3 names the contents, not the map.
+  Trace t = ringRun({"contents", Architecture::Mistral, 3, {}});
+  TraceStep& last = t.steps.back();
+  ASSERT_TRUE(last.layers[1].keyChecksum.has_value());
+  last.layers[1].keyChecksum = *last.layers[1].keyChecksum ^ 1u;
+  const AuditReport rep =
+      Auditor::audit(*Model::load(windowedModel(Architecture::Mistral)), t).report;
+  ASSERT_TRUE(rep.hasFinding(finding::WindowWrap)) << rep.toText();
+  const auto& pos = rep.stages[2].checks;
+  EXPECT_TRUE(std::any_of(pos.begin(), pos.end(), [](const std::string& c) {
+    return c.rfind("FAIL: a ring cache's slots hold other values than the records its slot map "
+                   "places there",
+                   0) == 0;
+  })) << rep.toText();
+  EXPECT_FALSE(std::any_of(pos.begin(), pos.end(), [](const std::string& c) {
+    return c.find("slot map loses a position") != std::string::npos;
+  })) << rep.toText();
+}
