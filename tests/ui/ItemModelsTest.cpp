@@ -125,7 +125,22 @@ class ItemModelsTest : public QObject {
     QVERIFY(!model.index(0, 0).data(Qt::BackgroundRole).isValid());
     QCOMPARE(model.index(7, FailureMatrixModel::FirstCheckColumn).data().toString(),
              QStringLiteral("context limit reached"));
+    // A finding about layers 3/4 names them in the highlighted row, not the method's 1/2.
+    Finding layer4;
+    layer4.id = "wrong_layer";
+    layer4.layer = 4;
+    layer4.matrixRow = "layer 3 matches, layer 4 differs";
+    layer4.firstCheck = "layer 4's cache source and append";
+    model.setFocusFinding(layer4);
+    QCOMPARE(model.index(1, FailureMatrixModel::ObservationColumn).data().toString(),
+             QStringLiteral("layer 3 matches, layer 4 differs"));
+    QCOMPARE(model.index(1, FailureMatrixModel::FirstCheckColumn).data().toString(),
+             QStringLiteral("layer 4's cache source and append"));
+    QCOMPARE(model.index(3, FailureMatrixModel::ObservationColumn).data().toString(),
+             QString::fromStdString(FailureMatrix::row("cross_request").observation));
     model.setFocusRow(1);
+    QCOMPARE(model.index(1, FailureMatrixModel::ObservationColumn).data().toString(),
+             QStringLiteral("layer 1 matches, layer 2 differs"));  // the table keeps the method's
     QVERIFY(model.index(1, 0).data(Qt::BackgroundRole).value<QColor>() !=
             model.index(3, 0).data(Qt::BackgroundRole).value<QColor>());
   }

@@ -45,6 +45,8 @@ void FailureMatrixModel::setReport(std::shared_ptr<const AuditReport> report) {
   report_ = std::move(report);
   matched_.assign(rows().size(), {});
   focusRow_ = -1;
+  focusObservation_.clear();
+  focusFirstCheck_.clear();
   if (report_)
     for (const auto& f : report_->findings) {
       const int r = rowFor(f);
@@ -57,9 +59,18 @@ bool FailureMatrixModel::isMatched(int row) const {
   return row >= 0 && row < static_cast<int>(matched_.size()) && !matched_[static_cast<size_t>(row)].empty();
 }
 
+void FailureMatrixModel::setFocusFinding(const Finding& finding) {
+  focusObservation_ = finding.matrixRow;
+  focusFirstCheck_ = finding.firstCheck;
+  focusRow_ = rowFor(finding);
+  if (rowCount() > 0) Q_EMIT dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+}
+
 void FailureMatrixModel::setFocusRow(int row) {
   if (row == focusRow_) return;
   focusRow_ = row;
+  focusObservation_.clear();
+  focusFirstCheck_.clear();
   if (rowCount() > 0) Q_EMIT dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
 }
 
@@ -109,9 +120,13 @@ QVariant FailureMatrixModel::data(const QModelIndex& index, int role) const {
     case Qt::DisplayRole:
       switch (index.column()) {
         case ObservationColumn:
-          return QString::fromStdString(row->observation);
+          return QString::fromStdString(index.row() == focusRow_ && !focusObservation_.empty()
+                                            ? focusObservation_
+                                            : row->observation);
         case FirstCheckColumn:
-          return QString::fromStdString(row->firstCheck);
+          return QString::fromStdString(index.row() == focusRow_ && !focusFirstCheck_.empty()
+                                            ? focusFirstCheck_
+                                            : row->firstCheck);
         case FindingColumn: {
           QStringList ids;
           for (const auto& id : matched_[static_cast<size_t>(index.row())]) ids << QString::fromStdString(id);

@@ -39,6 +39,9 @@ class FailureMatrixModel : public QAbstractTableModel {
   bool isMatched(int row) const;
   /// Emphasises one row (the finding selected in the list); -1 for none.
   void setFocusRow(int row);
+  /// Emphasises the finding's row and shows its observation and first check in the finding's
+  /// own words (the layers it names) instead of the method's example.
+  void setFocusFinding(const Finding& finding);
 
   int rowCount(const QModelIndex& parent = QModelIndex()) const override;
   int columnCount(const QModelIndex& parent = QModelIndex()) const override;
@@ -49,6 +52,7 @@ class FailureMatrixModel : public QAbstractTableModel {
   std::shared_ptr<const AuditReport> report_;
   std::vector<std::vector<std::string>> matched_;  // per row: finding ids that map onto it
   int focusRow_ = -1;
+  std::string focusObservation_, focusFirstCheck_;  // the focused finding's words ("" none)
 };
 
 }  // namespace kvscope::ui

@@ -155,7 +155,7 @@ void DiagnosisPanel::refresh() {
 void DiagnosisPanel::showEvidence(int row) {
   const Finding* f = findings_->finding(row);
   if (!f) return;
-  matrix_->setFocusRow(FailureMatrixModel::rowFor(*f));
+  matrix_->setFocusFinding(*f);
   QString html = QStringLiteral("<p><b style='color:%1'>%2</b> — %3</p>")
                      .arg(Theme::alarm().name(), QString::fromStdString(f->id).toHtmlEscaped(),
                           QString::fromStdString(f->explanation).toHtmlEscaped());
