@@ -129,9 +129,10 @@ const std::vector<FaultInfo>& FaultSpec::catalog() {
         {"block", "prefix-cache block size in tokens, when --prefix-cache is not given", "4"},
         {"request", "request whose lookup is wrong (-1 = all)", "-1"}}},
       {"window_wrap",
-       "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, once a "
-       "layer's ring has wrapped, write each entry one slot back ((cache index - 1) mod slots): "
-       "the entry overwritten is one the next query still needs, and the slot map says so",
+       "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, in every "
+       "forward after a layer's ring has wrapped (a decode step after a prompt longer than the "
+       "window too), write each entry one slot back ((cache index - 1) mod slots): the entry "
+       "overwritten is one the next query still needs, and the slot map says so",
        "a ring layer's slot map loses a needed position at the first wrapped step",
        {{"layer", "sliding layer affected (-1 = every sliding layer)", "-1"},
         {"request", "request affected (-1 = all)", "-1"}}},
