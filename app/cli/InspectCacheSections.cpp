@@ -157,18 +157,17 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
            rangeOf(v.appendedFirst, newLast) + " (\u25B6)";
   else
     info = "no new records at this step";
-  const size_t layer = static_cast<size_t>(p.layer);
-  const double m = std::max(1e-6, static_cast<double>(v.valueAbsMax));
-  const double floor = layer < v.layerNoiseFloor.size() && v.layerNoiseFloor[layer] > 0
-                           ? v.layerNoiseFloor[layer]
-                           : 1e-4 * std::max(1.0, m);
+  const double floor = v.diffFloor;
   const bool beyond = v.diffMax > floor;
   if (!v.absDiff.empty())
     info += beyond ? "; max |difference| " + shortNumber(v.diffMax) + " at position " +
                          std::to_string(v.diffArgPosition) + ", dim " +
                          std::to_string(v.diffArgDim) + " (\u25C0)"
-                   : "; max |difference| " + shortNumber(v.diffMax) + " (noise, under " +
-                         shortNumber(floor) + ")";
+            : v.diffIsNoise()
+                ? "; max |difference| " + shortNumber(v.diffMax) + " (noise, under " +
+                      shortNumber(floor) + ")"
+                : "; max |difference| " + shortNumber(v.diffMax) + " (under " +
+                      shortNumber(floor) + ", not noise: " + v.diffStructure + ")";
   if (t == 0 || v.headDim == 0) {
     appendLines(out, wrapText(info, width, "  "));
     out.push_back(fitWidth("  nothing to draw" + (v.note.empty() ? "" : ": " + v.note), width));

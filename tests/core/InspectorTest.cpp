@@ -288,3 +288,25 @@ TEST(Inspector, TimelineMarksTheRopeScalingAndWhereKeysLeaveIt) {
   EXPECT_TRUE(mismatch.front()->alarm);
   EXPECT_EQ(mismatch.front()->label, "layer 1 keys at another RoPE scaling");
 }
+
+TEST(Inspector, ADuplicateAppendIsNotCalledNoise) {
+  // duplicate_append at layer 1, step 2: layer 1's cache holds one record twice. Every
+  // compared entry agrees with the reference (the extra one has nothing to compare with),
+  // yet the difference heatmap must not call the layer noise; the untouched layer 0 is.
+  const auto out = auditWith({"duplicate_append:layer=1,step=2"});
+  ASSERT_FALSE(out->result.report.clean()) << out->result.report.toText();
+  Inspector inspector(out);
+  for (KvKind kind : {KvKind::Keys, KvKind::Values}) {
+    const StepView bad = inspector.view({0, 2, 1, 0, kind});
+    ASSERT_FALSE(bad.absDiff.empty()) << bad.note;
+    EXPECT_NE(bad.cachedPositions, bad.referencePositions);
+    EXPECT_LE(bad.diffMax, bad.diffFloor) << "the compared entries differ: not the case here";
+    EXPECT_FALSE(bad.diffIsNoise());
+    EXPECT_NE(bad.diffStructure.find("positions, the reference"), std::string::npos)
+        << bad.diffStructure;
+    const StepView fine = inspector.view({0, 2, 0, 0, kind});
+    EXPECT_EQ(fine.cachedPositions, fine.referencePositions);
+    EXPECT_TRUE(fine.diffIsNoise()) << fine.diffStructure << " max " << fine.diffMax
+                                    << " floor " << fine.diffFloor;
+  }
+}

@@ -166,6 +166,31 @@ TEST(RingWindow, WrongSlotAfterTheWrapIsWindowWrapAtTheFirstWrappedStep) {
       }
 }
 
+TEST(RingWindow, WrongSlotAfterAPromptLongerThanTheWindowIsFoundAtTheFirstDecodeStep) {
+  // The prefill wraps the ring (12 or 9 tokens, window 6) and attends over its own records;
+  // the first decode step writes entry n one slot back, over position n - 1, which its query
+  // and the next ones need. Before the fix the prefill's shift only rotated the ring: clean.
+  for (const auto& [arch, layer] : std::vector<std::pair<Architecture, int64_t>>{
+           {Architecture::Mistral, 0}, {Architecture::Mistral, 1}, {Architecture::Qwen2, 2}})
+    for (int64_t prompt : {9, 12}) {
+      const std::string name = architectureName(arch) + " L" + std::to_string(layer) + " long p" +
+                               std::to_string(prompt);
+      const RingRun c{name, arch, prompt, {"window_wrap:layer=" + std::to_string(layer)}};
+      const Trace t = test::writtenAndRead(ringRun(c), "ring-window-traces", name + ".kvtrace");
+      for (const AuditReport& rep :
+           {Auditor::audit(*Model::load(windowedModel(arch)), t).report,
+            Auditor::auditTraces(ringRun(c, /*uncached=*/true), t).report}) {
+        const Finding& f = test::onlyFinding(rep, finding::WindowWrap);
+        EXPECT_EQ(f.step, 1) << name << "\n" << rep.toText();
+        EXPECT_EQ(f.layer, layer) << name;
+        EXPECT_EQ(f.evidence.count("missing_position") ? f.evidence.at("missing_position") : -1.0,
+                  static_cast<double>(prompt - 1))
+            << name;
+        EXPECT_EQ(f.evidence.at("first_wrapped_step"), 0.0) << name;  // the prefill wrapped it
+      }
+    }
+}
+
 TEST(RingWindow, EvidenceNamesTheLostPositionAndTheSlot) {
   const Trace t = ringRun({"evidence", Architecture::Mistral, 3, {"window_wrap:layer=1"}});
   const AuditReport rep =

@@ -182,17 +182,19 @@ void KvHeatmapPanel::paintSnapshot() {
     difference_->clearBuffer(tr("no comparison"));
   } else {
     // The audit's tolerance for this layer is the floor: precision noise stays dark.
-    const auto layer = static_cast<size_t>(s.layer);
-    const double floor = layer < snap->layerNoiseFloor.size() && snap->layerNoiseFloor[layer] > 0
-                             ? snap->layerNoiseFloor[layer]
-                             : 1e-4 * std::max(1.0, m);
+    const double floor = snap->diffFloor;
     const double upper = std::max(static_cast<double>(snap->diffMax), floor);
     const int64_t t = std::min(snap->cachedPositions, snap->referencePositions);
-    QString sub = snap->diffMax > floor ? tr("max %1 at pos %2, dim %3")
-                                              .arg(snap->diffMax, 0, 'g', 3)
-                                              .arg(snap->diffArgPosition)
-                                              .arg(snap->diffArgDim)
-                                        : tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2);
+    QString sub = snap->diffMax > floor
+                      ? tr("max %1 at pos %2, dim %3")
+                            .arg(snap->diffMax, 0, 'g', 3)
+                            .arg(snap->diffArgPosition)
+                            .arg(snap->diffArgDim)
+                  : snap->diffIsNoise()
+                      ? tr("max %1 (noise)").arg(snap->diffMax, 0, 'g', 2)
+                      : tr("max %1, not noise: %2")
+                            .arg(snap->diffMax, 0, 'g', 2)
+                            .arg(QString::fromStdString(snap->diffStructure));
     difference_->setBuffer(snap->absDiff, t, snap->headDim, QCPRange(0.0, upper), sub);
   }
   for (KvHeatmapView* v : {reference_, cached_, difference_}) v->setMarkedPositions(first, last);

@@ -67,6 +67,16 @@ struct StepView {
   /// difference is precision noise. Empty / 0 when the step was not audited.
   std::vector<double> layerNoiseFloor;  // [layers] for the shown kind
   double logitNoiseFloor = 0.0;
+  /// The floor the shown difference is judged by: layerNoiseFloor at the shown layer, else
+  /// 1e-4 x max(1, valueAbsMax) when the step was not audited.
+  double diffFloor = 0.0;
+  /// Why the cache at this layer and step is structurally wrong (its length differs from the
+  /// reference's, its shape does, or its row was overwritten in a way the records cannot
+  /// show), so that a difference under the floor is still not noise; "" when it is not.
+  std::string diffStructure;
+  /// The one rule the front ends label the difference heatmap by: precision noise only when
+  /// every compared entry is under the floor and the cache's structure is right.
+  bool diffIsNoise() const { return diffMax <= diffFloor && diffStructure.empty(); }
 
   std::vector<float> logitDelta;  // [V] cached - reference logits row of the step
   double maxAbsLogitDelta = 0.0;

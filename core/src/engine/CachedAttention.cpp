@@ -138,10 +138,13 @@ KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tenso
     keys.push_back(torch::cat({cache_.copyKeys(layer, r.slot, 0, held), ks[b]}, 1).unsqueeze(0));
     values.push_back(
         torch::cat({cache_.copyValues(layer, r.slot, 0, held), vs[b]}, 1).unsqueeze(0));
-    // window_wrap: once wrapped, entries go one slot back, over one the next query needs.
     ringRecords_[b].keys[L] = ks[b];
     ringRecords_[b].values[L] = vs[b];
-    const int64_t shift = faults_.ringWrapShift(r.id, layer);
+    // window_wrap: a forward that starts on a wrapped ring (its cache index at least the
+    // slots) writes its entries one slot back, over one the next query needs. The forward
+    // that wraps the ring writes right: it attends over its own records, so a shift that
+    // began inside it would only rotate the ring (a prompt longer than the window).
+    const int64_t shift = first >= slots.slots() ? faults_.ringWrapShift(r.id, layer) : 0;
     for (int64_t i = 0; i < written; ++i) {
       const int64_t j = first + i, inStep = i % s;
       const bool real = fedMask_[b][static_cast<size_t>(inStep)] != 0;

@@ -244,6 +244,24 @@ StepView Inspector::view(const InspectionPoint& requested) {
     v.layerNoiseFloor = p.kind == KvKind::Keys ? numerics->keyTolerance : numerics->valueTolerance;
     v.logitNoiseFloor = numerics->tolerance;
   }
+  const auto shown = static_cast<size_t>(p.layer);
+  v.diffFloor = shown < v.layerNoiseFloor.size() && v.layerNoiseFloor[shown] > 0
+                    ? v.layerNoiseFloor[shown]
+                    : 1e-4 * std::max(1.0, static_cast<double>(v.valueAbsMax));
+  // Equal values over the common positions say nothing when the cache holds other positions
+  // than the reference (a duplicate append, a skipped rollback) or lost rows to a rewrite.
+  // (A ring's snapshot holds its slots, not the stream: its length is no evidence.)
+  const bool ringSnapshot =
+      result.trace.layerKind(p.layer).ringSlots > 0 && place.step &&
+      shown < place.step->layers.size() && !place.step->layers[shown].snapshotKeys.empty();
+  if (!v.cached.empty() && !v.reference.empty() && v.cachedPositions != v.referencePositions &&
+      !ringSnapshot)
+    v.diffStructure = "the cache holds " + std::to_string(v.cachedPositions) +
+                      " positions, the reference " + std::to_string(v.referencePositions);
+  else if (v.rowRewritten && !v.cachedFromReplay)
+    v.diffStructure = "the cache row was overwritten after its records were appended";
+  else if (shown < v.layerMaxDiff.size() && std::isinf(v.layerMaxDiff[shown]) && !ringSnapshot)
+    v.diffStructure = "the layer's cache and the reference differ in shape";
 
   // The step's logits row against the reference row for the same real prefix.
   const RequestReference* ref = result.referenceFor(p.request);

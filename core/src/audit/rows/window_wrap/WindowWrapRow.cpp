@@ -24,10 +24,10 @@ class WindowWrapRow final : public FailureRow {
         {"sliding-window caches off by one after the window wraps (the method's list of bugs "
          "seen in the wild; docs/audit.md)"},
         {{"window_wrap",
-          "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, once "
-          "a layer's ring has wrapped, write each entry one slot back ((cache index - 1) mod "
-          "slots): the entry overwritten is one the next query still needs, and the slot map "
-          "says so",
+          "ring-buffer sliding-window caches (enabled if --ring-window is not given) that, in "
+          "every forward after a layer's ring has wrapped (a decode step after a prompt longer "
+          "than the window too), write each entry one slot back ((cache index - 1) mod slots): "
+          "the entry overwritten is one the next query still needs, and the slot map says so",
           "a ring layer's slot map loses a needed position at the first wrapped step",
           {{"layer", "sliding layer affected (-1 = every sliding layer)", "-1"},
            {"request", "request affected (-1 = all)", "-1"}}}},
