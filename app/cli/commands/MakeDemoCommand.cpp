@@ -53,7 +53,8 @@ void runMakeDemo(const MakeDemoOptions& o) {
   if (o.slidingWindow >= 0) {
     spec.slidingWindow = o.slidingWindow;
     // Qwen2 applies its window only with use_sliding_window.
-    if (spec.architecture == Architecture::Qwen2) spec.useSlidingWindow = o.slidingWindow > 0;
+    if (spec.architecture == Architecture::Qwen2 || spec.architecture == Architecture::Qwen3)
+      spec.useSlidingWindow = o.slidingWindow > 0;
   }
   if (o.maxWindowLayers >= 0) spec.maxWindowLayers = o.maxWindowLayers;
   const CheckpointWriter writer(spec);  // validates the spec (a window on gpt2 or llama)
@@ -82,8 +83,8 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
                   "with 5 GB shards: llama-3.2-1b (2.5 GB), llama-3.1-8b (16 GB), "
                   "qwen2.5-7b (15 GB)")
       ->check(CLI::IsMember(CheckpointSpec::presetNames()));
-  sub->add_option("--arch", opts->arch, "Architecture: gpt2, llama, mistral or qwen2")
-      ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2"}));
+  sub->add_option("--arch", opts->arch, "Architecture: gpt2, llama, mistral, qwen2 or qwen3")
+      ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2", "qwen3"}));
   sub->add_option("--dtype", opts->dtype, "Stored dtype: F32, F16 or BF16");
   sub->add_option("--shards", opts->shards, "Number of weight files (1: model.safetensors)")
       ->check(CLI::PositiveNumber);
@@ -92,11 +93,11 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
       ->check(CLI::IsMember({"v4", "v5"}));
   auto* seed = sub->add_option("--seed", opts->seed, "Random seed (default 0)");
   sub->add_option("--sliding-window", opts->slidingWindow,
-                  "Sliding attention window W (mistral: every layer; qwen2: layers from "
+                  "Sliding attention window W (mistral: every layer; qwen2, qwen3: layers from "
                   "--max-window-layers on, with use_sliding_window; 0 = none)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-window-layers", opts->maxWindowLayers,
-                  "qwen2: the layers below this index attend over everything")
+                  "qwen2, qwen3: the layers below this index attend over everything")
       ->check(CLI::NonNegativeNumber);
   sub->add_flag("--force", opts->force,
                 "Write into a non-empty directory, replacing only the files make-demo writes");

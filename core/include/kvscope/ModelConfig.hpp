@@ -12,9 +12,9 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3 };
 
-/// "gpt2", "llama", "mistral", "qwen2".
+/// "gpt2", "llama", "mistral", "qwen2", "qwen3".
 std::string architectureName(Architecture a);
 /// The `model_type` values KV Scope can load, for error messages.
 std::string supportedModelTypes();
@@ -49,6 +49,7 @@ struct ModelConfig {
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj
   bool mlpBias = false;
+  bool qkNorm = false;                // per-head RMSNorm of queries and keys before RoPE (Qwen3)
   bool scaleAttnByInverseLayerIdx = false;  // GPT-2 option
   int64_t slidingWindow = 0;          // 0: no sliding window anywhere
   std::vector<bool> slidingLayers;    // per layer: true where the window applies

@@ -144,7 +144,7 @@ void CheckpointSpec::setArchitecture(Architecture a) {
   } else {
     if (a != Architecture::Llama) attentionBias = false;
     if (a == Architecture::Llama) slidingWindow = 0;
-    if (a != Architecture::Qwen2) {
+    if (a != Architecture::Qwen2 && a != Architecture::Qwen3) {
       useSlidingWindow = false;
       maxWindowLayers = 0;
     }
@@ -199,9 +199,9 @@ void CheckpointSpec::validate() const {
     else
       require(!attentionBias, "attention_bias", "only Llama has the attention_bias option");
   }
-  if (architecture != Architecture::Qwen2) {
-    require(!useSlidingWindow, "use_sliding_window", "only Qwen2 has this switch");
-    require(maxWindowLayers == 0, "max_window_layers", "only Qwen2 has this option");
+  if (architecture != Architecture::Qwen2 && architecture != Architecture::Qwen3) {
+    require(!useSlidingWindow, "use_sliding_window", "only Qwen2 and Qwen3 have this switch");
+    require(maxWindowLayers == 0, "max_window_layers", "only Qwen2 and Qwen3 have this option");
   } else {
     require(!useSlidingWindow || slidingWindow > 0, "sliding_window",
             "use_sliding_window needs a positive window");
@@ -213,6 +213,7 @@ Architecture parseArchitecture(const std::string& name) {
   if (name == "llama") return Architecture::Llama;
   if (name == "mistral") return Architecture::Mistral;
   if (name == "qwen2") return Architecture::Qwen2;
+  if (name == "qwen3") return Architecture::Qwen3;
   throw UsageError("unknown architecture '" + name + "' (supported: " + supportedModelTypes() +
                    ")");
 }

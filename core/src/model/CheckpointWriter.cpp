@@ -76,6 +76,10 @@ std::vector<CheckpointWriter::TensorPlan> planDecoder(const CheckpointSpec& s) {
     linear("self_attn.k_proj", kv, H, qkvBias);
     linear("self_attn.v_proj", kv, H, qkvBias);
     linear("self_attn.o_proj", H, q, oBias);
+    if (s.architecture == Architecture::Qwen3) {  // per-head q/k norm
+      p.push_back({l + "self_attn.q_norm.weight", {D}, Init::NormWeight, 0.0});
+      p.push_back({l + "self_attn.k_norm.weight", {D}, Init::NormWeight, 0.0});
+    }
     linear("mlp.gate_proj", I, H, false);
     linear("mlp.up_proj", I, H, false);
     linear("mlp.down_proj", H, I, false);

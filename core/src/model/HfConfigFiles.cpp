@@ -95,10 +95,17 @@ json decoderConfig(const CheckpointSpec& s) {
       c["head_dim"] = s.resolvedHeadDim();
       c["sliding_window"] = s.slidingWindow > 0 ? json(s.slidingWindow) : json(nullptr);
       break;
-    case Architecture::Qwen2: {
-      c["architectures"] = json::array({"Qwen2ForCausalLM"});
-      c["model_type"] = "qwen2";
-      if (s.headDim > 0) c["head_dim"] = s.headDim;
+    case Architecture::Qwen2:
+    case Architecture::Qwen3: {
+      const bool qwen3 = s.architecture == Architecture::Qwen3;
+      c["architectures"] = json::array({qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"});
+      c["model_type"] = qwen3 ? "qwen3" : "qwen2";
+      if (qwen3) {
+        c["attention_bias"] = false;
+        c["head_dim"] = s.resolvedHeadDim();
+      } else if (s.headDim > 0) {
+        c["head_dim"] = s.headDim;
+      }
       c["use_sliding_window"] = s.useSlidingWindow;
       c["max_window_layers"] = s.maxWindowLayers;
       // transformers 5 stores the window only when it is used, and the per-layer choice.

@@ -171,11 +171,12 @@ std::string architectureName(Architecture a) {
     case Architecture::Llama: return "llama";
     case Architecture::Mistral: return "mistral";
     case Architecture::Qwen2: return "qwen2";
+    case Architecture::Qwen3: return "qwen3";
   }
   return "?";
 }
 
-std::string supportedModelTypes() { return "gpt2, llama, mistral, qwen2"; }
+std::string supportedModelTypes() { return "gpt2, llama, mistral, qwen2, qwen3"; }
 
 bool RopeConfig::operator==(const RopeConfig& o) const {
   return type == o.type && theta == o.theta && factor == o.factor &&
@@ -205,6 +206,8 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
     c.architecture = Architecture::Mistral;
   } else if (c.modelType == "qwen2") {
     c.architecture = Architecture::Qwen2;
+  } else if (c.modelType == "qwen3") {
+    c.architecture = Architecture::Qwen3;
   } else {
     throw InputError(file, "model_type",
                      "unsupported model type '" + c.modelType +
@@ -279,13 +282,17 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
       c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", false);
       c.qkvBias = c.outputProjBias = r.boolOr("attention_bias", false);
     }
+    c.qkNorm = c.architecture == Architecture::Qwen3;
+    // Qwen2 and Qwen3 switch their windows on with use_sliding_window (from
+    // max_window_layers on); Mistral's sliding_window alone applies to every layer.
+    const bool windowSwitch =
+        c.architecture == Architecture::Qwen2 || c.architecture == Architecture::Qwen3;
     c.slidingLayers.assign(static_cast<size_t>(c.numLayers), false);
     const int64_t window = r.intOr("sliding_window", 0);
     if (c.architecture == Architecture::Mistral && window > 0) {
       c.slidingWindow = window;
       c.slidingLayers.assign(static_cast<size_t>(c.numLayers), true);
-    } else if (c.architecture == Architecture::Qwen2 && r.boolOr("use_sliding_window", false) &&
-               window > 0) {
+    } else if (windowSwitch && r.boolOr("use_sliding_window", false) && window > 0) {
       c.slidingWindow = window;
       const int64_t maxWindowLayers = r.intOr("max_window_layers", c.numLayers);
       for (int64_t i = 0; i < c.numLayers; ++i)
@@ -293,7 +300,7 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
     }
     // transformers 5 writes the per-layer choice explicitly; it wins when present.
     if (r.has("layer_types") && window > 0 &&
-        (c.architecture != Architecture::Qwen2 || r.boolOr("use_sliding_window", false))) {
+        (!windowSwitch || r.boolOr("use_sliding_window", false))) {
       const auto& lt = doc["layer_types"];
       if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.numLayers)
         throw InputError(file, "layer_types", "expected one entry per layer");

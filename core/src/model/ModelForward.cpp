@@ -4,6 +4,7 @@
 
 #include "kvscope/Error.hpp"
 #include "model/ModelImpl.hpp"
+#include "model/Norms.hpp"
 #include "model/WeightMatmul.hpp"
 
 namespace kvscope {
@@ -34,10 +35,12 @@ void tap(detail::TorchTapSink* taps, int64_t layer, const char* name, const torc
 
 torch::Tensor ModelImpl::norm(const torch::Tensor& x, const torch::Tensor& w,
                               const torch::Tensor& b) const {
-  if (config.architecture == Architecture::Gpt2)
-    return torch::layer_norm(x, {config.hiddenSize}, w, b, config.normEps);
-  auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
-  return w * (x * torch::rsqrt(variance + config.normEps));
+  if (config.architecture == Architecture::Gpt2) return detail::layerNorm(x, w, b, config.normEps);
+  return detail::rmsNorm(x, w, config.normEps);
+}
+
+torch::Tensor ModelImpl::headNorm(const torch::Tensor& x, const torch::Tensor& w) const {
+  return w.defined() ? detail::rmsNorm(x, w, config.normEps) : x;
 }
 
 void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const {
@@ -77,8 +80,9 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
     k = parts[1].view({B, s, nh, d}).transpose(1, 2);
     v = parts[2].view({B, s, nh, d}).transpose(1, 2);
   } else {
-    q = project(w.qW, w.qB, false).view({B, s, nh, d}).transpose(1, 2);
-    k = project(w.kW, w.kB, false).view({B, s, nkv, d}).transpose(1, 2);
+    // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
+    q = headNorm(project(w.qW, w.qB, false).view({B, s, nh, d}), w.qNormW).transpose(1, 2);
+    k = headNorm(project(w.kW, w.kB, false).view({B, s, nkv, d}), w.kNormW).transpose(1, 2);
     v = project(w.vW, w.vB, false).view({B, s, nkv, d}).transpose(1, 2);
     q = detail::RotaryEmbedding::apply(q, cos, sin);
     k = detail::RotaryEmbedding::apply(k, cos, sin);
@@ -133,7 +137,9 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
     auto qkv = conv1d(norm(h, w.ln1W, w.ln1B), w.cAttnW, w.cAttnB);
     return qkv.narrow(1, config.hiddenSize, config.hiddenSize).reshape({count, config.numHeads, d});
   }
-  auto k = linear(norm(h, w.ln1W, w.ln1B), w.kW, w.kB).view({count, 1, config.numKvHeads, d}).transpose(1, 2);
+  auto k = headNorm(linear(norm(h, w.ln1W, w.ln1B), w.kW, w.kB).view({count, 1, config.numKvHeads, d}),
+                    w.kNormW)
+               .transpose(1, 2);
   auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
   return detail::RotaryEmbedding::apply(k, cos, sin).select(2, 0);  // [count, h_kv, d]
 }

@@ -24,6 +24,7 @@ struct LayerWeights {
   torch::Tensor cAttnW, cAttnB, cProjW, cProjB, fcW, fcB, projW, projB;
   // Llama family nn.Linear, stored [out, in].
   torch::Tensor qW, qB, kW, kB, vW, vB, oW, oB;   // q [nh*d, H], k/v [nkv*d, H], o [H, nh*d]
+  torch::Tensor qNormW, kNormW;  // [d]: per-head RMSNorm before RoPE (config.qkNorm)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I]
 };
 
@@ -64,6 +65,8 @@ struct ModelImpl {
                                detail::TorchTapSink* taps) const;
   torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
+  /// Per-head RMSNorm over the last dim of [.., h, d]; x itself when w is undefined.
+  torch::Tensor headNorm(const torch::Tensor& x, const torch::Tensor& w) const;
 };
 
 }  // namespace kvscope

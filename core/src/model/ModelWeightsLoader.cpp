@@ -166,6 +166,8 @@ void ModelImpl::loadWeights() {
           {"self_attn.k_proj.bias", &w.kB, {nkv * d}, c.qkvBias},
           {"self_attn.v_proj.bias", &w.vB, {nkv * d}, c.qkvBias},
           {"self_attn.o_proj.bias", &w.oB, {H}, c.outputProjBias},
+          {"self_attn.q_norm.weight", &w.qNormW, {d}, c.qkNorm},
+          {"self_attn.k_norm.weight", &w.kNormW, {d}, c.qkNorm},
           {"mlp.gate_proj.weight", &w.gateW, {I, H}, true},
           {"mlp.up_proj.weight", &w.upW, {I, H}, true},
           {"mlp.down_proj.weight", &w.downW, {H, I}, true},
