@@ -157,6 +157,7 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
            rangeOf(v.appendedFirst, newLast) + " (\u25B6)";
   else
     info = "no new records at this step";
+  const double m = std::max(1e-6, static_cast<double>(v.valueAbsMax));
   const double floor = v.diffFloor;
   const bool beyond = v.diffMax > floor;
   if (!v.absDiff.empty())
