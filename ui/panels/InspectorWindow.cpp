@@ -208,6 +208,10 @@ void InspectorWindow::buildDocks() {
   diagnosisDock_->setObjectName(QStringLiteral("diagnosisDock"));
   diagnosisDock_->setWidget(diagnosis_);
   addDockWidget(Qt::RightDockWidgetArea, diagnosisDock_);
+  // The side columns keep the full height: a dock at the bottom (Compare steps) goes under
+  // the plots only, never under the diagnosis (issue 27: four tiny scroll boxes).
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
+  setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
 
   connect(setup_, &RunSetupPanel::runRequested, this, &InspectorWindow::runAudit);
   connect(setup_, &RunSetupPanel::cancelRequested, controller_, &InspectorController::cancelAudit);
