@@ -92,6 +92,10 @@ class ExportController : public QObject {
  private:
   bool mayWrite(const QStringList& paths, QString* error) const;
   static bool writePng(QWidget* widget, const QString& path, QString* error);
+  /// Why `path` cannot be written (the system's reason, e.g. "Permission denied").
+  static QString whyNotWritable(const QString& path);
+  /// Why `folder` cannot be created (a file in the way, a parent that is not writable).
+  static QString whyNoFolder(const QString& folder);
   static bool writeSvg(QWidget* widget, const QString& path, QString* error);
   static bool writePdf(QWidget* widget, const QString& path, QString* error);
 

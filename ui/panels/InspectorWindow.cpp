@@ -405,6 +405,7 @@ void InspectorWindow::exportInteractive(bool wholeWindow) {
   if (path.isEmpty()) return;
   const ExportOutcome out = wholeWindow ? exportWindow(path) : exportCurrentView(path);
   statusBar()->showMessage(out.ok ? tr("Wrote %1").arg(out.written.join(QStringLiteral(", "))) : out.error, 8000);
+  if (!out.ok) QMessageBox::warning(this, tr("Export failed"), out.error);  // not only 8 s
 }
 
 void InspectorWindow::exportBundleInteractive() {
@@ -412,6 +413,7 @@ void InspectorWindow::exportBundleInteractive() {
   if (dir.isEmpty()) return;
   const ExportOutcome out = exportBundle(dir);
   statusBar()->showMessage(out.ok ? tr("Wrote %1").arg(out.written.join(QStringLiteral(", "))) : out.error, 8000);
+  if (!out.ok) QMessageBox::warning(this, tr("Bundle export failed"), out.error);
 }
 
 void InspectorWindow::loadSettings() {
