@@ -1,5 +1,6 @@
 #include "ui/bridge/ExportController.hpp"
 
+#include <QCoreApplication>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -75,6 +76,16 @@ ExportOutcome ExportController::exportWidget(QWidget* widget, const QString& pat
   out.ok = ok;
   if (ok) out.written << abs;
   return out;
+}
+
+QString ExportController::cliBesideThisProgram() {
+  // Installed: kvscope and kvscope-cli share bin/; in a build tree, app/gui and app/cli.
+  const QDir here(QCoreApplication::applicationDirPath());
+  const QStringList candidates{here.filePath(QStringLiteral("kvscope-cli")),
+                               here.filePath(QStringLiteral("../cli/kvscope-cli"))};
+  for (const QString& c : candidates)
+    if (QFileInfo(c).isExecutable()) return QFileInfo(c).absoluteFilePath();
+  return QFileInfo(candidates.front()).absoluteFilePath();
 }
 
 QString ExportController::whyNoFolder(const QString& folder) {
@@ -230,7 +241,7 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
                              {"command", r->command},
                              {"bytes_before", r->bytesBefore},
                              {"bytes_after", r->bytesAfter}};
-      if (!writeText(dir.filePath(QStringLiteral("reproduce.sh")), reproduceScript(r->command)))
+      if (!writeText(dir.filePath(QStringLiteral("reproduce.sh")), reproduceScript(r->command, cliBesideThisProgram().toStdString())))
         return out;
       QFile::setPermissions(dir.filePath(QStringLiteral("reproduce.sh")),
                             QFile::permissions(dir.filePath(QStringLiteral("reproduce.sh"))) |

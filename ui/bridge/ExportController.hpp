@@ -88,6 +88,9 @@ class ExportController : public QObject {
   static std::string inputsMarkdown(const BundleInputs& inputs);
 
   static QStringList bundleFileNames();
+  /// The kvscope-cli a bundle's reproduce.sh runs when $KVSCOPE_CLI is unset: beside this
+  /// program (bin/, or app/cli beside app/gui in a build tree).
+  static QString cliBesideThisProgram();
 
  private:
   bool mayWrite(const QStringList& paths, QString* error) const;
