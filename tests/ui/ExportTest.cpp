@@ -137,6 +137,34 @@ class ExportTest : public QObject {
     QVERIFY(out.error.contains(QStringLiteral("report.json")));
     QCOMPARE(QFileInfo(d.filePath(QStringLiteral("report.json"))).size(), size);
   }
+
+  // Issue 27, item 13: a folder that cannot be written says why (the system's reason).
+  void unwritableFolderSaysWhy() {
+    QTemporaryDir locked;
+    QVERIFY(locked.isValid());
+    QFile::setPermissions(locked.path(), QFileDevice::ReadOwner | QFileDevice::ExeOwner);
+    // Root writes anywhere it may: /proc refuses new files even to root.
+    QString folder = locked.path();
+    if (QFile probe(QDir(folder).filePath(QStringLiteral("probe"))); probe.open(QIODevice::WriteOnly)) {
+      probe.remove();
+      folder = QStringLiteral("/proc");
+    }
+    const QString png = QDir(folder).filePath(QStringLiteral("view.png"));
+    ExportOutcome out = window_->exportWindow(png);
+    QVERIFY(!out.ok);
+    QVERIFY2(out.error.startsWith(png + QStringLiteral(": could not write the PNG: ")) &&
+                 out.error.size() > png.size() + 30,
+             qPrintable(out.error));
+    out = window_->exportWindow(QDir(folder).filePath(QStringLiteral("view.svg")));
+    QVERIFY(!out.ok);
+    QVERIFY2(!out.error.endsWith(QStringLiteral("SVG")) && !out.error.contains(QStringLiteral("unknown")),
+             qPrintable(out.error));
+    out = window_->exportBundle(QDir(folder).filePath(QStringLiteral("bundle")));
+    QVERIFY(!out.ok);
+    QVERIFY2(out.error.contains(QStringLiteral("cannot create the folder: ")), qPrintable(out.error));
+    QFile::setPermissions(locked.path(), QFileDevice::ReadOwner | QFileDevice::WriteOwner |
+                                             QFileDevice::ExeOwner);
+  }
 };
 
 QTEST_MAIN(ExportTest)

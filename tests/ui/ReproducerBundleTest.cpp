@@ -12,6 +12,7 @@
 #include <QJsonObject>
 #include <QMenu>
 #include <QMenuBar>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -156,6 +157,49 @@ class ReproducerBundleTest : public QObject {
     QString message;
     QVERIFY(!window_->minimizeTrace(dir_.filePath(QStringLiteral("none.kvtrace")), &message));
     QVERIFY(!message.isEmpty());
+  }
+
+  // Issue 27, item 13: reproduce.sh finds kvscope-cli beside the program that wrote it (no
+  // $KVSCOPE_CLI, none on PATH), and says what to set when there is none.
+  void reproduceScriptFindsTheCliBesideItsWriter() {
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString fake = dir.filePath(QStringLiteral("bin dir/kvscope-cli"));
+    QVERIFY(QDir().mkpath(QFileInfo(fake).absolutePath()));
+    QFile f(fake);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("#!/bin/sh\necho \"ran in $(basename \"$PWD\"): $*\"\n");
+    f.close();
+    f.setPermissions(f.permissions() | QFileDevice::ExeOwner);
+    QVERIFY(QDir().mkpath(dir.filePath(QStringLiteral("bundle"))));
+    auto run = [&](const std::string& beside, int* code) {
+      const QString sh = dir.filePath(QStringLiteral("bundle/reproduce.sh"));
+      QFile script(sh);
+      if (!script.open(QIODevice::WriteOnly)) return QString();
+      script.write(QByteArray::fromStdString(
+          reproduceScript("kvscope-cli audit --trace minimized.kvtrace", beside)));
+      script.close();
+      QProcess p;
+      QProcessEnvironment env;
+      env.insert(QStringLiteral("PATH"), QStringLiteral("/usr/bin:/bin"));  // no kvscope-cli
+      p.setProcessEnvironment(env);
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      p.start(QStringLiteral("/bin/sh"), {sh, QStringLiteral("--json")});
+      p.waitForFinished(10000);
+      *code = p.exitCode();
+      return QString::fromUtf8(p.readAll());
+    };
+    int code = -1;
+    QString said = run(fake.toStdString(), &code);
+    QCOMPARE(code, 0);
+    QCOMPARE(said.trimmed(), QStringLiteral("ran in bundle: audit --trace minimized.kvtrace --json"));
+    said = run(dir.filePath(QStringLiteral("nowhere/kvscope-cli")).toStdString(), &code);
+    QCOMPARE(code, 127);
+    QVERIFY2(said.contains(QStringLiteral("set KVSCOPE_CLI=")) &&
+                 said.contains(QStringLiteral("not on PATH")),
+             qPrintable(said));
+    // The GUI's bundle names the kvscope-cli beside it.
+    QVERIFY(ExportController::cliBesideThisProgram().endsWith(QStringLiteral("/kvscope-cli")));
   }
 };
 

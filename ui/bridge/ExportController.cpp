@@ -1,5 +1,6 @@
 #include "ui/bridge/ExportController.hpp"
 
+#include <QCoreApplication>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -63,7 +64,7 @@ ExportOutcome ExportController::exportWidget(QWidget* widget, const QString& pat
   if (!mayWrite({abs}, &out.error)) return out;
   const QDir dir = QFileInfo(abs).absoluteDir();
   if (!dir.exists() && !QDir().mkpath(dir.absolutePath())) {
-    out.error = tr("%1: cannot create the folder").arg(dir.absolutePath());
+    out.error = tr("%1: cannot create the folder: %2").arg(dir.absolutePath(), whyNoFolder(dir.absolutePath()));
     return out;
   }
   bool ok = false;
@@ -77,11 +78,47 @@ ExportOutcome ExportController::exportWidget(QWidget* widget, const QString& pat
   return out;
 }
 
+QString ExportController::cliBesideThisProgram() {
+  // Installed: kvscope and kvscope-cli share bin/; in a build tree, app/gui and app/cli.
+  const QDir here(QCoreApplication::applicationDirPath());
+  const QStringList candidates{here.filePath(QStringLiteral("kvscope-cli")),
+                               here.filePath(QStringLiteral("../cli/kvscope-cli"))};
+  for (const QString& c : candidates)
+    if (QFileInfo(c).isExecutable()) return QFileInfo(c).absoluteFilePath();
+  return QFileInfo(candidates.front()).absoluteFilePath();
+}
+
+QString ExportController::whyNoFolder(const QString& folder) {
+  // The nearest existing ancestor says why: a file in the way, or a folder not writable.
+  QFileInfo up(folder);
+  while (!up.exists() && up.absoluteFilePath() != up.absolutePath()) up = QFileInfo(up.absolutePath());
+  if (up.exists() && !up.isDir()) return tr("%1 is a file, not a folder").arg(up.absoluteFilePath());
+  return tr("%1 is not writable").arg(up.absoluteFilePath());
+}
+
+QString ExportController::whyNotWritable(const QString& path) {
+  // The system's reason (a read-only folder: "Permission denied"), from a real attempt.
+  QSaveFile probe(path);
+  if (!probe.open(QIODevice::WriteOnly)) return probe.errorString();
+  probe.cancelWriting();
+  probe.commit();
+  return tr("unknown reason");
+}
+
 bool ExportController::writePng(QWidget* widget, const QString& path, QString* error) {
   const QPixmap pm = widget->grab();
+  if (pm.isNull()) {
+    *error = tr("%1: could not write the PNG: nothing to draw").arg(path);
+    return false;
+  }
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly)) {
+    *error = tr("%1: could not write the PNG: %2").arg(path, f.errorString());
+    return false;
+  }
   // Quality 0 is zlib's strongest compression for PNG: lossless, a few percent smaller.
-  if (pm.isNull() || !pm.save(path, "PNG", 0)) {
-    *error = tr("%1: could not write the PNG").arg(path);
+  if (!pm.save(&f, "PNG", 0) || !f.commit()) {
+    *error = tr("%1: could not write the PNG: %2").arg(path, f.errorString());
     return false;
   }
   return true;
@@ -96,7 +133,7 @@ bool ExportController::writeSvg(QWidget* widget, const QString& path, QString* e
   svg.setDescription(QStringLiteral("KV Scope inspector export"));
   QPainter painter;
   if (!painter.begin(&svg)) {
-    *error = tr("%1: could not write the SVG").arg(path);
+    *error = tr("%1: could not write the SVG: %2").arg(path, whyNotWritable(path));
     return false;
   }
   widget->render(&painter, QPoint(), QRegion(), QWidget::DrawChildren);
@@ -115,7 +152,7 @@ bool ExportController::writePdf(QWidget* widget, const QString& path, QString* e
   pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
   QPainter painter;
   if (!painter.begin(&pdf)) {
-    *error = tr("%1: could not write the PDF").arg(path);
+    *error = tr("%1: could not write the PDF: %2").arg(path, whyNotWritable(path));
     return false;
   }
   const QRect page = painter.viewport();
@@ -172,7 +209,7 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
       checked << dir.filePath(name);
   if (!mayWrite(checked, &out.error)) return out;
   if (!dir.exists() && !QDir().mkpath(dir.absolutePath())) {
-    out.error = tr("%1: cannot create the folder").arg(dir.absolutePath());
+    out.error = tr("%1: cannot create the folder: %2").arg(dir.absolutePath(), whyNoFolder(dir.absolutePath()));
     return out;
   }
   if (!writePng(window, paths[0], &out.error)) return out;
@@ -181,7 +218,7 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
     QSaveFile f(path);
     if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) < 0 ||
         !f.commit()) {
-      out.error = tr("%1: could not write").arg(path);
+      out.error = tr("%1: could not write: %2").arg(path, f.errorString());
       return false;
     }
     out.written << path;
@@ -204,7 +241,7 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
                              {"command", r->command},
                              {"bytes_before", r->bytesBefore},
                              {"bytes_after", r->bytesAfter}};
-      if (!writeText(dir.filePath(QStringLiteral("reproduce.sh")), reproduceScript(r->command)))
+      if (!writeText(dir.filePath(QStringLiteral("reproduce.sh")), reproduceScript(r->command, cliBesideThisProgram().toStdString())))
         return out;
       QFile::setPermissions(dir.filePath(QStringLiteral("reproduce.sh")),
                             QFile::permissions(dir.filePath(QStringLiteral("reproduce.sh"))) |

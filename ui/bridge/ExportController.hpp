@@ -88,10 +88,17 @@ class ExportController : public QObject {
   static std::string inputsMarkdown(const BundleInputs& inputs);
 
   static QStringList bundleFileNames();
+  /// The kvscope-cli a bundle's reproduce.sh runs when $KVSCOPE_CLI is unset: beside this
+  /// program (bin/, or app/cli beside app/gui in a build tree).
+  static QString cliBesideThisProgram();
 
  private:
   bool mayWrite(const QStringList& paths, QString* error) const;
   static bool writePng(QWidget* widget, const QString& path, QString* error);
+  /// Why `path` cannot be written (the system's reason, e.g. "Permission denied").
+  static QString whyNotWritable(const QString& path);
+  /// Why `folder` cannot be created (a file in the way, a parent that is not writable).
+  static QString whyNoFolder(const QString& folder);
   static bool writeSvg(QWidget* widget, const QString& path, QString* error);
   static bool writePdf(QWidget* widget, const QString& path, QString* error);
 

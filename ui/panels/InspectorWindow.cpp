@@ -208,6 +208,10 @@ void InspectorWindow::buildDocks() {
   diagnosisDock_->setObjectName(QStringLiteral("diagnosisDock"));
   diagnosisDock_->setWidget(diagnosis_);
   addDockWidget(Qt::RightDockWidgetArea, diagnosisDock_);
+  // The side columns keep the full height: a dock at the bottom (Compare steps) goes under
+  // the plots only, never under the diagnosis (issue 27: four tiny scroll boxes).
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
+  setCorner(Qt::BottomRightCorner, Qt::RightDockWidgetArea);
 
   connect(setup_, &RunSetupPanel::runRequested, this, &InspectorWindow::runAudit);
   connect(setup_, &RunSetupPanel::cancelRequested, controller_, &InspectorController::cancelAudit);
@@ -401,6 +405,7 @@ void InspectorWindow::exportInteractive(bool wholeWindow) {
   if (path.isEmpty()) return;
   const ExportOutcome out = wholeWindow ? exportWindow(path) : exportCurrentView(path);
   statusBar()->showMessage(out.ok ? tr("Wrote %1").arg(out.written.join(QStringLiteral(", "))) : out.error, 8000);
+  if (!out.ok) QMessageBox::warning(this, tr("Export failed"), out.error);  // not only 8 s
 }
 
 void InspectorWindow::exportBundleInteractive() {
@@ -408,6 +413,7 @@ void InspectorWindow::exportBundleInteractive() {
   if (dir.isEmpty()) return;
   const ExportOutcome out = exportBundle(dir);
   statusBar()->showMessage(out.ok ? tr("Wrote %1").arg(out.written.join(QStringLiteral(", "))) : out.error, 8000);
+  if (!out.ok) QMessageBox::warning(this, tr("Bundle export failed"), out.error);
 }
 
 void InspectorWindow::loadSettings() {

@@ -65,6 +65,7 @@ class InspectorWindow : public QMainWindow {
   TokenSearchBar* tokenSearch() const { return search_; }
   StepComparePanel* stepCompare() const { return compare_; }
   QDockWidget* stepCompareDock() const { return compareDock_; }
+  QDockWidget* diagnosisDock() const { return diagnosisDock_; }
   ViewToolTips* viewToolTips() const { return tips_; }
 
   /// Shows an audit output computed elsewhere (headless mode, tests).
@@ -125,6 +126,7 @@ class InspectorWindow : public QMainWindow {
   void trackFocus(QWidget* now);
   // InspectorWindowUsability.cpp
   void buildUsability();
+  void showCompareDock();
   void checkTraceFile(const QString& path, const QString& role);
   QString inUserWords(const QString& message) const;
   QString titleForOutput() const;

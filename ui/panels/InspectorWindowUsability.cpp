@@ -9,6 +9,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QMenuBar>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QVBoxLayout>
@@ -71,7 +72,14 @@ void InspectorWindow::buildUsability() {
   compare_ = new StepComparePanel(context_, engine_, this);
   compareDock_ = new QDockWidget(tr("Compare steps"), this);
   compareDock_->setObjectName(QStringLiteral("compareDock"));
-  compareDock_->setWidget(compare_);
+  // In a scroll area: the dock never raises the window's minimum height past the screen
+  // (issue 27: a pinned step grew a 1366x768 window to 984 pixels, for good).
+  auto* compareScroll = new QScrollArea(this);
+  compareScroll->setWidget(compare_);
+  compareScroll->setWidgetResizable(true);
+  compareScroll->setFrameShape(QFrame::NoFrame);
+  compareScroll->setMinimumSize(120, 80);
+  compareDock_->setWidget(compareScroll);
   addDockWidget(Qt::BottomDockWidgetArea, compareDock_);
   compareDock_->hide();
   if (QMenu* nav = menuTitled(menuBar(), tr("&Navigate"))) {
@@ -82,8 +90,7 @@ void InspectorWindow::buildUsability() {
     QAction* pin = nav->addAction(
         tr("&Pin step for comparison"), QKeySequence(Qt::CTRL | Qt::Key_B), this, [this] {
           if (compare_->pinCurrent()) {
-            compareDock_->show();
-            compareDock_->raise();
+            showCompareDock();
           } else {
             statusBar()->showMessage(tr("Run an audit first: there is no step to pin"), 5000);
           }
@@ -281,6 +288,29 @@ bool InspectorWindow::restoreLastRun() {
   statusBar()->showMessage(tr("Restored the last run's inputs; Run audit (Ctrl+R) runs it again."),
                            8000);
   return true;
+}
+
+}  // namespace kvscope::ui
+
+namespace kvscope::ui {
+
+void InspectorWindow::showCompareDock() {
+  if (compareDock_->isVisible()) {
+    compareDock_->raise();
+    return;
+  }
+  // Under the plots when they keep their minimum height and the maps get a useful one;
+  // else (a laptop screen) a tab beside the diagnosis, where the maps stack in its height.
+  const int below = compare_->sizeHint().height();
+  const int needed = centralWidget()->minimumSizeHint().height() + below +
+                     menuBar()->sizeHint().height() + statusBar()->sizeHint().height();
+  const bool tab = height() < needed && diagnosisDock_->isVisible() &&
+                   !diagnosisDock_->isFloating() && !compareDock_->isFloating();
+  if (tab) tabifyDockWidget(diagnosisDock_, compareDock_);
+  compareDock_->show();
+  if (!tab && dockWidgetArea(compareDock_) == Qt::BottomDockWidgetArea)
+    resizeDocks({compareDock_}, {below}, Qt::Vertical);
+  compareDock_->raise();
 }
 
 }  // namespace kvscope::ui

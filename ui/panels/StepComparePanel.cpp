@@ -3,6 +3,7 @@
 #include <QGridLayout>
 #include <QLabel>
 #include <algorithm>
+#include <initializer_list>
 
 #include "ui/bridge/EngineController.hpp"
 #include "ui/bridge/SelectionContext.hpp"
@@ -34,20 +35,15 @@ StepComparePanel::StepComparePanel(SelectionContext* context, EngineController* 
   pinnedView_ = new KvHeatmapView(KvHeatmapView::Role::Difference, this);
   currentView_ = new KvHeatmapView(KvHeatmapView::Role::Difference, this);
   for (KvHeatmapView* v : {pinnedView_, currentView_}) {
-    v->setMinimumSize(200, 220);
+    // Small enough that the dock fits under the plots of a 768-pixel screen (issue 27).
+    v->setMinimumSize(160, 120);
     v->setToolTip(
         tr("|cached − reference| of one step at the current layer, kv head and K/V; "
            "both maps share one colour scale"));
   }
-  auto* grid = new QGridLayout(this);
-  grid->setContentsMargins(4, 2, 4, 2);
-  grid->addWidget(heading_, 0, 0, 1, 2);
-  grid->addWidget(pinnedTitle_, 1, 0);
-  grid->addWidget(currentTitle_, 1, 1);
-  grid->addWidget(pinnedView_, 2, 0);
-  grid->addWidget(currentView_, 2, 1);
-  grid->addWidget(summary_, 3, 0, 1, 2);
-  grid->setRowStretch(2, 1);
+  grid_ = new QGridLayout(this);
+  grid_->setContentsMargins(4, 2, 4, 2);
+  placeMaps(false);
 
   connect(engine_, &EngineController::taskFinished, this,
           [this](const QString& tag, quint64, EnginePayload payload) {
@@ -114,6 +110,37 @@ void StepComparePanel::requestPinned() {
     snap->outputSerial = serial;
     return std::shared_ptr<const StepSnapshot>(std::move(snap));
   });
+}
+
+void StepComparePanel::placeMaps(bool stacked) {
+  stacked_ = stacked;
+  for (QWidget* w : std::initializer_list<QWidget*>{heading_, pinnedTitle_, currentTitle_,
+                                                    pinnedView_, currentView_, summary_})
+    grid_->removeWidget(w);
+  for (int r = 0; r < 6; ++r) grid_->setRowStretch(r, 0);
+  grid_->addWidget(heading_, 0, 0, 1, 2);
+  if (stacked) {
+    grid_->addWidget(pinnedTitle_, 1, 0, 1, 2);
+    grid_->addWidget(pinnedView_, 2, 0, 1, 2);
+    grid_->addWidget(currentTitle_, 3, 0, 1, 2);
+    grid_->addWidget(currentView_, 4, 0, 1, 2);
+    grid_->addWidget(summary_, 5, 0, 1, 2);
+    grid_->setRowStretch(2, 1);
+    grid_->setRowStretch(4, 1);
+  } else {
+    grid_->addWidget(pinnedTitle_, 1, 0);
+    grid_->addWidget(currentTitle_, 1, 1);
+    grid_->addWidget(pinnedView_, 2, 0);
+    grid_->addWidget(currentView_, 2, 1);
+    grid_->addWidget(summary_, 3, 0, 1, 2);
+    grid_->setRowStretch(2, 1);
+  }
+}
+
+void StepComparePanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  const bool tall = height() > width();
+  if (tall != stacked_) placeMaps(tall);
 }
 
 QString StepComparePanel::summary() const { return summary_->text(); }

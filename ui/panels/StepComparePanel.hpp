@@ -10,6 +10,7 @@
 
 #include "ui/bridge/StepSnapshot.hpp"
 
+class QGridLayout;
 class QLabel;
 
 namespace kvscope::ui {
@@ -37,16 +38,25 @@ class StepComparePanel : public QWidget {
   /// The pinned step's view at the current layer/head/kind (nullptr until it arrives).
   const std::shared_ptr<const StepSnapshot>& pinnedSnapshot() const { return pinnedSnap_; }
   QString summary() const;
+  /// The maps one above the other (a tall, narrow dock: the side of the window) instead of
+  /// side by side (the bottom); follows the panel's shape.
+  bool stacked() const { return stacked_; }
 
  Q_SIGNALS:
   void pinChanged(bool pinned);
 
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
   void requestPinned();
+  void placeMaps(bool stacked);
   void repaint();
 
   SelectionContext* context_;
   EngineController* engine_;
+  QGridLayout* grid_;
+  bool stacked_ = false;
   QLabel* heading_;
   QLabel* pinnedTitle_;
   QLabel* currentTitle_;

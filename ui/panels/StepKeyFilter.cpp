@@ -46,15 +46,23 @@ bool StepKeyFilter::isSteppingKey(int key, Qt::KeyboardModifiers modifiers) {
   }
 }
 
+bool StepKeyFilter::isWindowCommandKey(int key, Qt::KeyboardModifiers modifiers) {
+  const Qt::KeyboardModifiers m = modifiers & ~Qt::KeypadModifier;
+  // Ctrl+E is "end of line" in a line edit's emacs bindings (the typed file name then
+  // landed in the Trace field): the export is what the user asked for.
+  return key == Qt::Key_E && (m == Qt::ControlModifier || m == (Qt::ControlModifier | Qt::ShiftModifier));
+}
+
 bool StepKeyFilter::eventFilter(QObject* watched, QEvent* event) {
   if (event->type() != QEvent::ShortcutOverride || !watched->isWidgetType()) return false;
   auto* key = static_cast<QKeyEvent*>(event);
-  if (!isSteppingKey(key->key(), key->modifiers())) return false;
+  const bool command = isWindowCommandKey(key->key(), key->modifiers());
+  if (!command && !isSteppingKey(key->key(), key->modifiers())) return false;
   auto* widget = static_cast<QWidget*>(watched);
   // Only this inspector's windows (the main window and its floating docks).
   QWidget* top = widget->window();
   if (top != window_ && top->parentWidget() != window_) return false;
-  if (editsText(widget)) return false;
+  if (!command && editsText(widget)) return false;
   // Not accepted and not delivered: the shortcut map triggers the window's action.
   event->ignore();
   return true;

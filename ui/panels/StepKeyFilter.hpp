@@ -3,7 +3,8 @@
 // sends a ShortcutOverride to the focus widget first, and a spin box's line edit accepts
 // every printable key and the cursor keys), so after using the kv-head spin box Right did
 // nothing until a click elsewhere. Widgets where the user types text (line edits, the
-// prompt editor, editable combo boxes) keep their keys.
+// prompt editor, editable combo boxes) keep their keys, but for the exports' Ctrl+E and
+// Ctrl+Shift+E (a line edit's "end of line" otherwise).
 #pragma once
 
 #include <QObject>
@@ -20,6 +21,9 @@ class StepKeyFilter : public QObject {
 
   /// True for the keys the inspector binds without a modifier.
   static bool isSteppingKey(int key, Qt::KeyboardModifiers modifiers);
+  /// True for the window's commands that text fields must not claim (Ctrl+E, Ctrl+Shift+E:
+  /// the exports), which reach the window even from a line edit.
+  static bool isWindowCommandKey(int key, Qt::KeyboardModifiers modifiers);
 
  protected:
   bool eventFilter(QObject* watched, QEvent* event) override;

@@ -169,7 +169,7 @@ void TokenStepperPanel::revealCurrent() {
 
 void TokenStepperPanel::placeDivergencePin() {
   const int64_t step = strip_->divergentStep();
-  const QRect div = strip_->stepRect(step);
+  const QRect div = step >= 0 ? strip_->stepRect(step) : QRect();  // a clean request: no pin
   const int left = scroll_->horizontalScrollBar()->value();
   const int right = left + scroll_->viewport()->width();
   // Its start (where "step N: divergence" is written) out of view.

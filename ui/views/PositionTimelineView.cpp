@@ -12,6 +12,11 @@
 
 namespace kvscope::ui {
 
+namespace {
+const char* const kStepProperty = "kvscopeStep";  // the event's step (the label may sit beside it)
+const char* const kLaneProperty = "kvscopeLane";  // 0: at the line, 1: one text line right, ...
+}  // namespace
+
 PositionTimelineView::PositionTimelineView(SelectionContext* context, QWidget* parent)
     : QCustomPlot(parent), context_(context) {
   setMinimumSize(240, 160);
@@ -107,6 +112,7 @@ void PositionTimelineView::rebuild() {
     g->setData(xs.mid(0, static_cast<int>(values.size())), QVector<double>(values.begin(), values.end()), true);
   }
   // Events on the way: the step's own, other requests' arrivals, trace-level events.
+  std::map<int64_t, int> atStep;  // labels so far at each step: the next one goes beside them
   for (const TimelineMarker& m : timeline.markers) {
     const QColor color = m.alarm ? Theme::alarm() : m.kind == "other_arrival" ? Theme::selection() : Theme::ok();
     auto* line = new QCPItemStraightLine(this);
@@ -120,6 +126,8 @@ void PositionTimelineView::rebuild() {
     label->setRotation(-90);
     label->setPositionAlignment(Qt::AlignLeft | Qt::AlignTop);  // right of the line, reading up
     label->position->setCoords(static_cast<double>(m.step), top * 0.05);
+    label->setProperty(kStepProperty, static_cast<qlonglong>(m.step));
+    label->setProperty(kLaneProperty, atStep[m.step]++);
     ++eventMarkers_;
   }
   const FirstDivergence& fd = r->report.firstDivergence;
@@ -143,7 +151,13 @@ void PositionTimelineView::fitEventLabels() {
     if (!label) continue;
     // Up to the lowest line at the label's step when there is room below it (the label
     // then crosses no data), else up to the top of the axes.
-    const double step = label->position->coords().x();
+    const double step = static_cast<double>(label->property(kStepProperty).toLongLong());
+    // Several events at one step (arrival, batch group, RoPE, prefix cache at step 0): each
+    // label one text line further right, not drawn over the others (issue 27).
+    const int lane = label->property(kLaneProperty).toInt();
+    const int lineHeight = QFontMetrics(label->font()).height();
+    label->position->setCoords(xAxis->pixelToCoord(xAxis->coordToPixel(step) + lane * lineHeight),
+                               label->position->coords().y());
     double lowest = yAxis->range().upper;
     for (int g = 0; g < graphCount(); ++g) {
       const auto at = graph(g)->data()->findBegin(step, false);

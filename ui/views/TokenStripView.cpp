@@ -120,6 +120,7 @@ int64_t TokenStripView::lastStep() const {
 
 QRect TokenStripView::stepRect(int64_t step) const {
   QRect r;
+  if (step < 0) return r;  // no step (a clean request's divergentStep()): not the unfed cells
   for (const auto& c : cells_)
     if (c.step == step) r = r.united(c.rect);
   return r;

@@ -30,7 +30,8 @@ class TokenStripView : public QWidget {
     QRect rect;
   };
   const std::vector<Cell>& cells() const { return cells_; }
-  /// Bounding rectangle of the cells a step fed (empty when the step fed none).
+  /// Bounding rectangle of the cells a step fed (empty when the step fed none, and for a
+  /// negative step: the never-fed cells have step -1 but belong to no step).
   QRect stepRect(int64_t step) const;
   /// The request's first divergent step, -1 when it has none.
   int64_t divergentStep() const { return divergentStep_; }

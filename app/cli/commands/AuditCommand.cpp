@@ -90,7 +90,9 @@ void exportBundle(const std::string& dir, const AuditJobSpec& spec, const AuditJ
     markdown += r.written.markdown;
     j["minimized"] = reproducerJson(r);
     const auto sh = (fs::path(dir) / "reproduce.sh").string();
-    writeText(sh, reproduceScript(r.written.command), force);
+    std::error_code ec;  // this kvscope-cli, for when $KVSCOPE_CLI is unset and it is not on PATH
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    writeText(sh, reproduceScript(r.written.command, ec ? std::string() : self.string()), force);
     fs::permissions(sh, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec,
                     fs::perm_options::add);
   }

@@ -114,8 +114,10 @@ uintmax_t auditedTraceBytes(const AuditJobSpec& spec, const AuditJobOutput& out)
 /// `spec` with its model and weights-version directories made absolute (a bundle's command
 /// runs from the bundle folder).
 AuditJobSpec withAbsolutePaths(AuditJobSpec spec);
-/// A bundle's reproduce.sh: changes into its folder and runs `command` ($KVSCOPE_CLI names
-/// kvscope-cli), passing its arguments on.
-std::string reproduceScript(const std::string& command);
+/// A bundle's reproduce.sh: changes into its folder and runs `command`, passing its
+/// arguments on. kvscope-cli is $KVSCOPE_CLI when set, else `besideWriter` (the kvscope-cli
+/// beside the program that wrote the bundle) when it is executable, else the one on PATH;
+/// with none it says what to set and exits 127.
+std::string reproduceScript(const std::string& command, const std::string& besideWriter = {});
 
 }  // namespace kvscope

@@ -535,13 +535,29 @@ AuditJobSpec withAbsolutePaths(AuditJobSpec spec) {
   return spec;
 }
 
-std::string reproduceScript(const std::string& command) {
+std::string reproduceScript(const std::string& command, const std::string& besideWriter) {
   const std::string cli = "kvscope-cli";
   const std::string args = command.rfind(cli, 0) == 0 ? command.substr(cli.size()) : " " + command;
-  return "#!/bin/sh\n# Reproduces the audit's first finding on the minimized trace (exit 1 = "
-         "divergent).\n"
-         "cd \"$(dirname \"$0\")\" && exec \"${KVSCOPE_CLI:-kvscope-cli}\"" +
-         args + " \"$@\"\n";
+  // Single-quoted for sh ('\'' closes, escapes and reopens a quote).
+  std::string quoted = "'";
+  for (char c : besideWriter) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  std::string s =
+      "#!/bin/sh\n# Reproduces the audit's first finding on the minimized trace (exit 1 = "
+      "divergent).\n# kvscope-cli: $KVSCOPE_CLI when set, else the one beside the program that "
+      "wrote this bundle, else the one on PATH.\n"
+      "cli=\"${KVSCOPE_CLI:-}\"\n";
+  if (!besideWriter.empty())
+    s += "if [ -z \"$cli\" ] && [ -x " + quoted + " ]; then cli=" + quoted + "; fi\n";
+  s += "if [ -z \"$cli\" ]; then cli=\"$(command -v kvscope-cli)\" || cli=; fi\n"
+       "if [ -z \"$cli\" ]; then\n"
+       "  echo \"reproduce.sh: kvscope-cli not found (" +
+       (besideWriter.empty() ? std::string() : "not at " + quoted + ", ") +
+       "not on PATH): set KVSCOPE_CLI=/path/to/kvscope-cli\" >&2\n"
+       "  exit 127\nfi\n"
+       "cd \"$(dirname \"$0\")\" && exec \"$cli\"" +
+       args + " \"$@\"\n";
+  return s;
 }
 
 }  // namespace kvscope
