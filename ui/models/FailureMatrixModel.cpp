@@ -67,7 +67,7 @@ void FailureMatrixModel::setFocusFinding(const Finding& finding) {
 }
 
 void FailureMatrixModel::setFocusRow(int row) {
-  if (row == focusRow_) return;
+  if (row == focusRow_ && focusObservation_.empty() && focusFirstCheck_.empty()) return;
   focusRow_ = row;
   focusObservation_.clear();
   focusFirstCheck_.clear();
