@@ -9,6 +9,7 @@ block's last token on (every layer, or the one layer of its block table).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -185,6 +186,37 @@ class PrefixCacheTest(unittest.TestCase):
             u = kvtrace.read_trace(ref)
             self.assertEqual([r["generated"] for r in u.requests], [r["generated"] for r in t.requests])
             self.assertEqual([s.reused_count for s in u.steps], [0] * 6)
+
+
+class BlasKernelsTest(unittest.TestCase):
+    """PrefixCacheTest under each OpenBLAS kernel family this CPU runs (OPENBLAS_CORETYPE in
+    a child): its bit-for-bit claims must not hang on the kernels the BLAS picks (OpenBLAS
+    picks by CPU model; a machine it does not know runs Prescott's)."""
+
+    def test_prefix_cache_under_other_openblas_kernels(self):
+        if os.environ.get("KVSCOPE_CORETYPE_CHILD"):
+            self.skipTest("the child run itself")
+        with open("/proc/self/maps") as f:
+            if "openblas" not in f.read():
+                self.skipTest("not checked: torch does not run on OpenBLAS here")
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = set(next((l for l in f if l.startswith("flags")), "").split())
+        except OSError:
+            flags = set()
+        if "sse3" not in flags and "pni" not in flags:
+            self.skipTest("not checked: not an x86-64 CPU with SSE3 (/proc/cpuinfo)")
+        cores = ["Prescott"]
+        if {"avx2", "fma"} <= flags:
+            cores.append("Haswell")
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+            cores.append("SkylakeX")
+        for core in cores:
+            with self.subTest(openblas_coretype=core):
+                env = dict(os.environ, OPENBLAS_CORETYPE=core, KVSCOPE_CORETYPE_CHILD="1")
+                p = subprocess.run([sys.executable, "-m", "unittest", "test_prefix_cache.PrefixCacheTest"],
+                                   cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, f"OPENBLAS_CORETYPE={core}:\n{p.stderr[-3000:]}")
 
 
 if __name__ == "__main__":
