@@ -25,6 +25,13 @@ struct RewriteMatch {
   double ownError = 0.0;      // max |row - own reference|
 };
 
+/// The rewritten cache entries of `a` in words ("entries 0..5"; "" without a snapshot).
+inline std::string rewrittenEntriesText(const StepAnalysis& a) {
+  return a.rewrittenColumns.empty() ? std::string()
+                                    : "entries " + std::to_string(a.rewrittenColumns.front()) +
+                                          ".." + std::to_string(a.rewrittenColumns.back());
+}
+
 class RewriteOrigin {
  public:
   RewriteOrigin(const Tolerance& tol, const std::map<int64_t, const RequestReference*>& references)

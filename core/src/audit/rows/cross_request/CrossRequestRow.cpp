@@ -111,10 +111,7 @@ class CrossRequestRow final : public FailureRow {
   static void rewritten(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a) {
     const TraceStep& st = *a.step;
     const auto l = a.rewrittenLayer;
-    const std::string rows = a.rewrittenColumns.empty()
-                                 ? std::string()
-                                 : "entries " + std::to_string(a.rewrittenColumns.front()) + ".." +
-                                       std::to_string(a.rewrittenColumns.back());
+    const std::string rows = rewrittenEntriesText(a);
     if (const auto& m = ctx.rewriteOrigin(r, a)) {
       if (m->kind != finding::CrossRequest) return;  // another row's (wrong_layer)
       ctx.add(FindingDraft(finding::CrossRequest)

@@ -7,12 +7,6 @@
 namespace kvscope::detail::rows {
 namespace {
 
-std::string entriesText(const StepAnalysis& a) {
-  return a.rewrittenColumns.empty() ? std::string()
-                                    : "entries " + std::to_string(a.rewrittenColumns.front()) +
-                                          ".." + std::to_string(a.rewrittenColumns.back());
-}
-
 class WrongLayerRow final : public FailureRow {
  public:
   const RowSpec& spec() const override {
@@ -49,7 +43,7 @@ class WrongLayerRow final : public FailureRow {
                 .layer(l)
                 .confidence(0.97)
                 .explanation("layer " + std::to_string(l) +
-                             "'s whole cache was replaced at this step: its " + entriesText(a) +
+                             "'s whole cache was replaced at this step: its " + rewrittenEntriesText(a) +
                              " (earlier rows included) equal layer " +
                              std::to_string(m->sourceLayer) +
                              "'s reference projections at the same positions (max diff " +
