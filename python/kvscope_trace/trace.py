@@ -121,6 +121,9 @@ class Trace:
     mode: str = "cached"
     events: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     faults: List[str] = dataclasses.field(default_factory=list)
+    # Per fault whether and where it fired ({"fired", "request", "step", "layer"} or
+    # {"fired": false, "reason"}); None: not recorded (traces from before the record).
+    fault_firings: Optional[List[Dict[str, Any]]] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
     stored_dtypes: List[str] = dataclasses.field(default_factory=list)  # tensor dtypes on read
     # A trace of some of the model's layers (a minimized reproducer; docs/trace-format.md,
@@ -330,10 +333,16 @@ def _parse_document(doc: Any, file: str):
         events.append(ev)
     extra = {k: v for k, v in doc.items()
              if k not in ("version", "engine", "mode", "model", "requests", "steps", "events", "faults",
-                          "recorded_layers")}
+                          "fault_firings", "recorded_layers")}
+    firings = doc.get("fault_firings")
+    if firings is not None and (not isinstance(firings, list) or
+                                not all(isinstance(f, dict) and isinstance(f.get("fired"), bool)
+                                        for f in firings)):
+        top.fail("fault_firings", "expected an array of objects with a boolean 'fired'")
     trace = Trace(model=model, requests=requests, steps=steps, version=version,
                   engine=top.string("engine", "unknown"), mode=mode, events=events,
-                  faults=top.strings("faults"), extra=extra, recorded_layers=recorded)
+                  faults=top.strings("faults"), extra=extra, recorded_layers=recorded,
+                  fault_firings=firings)
     return trace, packing
 
 
@@ -428,6 +437,8 @@ def _document(trace: Trace, steps: Dict[str, Any]) -> Dict[str, Any]:
                 "model": trace.model, "requests": trace.requests, "steps": steps})
     doc["events"] = trace.events
     doc["faults"] = trace.faults
+    if trace.fault_firings is not None:
+        doc["fault_firings"] = trace.fault_firings
     if trace.recorded_layers is not None:
         doc["recorded_layers"] = [int(l) for l in trace.recorded_layers]
     return doc

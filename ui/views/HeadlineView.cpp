@@ -127,7 +127,8 @@ void HeadlineView::refresh() {
   if (!r->report.inputDescription.empty()) more << QString::fromStdString(r->report.inputDescription);
   if (!r->trace.faults.empty()) {
     QStringList faults;
-    for (const auto& f : r->trace.faults) faults << QString::fromStdString(f);
+    for (size_t i = 0; i < r->trace.faults.size(); ++i)
+      faults << QString::fromStdString(r->report.faultLine(i));
     more << tr("injected faults: %1").arg(faults.join(QStringLiteral("; ")));
   }
   detail_->setText(more.join(QStringLiteral("   \u2022   ")));

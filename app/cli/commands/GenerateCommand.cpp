@@ -127,9 +127,12 @@ void printText(const Trace& trace, const ModelSession& session, const std::strin
             << trace.model.architecture << " " << trace.model.storedDtype << "\n";
   for (const auto& n : session.notes()) std::cout << "note: " << n << "\n";
   if (!trace.faults.empty()) {
-    std::cout << "faults:";
-    for (const auto& f : trace.faults) std::cout << " " << f;
-    std::cout << "\n";
+    std::cout << "faults:\n";
+    for (size_t i = 0; i < trace.faults.size(); ++i)
+      std::cout << "  " << trace.faults[i] << ": "
+                << (i < trace.faultFirings.size() ? trace.faultFirings[i].describe()
+                                                  : std::string("not recorded"))
+                << "\n";
   }
   for (const auto& e : trace.events)
     if (e.kind == "weight_update")
@@ -238,6 +241,10 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   j["mode"] = trace.mode;
   j["requests"] = reqs;
   j["faults"] = trace.faults;
+  j["fault_firings"] = nlohmann::json::array();
+  for (const auto& f : trace.faultFirings)
+    j["fault_firings"].push_back({{"fired", f.fired}, {"request", f.request}, {"step", f.step},
+                                  {"layer", f.layer}, {"reason", f.reason}});
   j["events"] = events;
   j["trace"] = o.trace.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.trace);
   std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvscope/AuditStages.hpp"
+#include "kvscope/FaultSpec.hpp"
 
 namespace kvscope {
 
@@ -87,6 +88,10 @@ struct AuditReport {
   double toleranceBase = 0.0;     // the dtype's relative tolerance (K/V records at layer 0)
   std::string toleranceRule;      // the tolerance formula with this audit's numbers
   std::string dtype;
+  std::vector<std::string> faults;       // the trace's injected fault specs
+  std::vector<FaultFiring> faultFirings;  // per fault whether it fired; empty: not recorded
+  /// "SPEC: fired at request 0, step 2" / "SPEC: never fired: why" / "SPEC: not recorded".
+  std::string faultLine(size_t i) const;
 
   bool clean() const { return verdict == "clean"; }
   bool hasFinding(const std::string& id) const;

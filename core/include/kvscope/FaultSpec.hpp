@@ -23,6 +23,22 @@ struct FaultInfo {
   std::vector<FaultParameter> parameters;
 };
 
+/// Whether an injected fault changed anything in the run, and where it first did, or why
+/// it never could (the engine records it; traces from before the record have none).
+struct FaultFiring {
+  bool fired = false;
+  int64_t request = -1;  // where it first fired (-1: not one request / layer)
+  int64_t step = -1;
+  int64_t layer = -1;
+  std::string reason;    // fired == false: why it never fired
+  /// "fired at request 0, step 2, layer 1" or "never fired: <reason>".
+  std::string describe() const;
+  bool operator==(const FaultFiring& o) const {
+    return fired == o.fired && request == o.request && step == o.step && layer == o.layer &&
+           reason == o.reason;
+  }
+};
+
 struct FaultSpec {
   std::string name;
   std::map<std::string, int64_t> params;  // every parameter present (defaults filled in)

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kvscope/FaultSpec.hpp"
+
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/KvQuantization.hpp"
 #include "kvscope/ModelConfig.hpp"
@@ -148,6 +150,8 @@ struct Trace {
   std::vector<TraceStep> steps;  // in recording order
   std::vector<TraceEvent> events;
   std::vector<std::string> faults;  // fault specs the built-in engine injected (for the record)
+  /// Per entry of `faults`, whether and where it fired; empty: not recorded (older traces).
+  std::vector<FaultFiring> faultFirings;
   KvQuantization kvCache;           // the cache's element type when it is quantised (fp8, int8)
   std::string tensorDtype = "F32";  // how the file stores its K/V tensors (F32 | F16 | BF16);
                                     // set by TraceFile::read, not part of equality

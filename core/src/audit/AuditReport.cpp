@@ -73,7 +73,13 @@ bool AuditReport::operator==(const AuditReport& o) const {
   return verdict == o.verdict && inputDescription == o.inputDescription && mode == o.mode &&
          firstDivergence == o.firstDivergence && findings == o.findings && stages == o.stages &&
          steps == o.steps && rootStage == o.rootStage && stopSummary == o.stopSummary && toleranceBase == o.toleranceBase &&
-         dtype == o.dtype;
+         dtype == o.dtype && faults == o.faults && faultFirings == o.faultFirings;
+}
+
+std::string AuditReport::faultLine(size_t i) const {
+  const std::string spec = i < faults.size() ? faults[i] : "";
+  if (i >= faultFirings.size()) return spec + ": not recorded (the trace predates the record)";
+  return spec + ": " + faultFirings[i].describe();
 }
 
 namespace {
@@ -177,6 +183,22 @@ nlohmann::json AuditReport::toJson() const {
                           {"values_checked", s.valuesChecked},
                           {"diverged", s.diverged}});
   j["stopping"] = stopSummary;
+  j["faults"] = nlohmann::json::array();
+  for (size_t i = 0; i < faults.size(); ++i) {
+    ordered_json f{{"spec", faults[i]}};
+    if (i >= faultFirings.size()) {
+      f["fired"] = nullptr;  // not recorded
+      f["why"] = "not recorded (the trace predates the record)";
+    } else {
+      const FaultFiring& x = faultFirings[i];
+      f["fired"] = x.fired;
+      if (x.fired)
+        f["where"] = {{"request", x.request}, {"step", x.step}, {"layer", x.layer}};
+      else
+        f["why"] = x.reason;
+    }
+    j["faults"].push_back(std::move(f));
+  }
   return nlohmann::json::parse(j.dump());
 }
 
@@ -223,6 +245,8 @@ std::string AuditReport::toMarkdown() const {
        << fmt(s.top2Margin) << (s.nearTie ? " (near tie)" : "") << " | " << s.chosenToken << " | "
        << s.referenceToken << " |\n";
   if (!stopSummary.empty()) md << "\n## Stopping\n\n" << stopSummary << "\n";
+  if (!faults.empty()) md << "\n## Injected faults\n\n";
+  for (size_t i = 0; i < faults.size(); ++i) md << "- " << faultLine(i) << "\n";
   return md.str();
 }
 
@@ -250,6 +274,8 @@ std::string AuditReport::toText() const {
        << fmt(s.maxLogitError) << "  (" << fmt(s.tolerance) << ")" << (s.diverged ? "  <- diverged" : "")
        << (s.nearTie && !s.diverged ? "  near tie" : "") << "\n";
   if (!stopSummary.empty()) os << "\nstopping: " << stopSummary << "\n";
+  if (!faults.empty()) os << "\ninjected faults:\n";
+  for (size_t i = 0; i < faults.size(); ++i) os << "  " << faultLine(i) << "\n";
   return os.str();
 }
 

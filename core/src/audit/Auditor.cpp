@@ -41,6 +41,8 @@ class AuditRun {
     AuditReport& rep = out.report;
     rep.inputDescription = std::move(input);
     rep.mode = std::move(mode);
+    rep.faults = trace_.faults;
+    rep.faultFirings = trace_.faultFirings;
     rep.dtype = tol_.dtype();
     rep.toleranceBase = tol_.relative();
     rep.toleranceRule = tol_.describe();

@@ -75,6 +75,7 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
         if (group_[static_cast<size_t>(o)]->id == from) {
           k = kNew.select(0, o);
           v = vNew.select(0, o);
+          faults_.noteFired("batch_row_mix", -1, r.step, layer);
         }
     }
     int64_t at = r.lengths[L];
@@ -118,7 +119,11 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
   auto queryIdx = torch::arange(newLength - s, newLength, torch::kLong);
   auto keyIdx = torch::arange(newLength, torch::kLong);
   int64_t window = windows_[L];
-  if (window > 0) window += faults_.windowExtra(layer);
+  if (window > 0 && faults_.windowExtra(layer) > 0) {
+    window += 1;
+    // It changes what a query sees once the cache holds more than the window.
+    if (newLength > windows_[L]) faults_.noteFired("window_off_by_one", -1, group_[0]->step, layer);
+  }
   return {keys, values, buildAllowedMask(queryIdx, keyIdx, valid, window)};
 }
 
@@ -145,6 +150,7 @@ KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tenso
     // that wraps the ring writes right: it attends over its own records, so a shift that
     // began inside it would only rotate the ring (a prompt longer than the window).
     const int64_t shift = first >= slots.slots() ? faults_.ringWrapShift(r.id, layer) : 0;
+    if (shift != 0 && written > 0) faults_.noteFired("window_wrap", r.id, r.step, layer);
     for (int64_t i = 0; i < written; ++i) {
       const int64_t j = first + i, inStep = i % s;
       const bool real = fedMask_[b][static_cast<size_t>(inStep)] != 0;

@@ -74,7 +74,10 @@ class EngineRun {
     for (auto& r : requests_) {
       r.slot = r.id;
       const int64_t victim = faults_.crossRequestVictim(r.id);
-      if (victim >= 0 && victim < static_cast<int64_t>(requests_.size())) r.slot = victim;
+      if (victim >= 0 && victim < static_cast<int64_t>(requests_.size())) {
+        r.slot = victim;
+        faults_.noteFired("cross_request", r.id, 0, -1);
+      }
     }
     // Preallocated once: appends along t never reallocate. Slack covers duplicate appends.
     // Speculative steps append their drafts before rolling the rejected ones back (a skipped
@@ -172,6 +175,9 @@ class EngineRun {
       tr.batchGroup = r.spec.batchGroup;
       trace.requests.push_back(std::move(tr));
     }
+    if (!faults_.empty())
+      trace.faultFirings = faults_.firings(detail::runFacts(
+          requests_, trace, tick - 1, prefix_ != nullptr, prefillChunk_, impl_.layerWindows));
     return trace;
   }
 
@@ -243,8 +249,11 @@ class EngineRun {
       e.weightsVersion = model_.weightsVersion();
       e.detail = keepStale_ ? "cache kept (stale)" : "caches rebuilt on next use";
       trace_->events.push_back(e);
-      for (auto& r : requests_)
+      for (auto& r : requests_) {
         if (r.arrived && !r.done && !keepStale_) r.needsRebuild = true;
+        if (r.arrived && !r.done && keepStale_ && u.tensor.empty())
+          faults_.noteFired("stale_cache", -1, r.step, -1);
+      }
     }
   }
 
@@ -288,6 +297,7 @@ class EngineRun {
         r.clearCache();
       } else if (r.step == r.firstDecodeStep && faults_.duplicatePromptToken(r.id)) {
         fed[b] = {r.spec.promptIds.back(), r.generated.back()};
+        faults_.noteFired("duplicate_prompt_token", r.id, r.step, -1);
       } else {
         fed[b] = {r.generated.back()};
         if (B == 1 && speculates(r)) {
@@ -461,28 +471,8 @@ class EngineRun {
     return std::max<int64_t>(0, std::min({specDrafts_, tokens, positions}));
   }
 
-  // The draft source: prompt lookup (n-gram) decoding. The tokens that followed the latest
-  // earlier occurrence of the stream's last two (else last one) tokens; without a match, the
-  // last token repeated.
   std::vector<int64_t> proposeDrafts(const RequestState& r) const {
-    std::vector<int64_t> s = r.consumed;
-    s.push_back(r.generated.back());
-    const auto k = static_cast<size_t>(draftBudget(r));
-    const size_t n = s.size();
-    for (size_t gram : {size_t{2}, size_t{1}}) {
-      if (n <= gram) continue;
-      for (size_t end = n - 1; end >= gram; --end) {  // candidate occurrence s[end-gram, end)
-        if (!std::equal(s.begin() + static_cast<std::ptrdiff_t>(end - gram),
-                        s.begin() + static_cast<std::ptrdiff_t>(end),
-                        s.end() - static_cast<std::ptrdiff_t>(gram)))
-          continue;
-        std::vector<int64_t> out;
-        for (size_t j = end; j < n && out.size() < k; ++j) out.push_back(s[j]);
-        while (out.size() < k) out.push_back(out.back());
-        return out;
-      }
-    }
-    return std::vector<int64_t>(k, s.back());
+    return detail::promptLookupDrafts(r, static_cast<size_t>(draftBudget(r)));
   }
 
   // Greedy verification: draft j is accepted while it is the token row j (the entry before
@@ -521,9 +511,18 @@ class EngineRun {
   void choose(RequestState& r, TraceStep& st, const std::vector<float>& logits) {
     SamplingPolicy effective = r.spec.policy;
     if (faults_.tieRuleLast(r.id)) effective.tieRule = SamplingPolicy::TieRule::Highest;
-    if (faults_.rngReseed(r.id, st.step)) r.rng.reseed(r.spec.policy.seed);
-    if (faults_.rngExtraDraw(r.id, st.step) && !effective.greedy()) r.rng.nextUniform();
+    if (faults_.rngReseed(r.id, st.step)) {
+      r.rng.reseed(r.spec.policy.seed);
+      if (!effective.greedy()) faults_.noteFired("rng_reseed", r.id, st.step, -1);
+    }
+    if (faults_.rngExtraDraw(r.id, st.step) && !effective.greedy()) {
+      r.rng.nextUniform();
+      faults_.noteFired("rng_extra_draw", r.id, st.step, -1);
+    }
     st.rngDrawsBefore = r.rng.draws();
+    if (effective.tieRule != r.spec.policy.tieRule &&  // tie_rule_last: did the rule matter?
+        detail::choiceDiffers(logits, r.spec.policy, effective, r.rng))
+      faults_.noteFired("tie_rule_last", r.id, st.step, -1);
     SamplingOutcome out = Sampler::choose(logits, effective, r.rng);
     st.rngDrawsAfter = r.rng.draws();
     st.chosenToken = out.token;

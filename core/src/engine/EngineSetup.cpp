@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvscope/Error.hpp"
+#include "kvscope/Sampler.hpp"
 
 namespace kvscope::detail {
 
@@ -87,6 +88,51 @@ std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWin
   std::vector<TraceLayerKind> out;
   for (int64_t w : layerWindows) out.push_back({w, ring && w > 0 ? w : 0});
   return out;
+}
+
+FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,
+                             int64_t lastTick, bool prefixCache, int64_t prefillChunk,
+                             const std::vector<int64_t>& layerWindows) {
+  FaultPlan::RunFacts facts;
+  facts.requests = static_cast<int64_t>(requests.size());
+  facts.lastTick = lastTick;
+  for (const auto& r : requests) {
+    facts.lastStep = std::max(facts.lastStep, r.step - 1);
+    facts.sampled = facts.sampled || !r.spec.policy.greedy();
+    facts.prefilledAlone = facts.prefilledAlone || r.spec.batchGroup < 0;
+  }
+  facts.prefixCache = prefixCache;
+  facts.prefilledAlone = facts.prefilledAlone && prefillChunk == 0;
+  for (const auto& st : trace.steps) facts.prefixHit = facts.prefixHit || st.reusedCount > 0;
+  facts.slidingWindow =
+      std::any_of(layerWindows.begin(), layerWindows.end(), [](int64_t w) { return w > 0; });
+  return facts;
+}
+
+bool choiceDiffers(const std::vector<float>& logits, const SamplingPolicy& a,
+                   const SamplingPolicy& b, const RequestRng& rng) {
+  RequestRng ra = rng, rb = rng;
+  return Sampler::choose(logits, a, ra).token != Sampler::choose(logits, b, rb).token;
+}
+
+std::vector<int64_t> promptLookupDrafts(const RequestState& r, size_t k) {
+  std::vector<int64_t> s = r.consumed;
+  s.push_back(r.generated.back());
+  const size_t n = s.size();
+  for (size_t gram : {size_t{2}, size_t{1}}) {
+    if (n <= gram) continue;
+    for (size_t end = n - 1; end >= gram; --end) {  // candidate occurrence s[end-gram, end)
+      if (!std::equal(s.begin() + static_cast<std::ptrdiff_t>(end - gram),
+                      s.begin() + static_cast<std::ptrdiff_t>(end),
+                      s.end() - static_cast<std::ptrdiff_t>(gram)))
+        continue;
+      std::vector<int64_t> out;
+      for (size_t j = end; j < n && out.size() < k; ++j) out.push_back(s[j]);
+      while (out.size() < k) out.push_back(out.back());
+      return out;
+    }
+  }
+  return std::vector<int64_t>(k, s.back());
 }
 
 }  // namespace kvscope::detail

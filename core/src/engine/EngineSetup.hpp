@@ -8,6 +8,7 @@
 
 #include "cache/RingSlots.hpp"
 #include "engine/FaultPlan.hpp"
+#include "engine/RequestState.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/Trace.hpp"
@@ -25,5 +26,19 @@ std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool
 
 /// The trace's layer_kinds: empty for a model without a sliding layer (files unchanged).
 std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows, bool ring);
+
+/// What a finished run was like, for the reasons its faults never fired.
+FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,
+                             int64_t lastTick, bool prefixCache, int64_t prefillChunk,
+                             const std::vector<int64_t>& layerWindows);
+
+/// Whether `a` and `b` choose different tokens from `logits` (each from a copy of `rng`).
+bool choiceDiffers(const std::vector<float>& logits, const SamplingPolicy& a,
+                   const SamplingPolicy& b, const RequestRng& rng);
+
+/// The draft source of speculative decoding, prompt lookup (n-gram): the `k` tokens that
+/// followed the latest earlier occurrence of the stream's last two (else last one) tokens;
+/// without a match, the last token repeated.
+std::vector<int64_t> promptLookupDrafts(const RequestState& r, size_t k);
 
 }  // namespace kvscope::detail

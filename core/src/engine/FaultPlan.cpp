@@ -4,7 +4,8 @@
 
 namespace kvscope::detail {
 
-FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers) : faults_(std::move(faults)) {
+FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
+    : faults_(std::move(faults)), fired_(faults_.size()) {
   auto checkLayer = [&](const FaultSpec& f, const char* key, bool allowAll) {
     const int64_t l = f.get(key);
     if ((allowAll && l == -1) || (l >= 0 && l < numLayers)) return;
@@ -80,25 +81,30 @@ std::vector<const FaultSpec*> FaultPlan::all(const char* name) const {
 int64_t FaultPlan::position(int64_t request, int64_t step, int64_t indexInStep, int64_t expected) const {
   for (const auto* f : all("wrong_position")) {
     if (!matches(*f, request) || step < f->get("step")) continue;
-    if (f->get("restart")) {
-      // Positions restart at 0 at the first affected step and count up from there.
-      return (step - f->get("step")) + indexInStep;
-    }
-    return expected + f->get("offset");
+    // Positions restart at 0 at the first affected step and count up from there.
+    const int64_t p = f->get("restart") ? (step - f->get("step")) + indexInStep
+                                        : expected + f->get("offset");
+    if (p != expected) note(f, request, step, -1);
+    return p;
   }
   return expected;
 }
 
 int64_t FaultPlan::wrongLayerSource(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("wrong_layer"))
-    if (matches(*f, request) && step >= f->get("step") && layer == f->get("layer")) return f->get("source");
+    if (matches(*f, request) && step >= f->get("step") && layer == f->get("layer")) {
+      note(f, request, step, layer);
+      return f->get("source");
+    }
   return -1;
 }
 
 bool FaultPlan::duplicateAppend(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("duplicate_append"))
-    if (matches(*f, request) && step == f->get("step") && (f->get("layer") < 0 || f->get("layer") == layer))
+    if (matches(*f, request) && step == f->get("step") && (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
       return true;
+    }
   return false;
 }
 
@@ -179,8 +185,10 @@ std::vector<int64_t> FaultPlan::ringWrapLayers() const {
 bool FaultPlan::skipRollback(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("speculative_rollback"))
     if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer))
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
       return true;
+    }
   return false;
 }
 
@@ -192,8 +200,10 @@ int64_t FaultPlan::speculativeDrafts() const {
 double FaultPlan::quantizationScaleFactor(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("kv_quantization"))
     if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer))
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
       return static_cast<double>(f->get("scale")) / 100.0;
+    }
   return 1.0;
 }
 
@@ -202,8 +212,10 @@ bool FaultPlan::needsQuantizedCache() const { return find("kv_quantization") != 
 bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("rope_scaling"))
     if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer))
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
       return true;
+    }
   return false;
 }
 
@@ -211,7 +223,10 @@ bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullpt
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))
-    if (matches(*f, request) && chunk >= f->get("chunk") && f->get("layer") == layer) return true;
+    if (matches(*f, request) && chunk >= f->get("chunk") && f->get("layer") == layer) {
+      note(f, request, -1, layer);
+      return true;
+    }
   return false;
 }
 
@@ -230,8 +245,10 @@ int64_t FaultPlan::projectionSplits(int64_t request, int64_t step, int64_t layer
   if (batchMates < 2) return 1;
   for (const auto* f : all("batch_variance"))
     if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer))
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
       return batchMates;
+    }
   return 1;
 }
 
@@ -246,6 +263,76 @@ std::optional<FaultPlan::StaleUpdate> FaultPlan::staleCache() const {
 std::vector<std::string> FaultPlan::describe() const {
   std::vector<std::string> out;
   for (const auto& f : faults_) out.push_back(f.toString());
+  return out;
+}
+
+void FaultPlan::note(const FaultSpec* f, int64_t request, int64_t step, int64_t layer) const {
+  FaultFiring& out = fired_.at(static_cast<size_t>(f - faults_.data()));
+  if (out.fired) return;
+  out.fired = true;
+  out.request = request;
+  out.step = step;
+  out.layer = layer;
+}
+
+void FaultPlan::noteFired(const char* name, int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all(name))
+    if (request < 0 || matches(*f, request)) return note(f, request, step, layer);
+}
+
+std::vector<FaultFiring> FaultPlan::firings(const RunFacts& facts) const {
+  std::vector<FaultFiring> out = fired_;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].fired) continue;
+    const FaultSpec& f = faults_[i];
+    const auto has = [&](const char* k) { return f.params.count(k) > 0; };
+    std::string& why = out[i].reason;
+    if (has("request") && f.get("request") >= facts.requests)
+      why = "the run has no request " + std::to_string(f.get("request")) + " (it has " +
+            std::to_string(facts.requests) + ")";
+    else if (has("step") && f.get("step") > facts.lastStep)
+      why = "no step reached step=" + std::to_string(f.get("step")) + " (the last was step " +
+            std::to_string(facts.lastStep) + ")";
+    else if (f.name == "prefix_reuse")
+      why = !facts.prefixCache ? "the run has no prefix cache"
+            : !facts.prefilledAlone
+                ? "no request was prefilled alone (the prefix cache serves only those)"
+            : facts.prefixHit
+                ? "every block handed over matched in full: no prompt differed from an earlier "
+                  "one only at a block's last token"
+                : "no two prompts share a full block of " + std::to_string(f.get("block")) +
+                      " tokens (its last token aside)";
+    else if (f.name == "stale_cache")
+      why = f.get("tick") > facts.lastTick
+                ? "no tick reached tick=" + std::to_string(f.get("tick")) + " (the run ended at tick " +
+                      std::to_string(facts.lastTick) + ")"
+                : "no request held a cache when the weights changed at tick " +
+                      std::to_string(f.get("tick"));
+    else if ((f.name == "rng_extra_draw" || f.name == "rng_reseed") && !facts.sampled)
+      why = "every request is greedy: no random draw to change";
+    else if (f.name == "tie_rule_last")
+      why = "no choice had a tie that the two rules break differently";
+    else if (f.name == "cross_request")
+      why = "the run has no request " + std::to_string(f.get("victim")) + " to take the row of";
+    else if (f.name == "batch_row_mix")
+      why = "requests " + std::to_string(f.get("from")) + " and " + std::to_string(f.get("to")) +
+            " never ran in one batched forward (--batch)";
+    else if ((f.name == "window_off_by_one" || f.name == "window_wrap") && !facts.slidingWindow)
+      why = "no layer has a sliding window";
+    else if (f.name == "window_off_by_one")
+      why = "no cache grew past its sliding window";
+    else if (f.name == "window_wrap")
+      why = "no ring wrapped before a later forward (no request held more entries than its window)";
+    else if (f.name == "chunk_position")
+      why = "no prompt reached chunk " + std::to_string(f.get("chunk")) + " (chunks of " +
+            std::to_string(f.get("size")) + " tokens)";
+    else if (f.name == "speculative_rollback")
+      why = "no draft was rejected from step " + std::to_string(f.get("step")) + " on";
+    else if (f.name == "duplicate_prompt_token")
+      why = "no request decoded a token after its prefill";
+    else
+      why = "the conditions it needs never arose in this run";
+  }
   return out;
 }
 

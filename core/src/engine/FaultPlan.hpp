@@ -75,13 +75,32 @@ class FaultPlan {
   };
   std::optional<StaleUpdate> staleCache() const;
   std::vector<std::string> describe() const;
+  /// The first fault `name` matching `request` (-1: any) changed the run at (request, step,
+  /// layer); only its first firing is kept. For effects the engine decides on (a victim
+  /// that exists, a batch mate present, a tie the rule broke differently, ...).
+  void noteFired(const char* name, int64_t request, int64_t step, int64_t layer) const;
+  /// What the run was like, for the reason a fault never fired.
+  struct RunFacts {
+    int64_t requests = 0;
+    int64_t lastStep = -1;         // the largest step number any request reached
+    int64_t lastTick = -1;
+    bool prefixCache = false;      // a prefix cache was on
+    bool prefilledAlone = false;   // some request was prefilled alone (the prefix cache's use)
+    bool prefixHit = false;        // some prefix lookup handed rows over
+    bool sampled = false;          // some request samples (temperature > 0)
+    bool slidingWindow = false;    // some layer has a sliding window
+  };
+  /// Per fault, in order: where it first fired, or why it never did.
+  std::vector<FaultFiring> firings(const RunFacts& facts) const;
   bool empty() const { return faults_.empty(); }
 
  private:
   const FaultSpec* find(const char* name) const;
   std::vector<const FaultSpec*> all(const char* name) const;
   static bool matches(const FaultSpec& f, int64_t request);
+  void note(const FaultSpec* f, int64_t request, int64_t step, int64_t layer) const;
   std::vector<FaultSpec> faults_;
+  mutable std::vector<FaultFiring> fired_;  // [faults_]: the first firing of each
 };
 
 }  // namespace kvscope::detail

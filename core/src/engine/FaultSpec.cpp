@@ -67,6 +67,18 @@ FaultSpec FaultSpec::parse(const std::string& text) {
   return spec;
 }
 
+std::string FaultFiring::describe() const {
+  if (!fired) return "never fired: " + reason;
+  std::string where;
+  auto add = [&](const char* what, int64_t v) {
+    if (v >= 0) where += (where.empty() ? " at " : ", ") + std::string(what) + " " + std::to_string(v);
+  };
+  add("request", request);
+  add("step", step);
+  add("layer", layer);
+  return "fired" + where;
+}
+
 int64_t FaultSpec::get(const std::string& key) const { return params.at(key); }
 
 std::string FaultSpec::toString() const {

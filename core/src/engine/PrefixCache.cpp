@@ -35,6 +35,9 @@ PrefixHit PrefixCache::reuse(RequestState& r, KvCache& cache, uint64_t version,
   }
   if (!best) return hit;
   hit.source = best->request;
+  // prefix_reuse fired when the lookup handed over more than a full comparison would have.
+  if (partial && sharedBlocks(prompt, best->prompt, false) < hit.length)
+    faults.noteFired("prefix_reuse", r.id, 0, faults.prefixReuseLayer(r.id));
   uint64_t chain = 1469598103934665603ull;  // FNV-1a over the blocks' tokens, chained
   for (int64_t b = 0; b < hit.length / block_; ++b) {
     for (int64_t j = b * block_; j < (b + 1) * block_; ++j) {

@@ -86,7 +86,7 @@ bool TraceEvent::operator==(const TraceEvent& o) const {
 bool Trace::operator==(const Trace& o) const {
   return formatVersion == o.formatVersion && engine == o.engine && mode == o.mode &&
          model == o.model && requests == o.requests && steps == o.steps && events == o.events &&
-         faults == o.faults && recordedLayers == o.recordedLayers && kvCache == o.kvCache &&
+         faults == o.faults && faultFirings == o.faultFirings && recordedLayers == o.recordedLayers && kvCache == o.kvCache &&
          layerKinds == o.layerKinds;
 }
 

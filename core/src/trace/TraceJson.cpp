@@ -116,6 +116,13 @@ json traceHeaderToJson(const Trace& t, int version) {
                              {"weights_version", e.weightsVersion}, {"tensor", e.tensor},
                              {"scale", e.scale}, {"seed", e.seed}});
   doc["faults"] = t.faults;
+  if (!t.faultFirings.empty()) {  // absent: not recorded
+    doc["fault_firings"] = json::array();
+    for (const auto& f : t.faultFirings)
+      doc["fault_firings"].push_back(
+          f.fired ? json{{"fired", true}, {"request", f.request}, {"step", f.step}, {"layer", f.layer}}
+                  : json{{"fired", false}, {"reason", f.reason}});
+  }
   if (t.kvCache.quantized()) doc["kv_cache"] = kvCacheToJson(t.kvCache);
   if (t.isLayerSubset()) doc["recorded_layers"] = t.recordedLayers;  // absent: every layer
   if (!t.layerKinds.empty()) doc["layer_kinds"] = layerKindsToJson(t.layerKinds);
@@ -205,6 +212,24 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
     }
   }
   t.faults = top.strings("faults");
+  if (top.has("fault_firings")) {
+    const json& ff = top.child("fault_firings");
+    if (!ff.is_array() || ff.size() != t.faults.size())
+      top.fail("fault_firings", "expected an array with one entry per fault (" +
+                                    std::to_string(t.faults.size()) + ")");
+    for (size_t i = 0; i < ff.size(); ++i) {
+      const JsonFieldReader e(ff[i], file, "fault_firings[" + std::to_string(i) + "]");
+      if (!ff[i].is_object() || !e.has("fired") || !ff[i]["fired"].is_boolean())
+        e.fail("fired", "expected true or false");
+      FaultFiring f;
+      f.fired = ff[i]["fired"].get<bool>();
+      f.request = e.integerOr("request", -1);
+      f.step = e.integerOr("step", -1);
+      f.layer = e.integerOr("layer", -1);
+      f.reason = e.string("reason");
+      t.faultFirings.push_back(std::move(f));
+    }
+  }
   t.kvCache = kvCacheFromJson(doc, file, t.model.numLayers);
   t.recordedLayers = recordedLayersFromJson(top, t.model.numLayers);
   t.layerKinds = layerKindsFromJson(doc, file, t.model.numLayers);

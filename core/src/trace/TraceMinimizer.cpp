@@ -48,6 +48,7 @@ Trace cutWith(const Trace& t, const Keep& keep) {
   out.mode = t.mode;
   out.model = t.model;
   out.faults = t.faults;
+  out.faultFirings = t.faultFirings;
   out.kvCache = t.kvCache;  // a quantised cache stays declared, or its records would not fit
   out.tensorDtype = t.tensorDtype;
   out.recordedLayers = t.recordedLayers;
