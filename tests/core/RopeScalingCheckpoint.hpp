@@ -15,13 +15,15 @@ namespace kvscope::test {
 
 /// `type`: "linear" or "llama3"; `factor` 0: 2 for linear, 8 for llama3. Returns the
 /// checkpoint directory.
-inline std::string ropeScalingLlama(const std::string& type, double factor = 0) {
+/// The same for another checkpoint directory `source` (a copy named after `tag`).
+inline std::string ropeScalingCopy(const std::filesystem::path& source, const std::string& tag,
+                                   const std::string& type, double factor = 0) {
   namespace fs = std::filesystem;
   if (factor <= 0) factor = type == "linear" ? 2.0 : 8.0;
-  const fs::path dir =
-      scratchDir("rope-scaling-" + type + "-" + std::to_string(static_cast<int>(factor * 100)));
+  const fs::path dir = scratchDir(tag + "rope-scaling-" + type + "-" +
+                                  std::to_string(static_cast<int>(factor * 100)));
   if (fs::exists(dir / "model.safetensors")) return dir.string();
-  const fs::path src = hfModel("llama");
+  const fs::path& src = source;
   for (const auto& e : fs::directory_iterator(src))
     if (e.path().filename() != "config.json")
       fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
@@ -37,6 +39,10 @@ inline std::string ropeScalingLlama(const std::string& type, double factor = 0) 
   cfg["rope_parameters"] = rope;
   std::ofstream(dir / "config.json") << cfg.dump(1);
   return dir.string();
+}
+
+inline std::string ropeScalingLlama(const std::string& type, double factor = 0) {
+  return ropeScalingCopy(hfModel("llama"), "", type, factor);
 }
 
 }  // namespace kvscope::test

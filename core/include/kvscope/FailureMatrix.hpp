@@ -28,6 +28,7 @@ inline constexpr const char* ChunkPosition = "chunk_position";
 inline constexpr const char* BatchVariance = "batch_variance";
 inline constexpr const char* PrefixReuse = "prefix_reuse";
 inline constexpr const char* WindowWrap = "window_wrap";
+inline constexpr const char* QkNormOrder = "qk_norm_order";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

@@ -178,4 +178,12 @@ FloatTensor ReferenceSet::probeLayer0(int64_t token, int64_t count, uint64_t ver
   return toFloatTensor(m->impl().probeLayer0Keys(token, count));
 }
 
+FloatTensor ReferenceSet::keyNormWeight(int64_t layer, uint64_t version) {
+  if (!model_) return {};
+  const Model* m = modelFor(version);
+  if (!m || layer < 0 || layer >= m->config().numLayers) return {};
+  const auto& w = m->impl().layers.at(static_cast<size_t>(layer)).kNormW;
+  return w.defined() ? toFloatTensor(w.to(torch::kFloat).contiguous()) : FloatTensor{};
+}
+
 }  // namespace kvscope::detail

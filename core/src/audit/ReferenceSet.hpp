@@ -33,6 +33,9 @@ class ReferenceSet {
   /// Layer-0 keys of `token` at positions 0..count-1 ([count, h, d] as FloatTensor), model
   /// mode only (empty otherwise).
   FloatTensor probeLayer0(int64_t token, int64_t count, uint64_t version);
+  /// Model mode only: `layer`'s per-head key-norm weight [d] (the checkpoint's k_norm) at
+  /// `version`; empty when the checkpoint has none or in trace+trace mode.
+  FloatTensor keyNormWeight(int64_t layer, uint64_t version);
   bool hasModel() const { return model_ != nullptr; }
   /// The checkpoint's configuration (its RoPE scaling, ...); nullptr in trace+trace mode.
   const ModelConfig* modelConfig() const { return model_ ? &model_->config() : nullptr; }

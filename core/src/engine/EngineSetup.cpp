@@ -61,6 +61,11 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
         "dynamic); this " +
         architectureName(cfg.architecture) + " checkpoint " +
         (cfg.usesRope() ? "uses default RoPE" : "has no RoPE (learned position embeddings)"));
+  if (faults.swapsQkNormOrder() && !cfg.qkNorm)
+    throw UsageError("fault 'qk_norm_order' needs a checkpoint with a per-head q/k norm "
+                     "(q_norm/k_norm weights, as Qwen3 has); this " +
+                     architectureName(cfg.architecture) + " checkpoint has none, so there is "
+                     "no order to swap");
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&

@@ -37,7 +37,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
-    } else if (f.name == "rope_scaling") {
+    } else if (f.name == "rope_scaling" || f.name == "qk_norm_order") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -220,6 +220,18 @@ bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer)
 }
 
 bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
+
+bool FaultPlan::qkNormAfterRope(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("qk_norm_order"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
+      return true;
+    }
+  return false;
+}
+
+bool FaultPlan::swapsQkNormOrder() const { return find("qk_norm_order") != nullptr; }
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))

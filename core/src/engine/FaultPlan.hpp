@@ -56,6 +56,9 @@ class FaultPlan {
   /// rope_scaling: (request, step, layer) rotates with the unscaled RoPE frequencies.
   bool ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const;
   bool dropsRopeScaling() const;
+  /// qk_norm_order: (request, step, layer) applies the q/k norm after RoPE.
+  bool qkNormAfterRope(int64_t request, int64_t step, int64_t layer) const;
+  bool swapsQkNormOrder() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;

@@ -37,6 +37,14 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` of this forward applies `layer`'s per-head q/k norm after RoPE
+  /// instead of before it (the qk_norm_order fault: a fused norm + rotary kernel that
+  /// swaps the two). Only checkpoints with a q/k norm (Qwen3) have an order to swap.
+  virtual bool normsAfterRope(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
   /// In how many parts batch row `row` sums `layer`'s q/k/v projection over the hidden
   /// dimension (the batch_variance fault: a split-K kernel chosen by the batch size); 1 = one
   /// reduction, as every correct path does.

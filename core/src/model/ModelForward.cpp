@@ -81,11 +81,21 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
     v = parts[2].view({B, s, nh, d}).transpose(1, 2);
   } else {
     // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
-    q = headNorm(project(w.qW, w.qB, false).view({B, s, nh, d}), w.qNormW).transpose(1, 2);
-    k = headNorm(project(w.kW, w.kB, false).view({B, s, nkv, d}), w.kNormW).transpose(1, 2);
+    auto qRaw = project(w.qW, w.qB, false).view({B, s, nh, d}).transpose(1, 2);
+    auto kRaw = project(w.kW, w.kB, false).view({B, s, nkv, d}).transpose(1, 2);
     v = project(w.vW, w.vB, false).view({B, s, nkv, d}).transpose(1, 2);
-    q = detail::RotaryEmbedding::apply(q, cos, sin);
-    k = detail::RotaryEmbedding::apply(k, cos, sin);
+    q = detail::RotaryEmbedding::apply(headNorm(qRaw, w.qNormW), cos, sin);
+    k = detail::RotaryEmbedding::apply(headNorm(kRaw, w.kNormW), cos, sin);
+    if (w.kNormW.defined()) {
+      std::vector<int64_t> late(static_cast<size_t>(B), 0);  // 1: this row norms after RoPE
+      for (int64_t b = 0; b < B; ++b)
+        late[static_cast<size_t>(b)] = attention.normsAfterRope(layer, b) ? 1 : 0;
+      if (std::find(late.begin(), late.end(), 1) != late.end()) {
+        auto rows = torch::tensor(late, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+        q = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(qRaw, cos, sin), w.qNormW), q);
+        k = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(kRaw, cos, sin), w.kNormW), k);
+      }
+    }
   }
   k = k.contiguous();
   v = v.contiguous();

@@ -20,6 +20,10 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // A chunk boundary whose positions restart explains wrong positions and wrong keys
       // before the position row or the signature search read them as an offset.
       &rows::chunkPosition(),
+      // The q/k norm applied after RoPE: keys re-derived exactly from the checkpoint's k_norm
+      // weight; their error grows with position from 0 at position 0 as a RoPE scaling
+      // mismatch's does, so asked before rope_scaling, whose hypotheses cannot fit it.
+      &rows::qkNormOrder(),
       // Keys rotated with another RoPE scaling: before the position probe, which reads a
       // dropped linear factor f as the right key at f x the position.
       &rows::ropeScaling(),

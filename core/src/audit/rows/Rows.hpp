@@ -24,5 +24,6 @@ const FailureRow& chunkPosition();
 const FailureRow& batchVariance();
 const FailureRow& prefixReuse();
 const FailureRow& windowWrap();
+const FailureRow& qkNormOrder();
 
 }  // namespace kvscope::detail::rows
