@@ -81,6 +81,51 @@ def cache_layers(cache) -> List[Tuple[Any, Any]]:
                     "(layers / key_cache) or a tuple of (key, value) pairs")
 
 
+APPENDED_ATTR = "_kvscope_appended"  # {layer: (keys, values)} the last forward handed update()
+
+
+def watch_updates(cache):
+    """Makes `cache` keep, per layer, the K/V its last forward handed `cache.update()`: a
+    step's own new records whatever the layer then stores (transformers' sliding layers keep
+    only their last `window - 1` rows). Returns the cache; `begin_forward` clears the record."""
+    inner = cache.update
+
+    def update(key_states, value_states, layer_idx, *args, **kwargs):
+        getattr(cache, APPENDED_ATTR)[int(layer_idx)] = (key_states.detach().clone(),
+                                                          value_states.detach().clone())
+        return inner(key_states, value_states, layer_idx, *args, **kwargs)
+
+    cache.update = update
+    setattr(cache, APPENDED_ATTR, {})
+    return cache
+
+
+def begin_forward(cache) -> None:
+    if cache is not None and hasattr(cache, APPENDED_ATTR):
+        setattr(cache, APPENDED_ATTR, {})
+
+
+def layer_kinds(cache) -> Optional[List[Dict[str, Any]]]:
+    """The trace's layer_kinds for a transformers cache with sliding layers (None without
+    one): a `DynamicSlidingWindowLayer` keeps the last `sliding_window - 1` rows in fed order,
+    so it is a sliding layer whose cache holds `sliding_window - 1` slots (ring_slots); a
+    sliding layer of another type is refused by name rather than recorded wrongly."""
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, (list, tuple)) or not any(getattr(l, "is_sliding", False) for l in layers):
+        return None
+    out = []
+    for i, l in enumerate(layers):
+        if not getattr(l, "is_sliding", False):
+            out.append({"kind": "full"})
+            continue
+        w = int(getattr(l, "sliding_window", 0) or 0)
+        if type(l).__name__ != "DynamicSlidingWindowLayer" or w < 2:
+            raise TypeError(f"cache layer {i} is a {type(l).__name__} (sliding window {w}): "
+                            "kvscope-record knows the layout of DynamicSlidingWindowLayer only")
+        out.append({"kind": "sliding", "window": w, "ring_slots": w - 1})
+    return out
+
+
 def cache_length(cache) -> int:
     """Entries in the first layer of a cache (0 for None or an empty cache)."""
     layers = cache_layers(cache)
@@ -251,7 +296,18 @@ class TraceRecorder:
                     rows.append((cache_row(k, batch_index), cache_row(v, batch_index)))
             lengths = [k.shape[1] for k, _ in rows]
             prev = self._lengths.setdefault(request, [0] * L)
-            if self.mode == "uncached":
+            appended = getattr(cache, APPENDED_ATTR, None)
+            if appended is not None and self.mode == "cached" and "layer_kinds" not in self.writer.extra:
+                kinds = layer_kinds(cache)
+                if kinds is not None:
+                    self.writer.extra["layer_kinds"] = kinds
+            if appended is not None and self.mode == "cached":
+                # What each layer's update() was handed: the step's own records, in fed order.
+                if sorted(appended) != list(range(L)):
+                    raise ValueError(f"the forward updated cache layers {sorted(appended)}, expected 0..{L - 1}")
+                keys = [cache_row(appended[l][0], batch_index) for l in range(L)]
+                values = [cache_row(appended[l][1], batch_index) for l in range(L)]
+            elif self.mode == "uncached":
                 n = len(fed_ids)
                 keys = [k[:, k.shape[1] - min(n, k.shape[1]):].copy() for k, _ in rows]
                 values = [v[:, v.shape[1] - min(n, v.shape[1]):].copy() for _, v in rows]
@@ -428,9 +484,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     params = inspect.signature(model.forward).parameters
     takes_cache_position = "cache_position" in params
 
+    # A cache made here (config: per-layer types in transformers 5) so that its update() calls
+    # can be watched; transformers 4's DynamicCache takes no config.
+    # Without a DynamicCache class (a library that only imitates transformers' API) the model
+    # makes its own cache and the records are read from it after each step.
+    dynamic_cache = getattr(transformers, "DynamicCache", None)
+    cache_kwargs = {"config": model.config} if dynamic_cache is not None and "config" in \
+        inspect.signature(dynamic_cache.__init__).parameters else {}
+
+    def past_length(cache) -> int:
+        # Tokens already consumed: get_seq_length() counts on where a sliding layer stops.
+        if cache is None:
+            return 0
+        if hasattr(cache, "get_seq_length") and not isinstance(cache, (list, tuple)):
+            full = [i for i, l in enumerate(getattr(cache, "layers", []) or [])
+                    if not getattr(l, "is_sliding", False)]
+            return int(cache.get_seq_length(full[0] if full else 0))
+        return cache_length(cache)
+
     def forward(ids: List[int], positions: List[int], cache):
         dev = args.device
-        past = cache_length(cache)
+        if cache is None and not args.uncached and dynamic_cache is not None:
+            cache = watch_updates(dynamic_cache(**cache_kwargs))
+        begin_forward(cache)
+        past = past_length(cache)
         kwargs = {"input_ids": torch.tensor([ids], device=dev),
                   "position_ids": torch.tensor([positions], device=dev),
                   "attention_mask": torch.ones((1, past + len(ids)), dtype=torch.long, device=dev),

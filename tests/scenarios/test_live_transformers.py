@@ -1,0 +1,115 @@
+"""kvscope-record against the real transformers library (not a stand-in): the Qwen3 fixture
+written by transformers itself (tests/fixtures/families), its sliding layers kept as
+transformers keeps them (`DynamicSlidingWindowLayer`: the last `window - 1` rows, while the
+sequence length keeps counting). A clean greedy run must audit clean; the same run with the
+q/k norm applied after RoPE patched into transformers' own Qwen3 attention must be found as
+`qk_norm_order` at step 0, layer 0, position 1.
+
+Needs transformers >= 5 and a torch it supports: run it with that interpreter, e.g.
+`KVSCOPE_CLI=build/app/cli/kvscope-cli <venv>/bin/python -m unittest test_live_transformers`
+from tests/scenarios. Without them the suite is skipped (and says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "python"))
+import foreign_runs as fr  # noqa: E402
+
+try:
+    import torch
+    import transformers
+    from kvscope_trace import hf_trace
+except ImportError as e:  # the Debian interpreter has neither
+    raise unittest.SkipTest(f"needs transformers >= 5 and torch ({e})")
+if int(transformers.__version__.split(".")[0]) < 5:
+    raise unittest.SkipTest(f"needs transformers >= 5 (found {transformers.__version__})")
+
+QWEN3 = os.path.join(REPO, "tests", "fixtures", "families", "models", "qwen3")
+PROMPT = "5,17,300,41,99,7,12,250,3,64"  # 10 tokens: past the fixture's window of 6
+
+
+def norm_after_rope():
+    """Patches transformers' Qwen3 attention so that every layer applies q_norm/k_norm after
+    RoPE (a port that rotates first). Returns the undo."""
+    from transformers.models.qwen3 import modeling_qwen3 as mq
+
+    rope, forward = mq.apply_rotary_pos_emb, mq.Qwen3Attention.forward
+
+    def patched(self, *args, **kwargs):
+        qn, kn = self.q_norm, self.k_norm
+        self.q_norm = self.k_norm = torch.nn.Identity()
+
+        def rotate_then_norm(q, k, cos, sin, *a, **kw):
+            q2, k2 = rope(q, k, cos, sin, *a, **kw)
+            return qn(q2), kn(k2)
+
+        mq.apply_rotary_pos_emb = rotate_then_norm
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            mq.apply_rotary_pos_emb = rope
+            self.q_norm, self.k_norm = qn, kn
+
+    mq.Qwen3Attention.forward = patched
+    return lambda: setattr(mq.Qwen3Attention, "forward", forward)
+
+
+class LiveTransformersTest(unittest.TestCase):
+    def record_and_audit(self, name: str):
+        out = os.path.join(self.tmp.name, name + ".kvtrace")
+        rc = hf_trace.main(["--model", QWEN3, "--prompt-ids", PROMPT, "--max-new", "8",
+                            "--ignore-eos", "--no-fingerprint", "--out", out])
+        self.assertEqual(rc, 0)
+        r = subprocess.run([fr.cli_path(), "audit", "--model", QWEN3, "--trace", out, "--json"],
+                           capture_output=True, text=True)
+        self.assertIn(r.returncode, (0, 1), r.stderr)
+        return r.returncode, json.loads(r.stdout), out
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_a_clean_qwen3_run_with_sliding_layers_audits_clean(self):
+        rc, rep, out = self.record_and_audit("clean")
+        self.assertEqual(rc, 0, json.dumps(rep.get("findings"), indent=1))
+        self.assertEqual(rep["findings"], [])
+        # The trace says what transformers' sliding layers hold: window 6, 5 slots.
+        from kvscope_trace import trace as kvtrace
+        t = kvtrace.read_trace(out)
+        kinds = t.extra["layer_kinds"]
+        self.assertEqual([k["kind"] for k in kinds], ["full", "sliding", "sliding"])
+        self.assertEqual(kinds[1], {"kind": "sliding", "window": 6, "ring_slots": 5})
+        # Every step's records are its own: 10 for the prefill, then 1 per step; 5 rows kept.
+        self.assertEqual([s.layers[1].cache_length for s in t.steps], [5] * 8)
+        self.assertEqual([s.layers[1].keys.shape[1] for s in t.steps], [10] + [1] * 7)
+
+    def test_q_k_norm_after_rope_patched_into_transformers_is_found(self):
+        undo = norm_after_rope()
+        try:
+            rc, rep, _ = self.record_and_audit("norm-after-rope")
+        finally:
+            undo()
+        self.assertEqual(rc, 1)
+        ids = [f["id"] for f in rep["findings"]]
+        self.assertEqual(ids, ["qk_norm_order"], json.dumps(rep["findings"], indent=1))
+        f = rep["findings"][0]
+        w = f["where"]
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+        ev = f["evidence"]
+        self.assertLessEqual(ev["swapped_order_key_error"], ev["tolerance"])
+
+
+if __name__ == "__main__":
+    unittest.main()
