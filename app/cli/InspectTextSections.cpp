@@ -5,6 +5,7 @@
 
 #include "CliText.hpp"
 #include "InspectSections.hpp"
+#include "kvscope/FindingGroups.hpp"
 
 namespace kvscope::cli {
 
@@ -189,9 +190,13 @@ Lines inspectHeader(const InspectFrame& f) {
   if (!rep.findings.empty()) {
     std::vector<std::string> items;
     const bool oneRequest = f.insp.requests().size() == 1;
-    for (const Finding& x : rep.findings) {
+    // A bug that several requests show is named once, with each request's onset.
+    for (const FindingGroup& g : groupFindings(rep.findings)) {
+      const Finding& x = g.first();
       std::string item = x.id;
-      if (f.compact) {
+      if (g.members.size() > 1) {
+        item += " (" + (x.causedBy.empty() ? "" : "caused by " + x.causedBy + "; ") + g.onsets() + ")";
+      } else if (f.compact) {
         item += " (" + (oneRequest ? "" : "request " + std::to_string(x.request) + " ") + "step " +
                 std::to_string(x.step) + ")";
       } else if (!x.causedBy.empty()) {

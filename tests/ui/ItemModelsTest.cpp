@@ -12,6 +12,7 @@
 #include "ui/models/RequestListModel.hpp"
 #include "ui/models/StageListModel.hpp"
 #include "ui/panels/FaultPanel.hpp"
+#include "ui/views/HeadlineView.hpp"
 
 using namespace kvscope;
 using namespace kvscope::ui;
@@ -37,7 +38,9 @@ class ItemModelsTest : public QObject {
     QCOMPARE(model.index(1, FindingsModel::IdColumn).data().toString(), QStringLiteral("cross_request"));
     QCOMPARE(model.index(0, FindingsModel::MatrixRowColumn).data().toString(),
              QStringLiteral("layer 1 matches, layer 2 differs"));
-    QVERIFY(model.index(0, FindingsModel::WhereColumn).data().toString().contains(QStringLiteral("layer 2")));
+    // The fixture's wrong_layer fault names no request: both requests show it, in one row.
+    QCOMPARE(model.index(0, FindingsModel::WhereColumn).data().toString(),
+             QStringLiteral("2 requests: 0 at step 3, 1 at step 3 (layer 2)"));
     QCOMPARE(model.index(0, 0).data(FindingsModel::RequestRole).toLongLong(), 0);
     QCOMPARE(model.index(0, 0).data(FindingsModel::StepRole).toLongLong(), 3);
     QCOMPARE(model.index(0, 0).data(FindingsModel::LayerRole).toLongLong(), 2);
@@ -50,6 +53,55 @@ class ItemModelsTest : public QObject {
                 .contains(QStringLiteral("layer 2 stores and reads layer 1")));
     model.setReport(nullptr);
     QCOMPARE(model.rowCount(), 0);
+  }
+
+  // A bug that two requests show is two findings in the report (one per request); the views
+  // list it once, with both onsets, and select the earliest. Its consequences, one per
+  // request, sit in one row under it.
+  void findingsOfSeveralRequestsShareOneRow() {
+    auto rep = std::make_shared<AuditReport>();
+    rep->verdict = "divergent";
+    rep->firstDivergence = {true, 0, 3, 1, 7};
+    auto add = [&](const char* id, int64_t request, int64_t step, const char* causedBy, const char* why) {
+      Finding f;
+      f.id = id;
+      f.request = request;
+      f.step = step;
+      f.layer = f.id == "duplicate_append" ? 1 + request : 1;
+      f.causedBy = causedBy;
+      f.explanation = why;
+      f.matrixRow = FailureMatrix::row(id).observation;
+      rep->findings.push_back(f);
+    };
+    add("duplicate_append", 0, 3, "", "request 0 appended twice");
+    add("position", 0, 4, "duplicate_append", "request 0 positions off by one");
+    add("duplicate_append", 2, 5, "", "request 2 appended twice");
+    add("position", 2, 6, "duplicate_append", "request 2 positions off by one");
+    FindingsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setReport(rep);
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.index(0, FindingsModel::IdColumn).data().toString(), QStringLiteral("duplicate_append"));
+    QCOMPARE(model.index(0, FindingsModel::WhereColumn).data().toString(),
+             QStringLiteral("2 requests: 0 at step 3, 2 at step 5"));
+    QCOMPARE(model.index(0, 0).data(FindingsModel::RequestRole).toLongLong(), 0);
+    QCOMPARE(model.index(0, 0).data(FindingsModel::StepRole).toLongLong(), 3);
+    QCOMPARE(model.index(0, 0).data(FindingsModel::RequestCountRole).toInt(), 2);
+    const QString tip = model.index(0, 0).data(Qt::ToolTipRole).toString();
+    QVERIFY2(tip.contains(QStringLiteral("request 2, step 5: request 2 appended twice")), qPrintable(tip));
+    QCOMPARE(model.index(1, FindingsModel::IdColumn).data().toString(), QStringLiteral("\u21b3 position"));
+    QCOMPARE(model.index(1, FindingsModel::WhereColumn).data().toString(),
+             QStringLiteral("2 requests: 0 at step 4, 2 at step 6 (layer 1)"));
+    QCOMPARE(model.group(1)->members[1]->request, 2);
+    QCOMPARE(model.group(1)->members[1]->causedBy, std::string("duplicate_append"));
+
+    FailureMatrixModel matrix;
+    matrix.setReport(rep);
+    const int row = FailureMatrixModel::rowFor(rep->findings[0]);
+    QVERIFY(matrix.isMatched(row));
+    QCOMPARE(matrix.index(row, FailureMatrixModel::FindingColumn).data().toString(),
+             QStringLiteral("duplicate_append (2 requests: 0 at step 3, 2 at step 5)"));
+    QVERIFY(HeadlineView::headlineFor(*rep).contains(QStringLiteral("duplicate_append (request 0 appended twice)")));
   }
 
   void stageModelIsATreeOfSixStages() {
@@ -120,7 +172,9 @@ class ItemModelsTest : public QObject {
     QVERIFY(model.isMatched(3));  // a batch row changes when another request arrives
     for (int r = 0; r < model.rowCount(); ++r)
       if (r != 1 && r != 3) QVERIFY(!model.isMatched(r));
-    QCOMPARE(model.index(1, FailureMatrixModel::FindingColumn).data().toString(), QStringLiteral("wrong_layer"));
+    // The fixture's wrong_layer fault names no request: both requests show it, in one row.
+    QCOMPARE(model.index(1, FailureMatrixModel::FindingColumn).data().toString(),
+             QStringLiteral("wrong_layer (2 requests: 0 at step 3, 1 at step 3)"));
     QVERIFY(model.index(1, 0).data(Qt::BackgroundRole).isValid());
     QVERIFY(!model.index(0, 0).data(Qt::BackgroundRole).isValid());
     QCOMPARE(model.index(7, FailureMatrixModel::FirstCheckColumn).data().toString(),

@@ -2,6 +2,9 @@
 
 #include <QColor>
 #include <QFont>
+#include <algorithm>
+
+#include "kvscope/FindingGroups.hpp"
 
 namespace kvscope::ui {
 
@@ -47,10 +50,15 @@ void FailureMatrixModel::setReport(std::shared_ptr<const AuditReport> report) {
   focusRow_ = -1;
   focusObservation_.clear();
   focusFirstCheck_.clear();
+  // A bug that several requests show fires its row once, with the count of requests.
   if (report_)
-    for (const auto& f : report_->findings) {
-      const int r = rowFor(f);
-      if (r >= 0) matched_[static_cast<size_t>(r)].push_back(f.id);
+    for (const FindingGroup& g : groupFindings(report_->findings)) {
+      const int r = rowFor(g.first());
+      if (r < 0) continue;
+      auto& ids = matched_[static_cast<size_t>(r)];
+      std::string label = g.id;
+      if (g.members.size() > 1) label += " (" + g.onsets() + ")";
+      if (std::find(ids.begin(), ids.end(), label) == ids.end()) ids.push_back(label);
     }
   endResetModel();
 }

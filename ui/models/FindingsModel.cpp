@@ -2,6 +2,8 @@
 
 #include <QColor>
 #include <QFont>
+#include <QStringList>
+#include <algorithm>
 
 namespace kvscope::ui {
 
@@ -10,17 +12,23 @@ FindingsModel::FindingsModel(QObject* parent) : QAbstractTableModel(parent) {}
 void FindingsModel::setReport(std::shared_ptr<const AuditReport> report) {
   beginResetModel();
   report_ = std::move(report);
+  groups_ = report_ ? groupFindings(report_->findings) : std::vector<FindingGroup>{};
   endResetModel();
 }
 
+const FindingGroup* FindingsModel::group(int row) const {
+  if (row < 0 || row >= static_cast<int>(groups_.size())) return nullptr;
+  return &groups_[static_cast<size_t>(row)];
+}
+
 const Finding* FindingsModel::finding(int row) const {
-  if (!report_ || row < 0 || row >= static_cast<int>(report_->findings.size())) return nullptr;
-  return &report_->findings[static_cast<size_t>(row)];
+  const FindingGroup* g = group(row);
+  return g ? &g->first() : nullptr;
 }
 
 int FindingsModel::rowCount(const QModelIndex& parent) const {
-  if (parent.isValid() || !report_) return 0;
-  return static_cast<int>(report_->findings.size());
+  if (parent.isValid()) return 0;
+  return static_cast<int>(groups_.size());
 }
 
 int FindingsModel::columnCount(const QModelIndex& parent) const {
@@ -29,16 +37,25 @@ int FindingsModel::columnCount(const QModelIndex& parent) const {
 
 QVariant FindingsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.model() != this) return {};
-  const Finding* f = finding(index.row());
-  if (!f) return {};
+  const FindingGroup* g = group(index.row());
+  if (!g) return {};
+  const Finding* f = &g->first();
   switch (role) {
     case Qt::DisplayRole:
       switch (index.column()) {
         case IdColumn:
           // A consequence sits under its root (the core orders it right after it).
-          return f->causedBy.empty() ? QString::fromStdString(f->id)
+          return g->depth == 0 ? QString::fromStdString(f->id)
                                      : QStringLiteral("\u21b3 ") + QString::fromStdString(f->id);
         case WhereColumn: {
+          if (g->members.size() > 1) {
+            QString where = QString::fromStdString(g->onsets());
+            const int64_t layer = f->layer;  // named once when every request's onset shares it
+            if (layer >= 0 && std::all_of(g->members.begin(), g->members.end(),
+                                          [&](const Finding* m) { return m->layer == layer; }))
+              where += tr(" (layer %1)").arg(layer);
+            return where;
+          }
           QString where = tr("request %1, step %2").arg(f->request).arg(f->step);
           if (f->layer >= 0) where += tr(", layer %1").arg(f->layer);
           if (f->position >= 0) where += tr(", pos %1").arg(f->position);
@@ -49,11 +66,18 @@ QVariant FindingsModel::data(const QModelIndex& index, int role) const {
         case FirstCheckColumn: return QString::fromStdString(f->firstCheck);
         default: return {};
       }
-    case Qt::ToolTipRole:
-      return f->causedBy.empty() ? QString::fromStdString(f->explanation)
-                                 : tr("Caused by %1: %2")
-                                       .arg(QString::fromStdString(f->causedBy),
-                                            QString::fromStdString(f->explanation));
+    case Qt::ToolTipRole: {
+      QStringList lines;
+      for (const Finding* m : g->members) {
+        const QString text = QString::fromStdString(m->explanation);
+        const QString line = m->causedBy.empty()
+                                 ? text
+                                 : tr("Caused by %1: %2").arg(QString::fromStdString(m->causedBy), text);
+        lines << (g->members.size() > 1 ? tr("request %1, step %2: %3").arg(m->request).arg(m->step).arg(line)
+                                        : line);
+      }
+      return lines.join(QLatin1Char('\n'));
+    }
     case Qt::FontRole:
       if (index.column() == IdColumn) {
         QFont font;
@@ -68,6 +92,7 @@ QVariant FindingsModel::data(const QModelIndex& index, int role) const {
     case StepRole: return static_cast<qlonglong>(f->step);
     case LayerRole: return static_cast<qlonglong>(f->layer);
     case FindingIdRole: return QString::fromStdString(f->id);
+    case RequestCountRole: return static_cast<int>(g->members.size());
     default: return {};
   }
 }

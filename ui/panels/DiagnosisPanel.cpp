@@ -141,7 +141,7 @@ void DiagnosisPanel::refresh() {
                                        : QString();
     verdict_->setText(tr("<b style='color:%1'>Divergent</b> — %2 finding(s); %3")
                           .arg(Theme::alarm().name())
-                          .arg(report_->findings.size())
+                          .arg(findings_->rowCount())
                           .arg(rootText));
   }
   if (!report_->findings.empty()) {
@@ -173,6 +173,10 @@ void DiagnosisPanel::showEvidence(int row) {
   html += tr("<p>Where: %1 · confidence %2%</p>")
               .arg(where.isEmpty() ? tr("the whole run") : where.join(QStringLiteral(", ")))
               .arg(qRound(f->confidence * 100.0));
+  if (const FindingGroup* g = findings_->group(row); g && g->members.size() > 1)
+    html += tr("<p>Shown in %1 (evidence below: request %2, the earliest).</p>")
+                .arg(QString::fromStdString(g->onsets()).toHtmlEscaped())
+                .arg(f->request);
   if (!f->evidence.empty()) {
     html += QStringLiteral("<table cellspacing='0' cellpadding='2'>");
     for (const auto& [name, value] : f->evidence)

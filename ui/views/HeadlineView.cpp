@@ -3,6 +3,7 @@
 #include <QLabel>
 #include <QVBoxLayout>
 
+#include "kvscope/FindingGroups.hpp"
 #include "ui/bridge/SelectionContext.hpp"
 #include "ui/views/Theme.hpp"
 
@@ -114,15 +115,17 @@ void HeadlineView::refresh() {
   title_->setText(headlineFor(r->report));
   title_->setToolTip(title_->text());
   QStringList more;
-  const auto& findings = r->report.findings;
-  if (findings.size() > 1) {
+  // A bug that several requests show is named once, with each request's onset.
+  const std::vector<FindingGroup> groups = groupFindings(r->report.findings);
+  if (groups.size() > 1 || (groups.size() == 1 && groups.front().members.size() > 1)) {
     QStringList ids;
-    for (const auto& f : findings)
-      ids << (f.causedBy.empty()
-                  ? QString::fromStdString(f.id)
-                  : tr("%1 (caused by %2)")
-                        .arg(QString::fromStdString(f.id), QString::fromStdString(f.causedBy)));
-    more << tr("%1 findings: %2").arg(findings.size()).arg(ids.join(QStringLiteral(", ")));
+    for (const FindingGroup& g : groups) {
+      QString id = QString::fromStdString(g.id);
+      if (!g.causedBy.empty()) id = tr("%1 (caused by %2)").arg(id, QString::fromStdString(g.causedBy));
+      if (g.members.size() > 1) id += QStringLiteral(" [") + QString::fromStdString(g.onsets()) + QStringLiteral("]");
+      ids << id;
+    }
+    more << tr("%1 findings: %2").arg(groups.size()).arg(ids.join(QStringLiteral(", ")));
   }
   if (!r->report.inputDescription.empty()) more << QString::fromStdString(r->report.inputDescription);
   if (!r->trace.faults.empty()) {

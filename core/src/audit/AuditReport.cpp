@@ -104,20 +104,22 @@ std::string fmt(double v, int precision = 4) {
     os << std::fixed << std::setprecision(precision) << v;
   return os.str();
 }
-// Roots first, each followed by the findings that follow from it (caused_by).
+// Roots first, each followed by the findings that follow from it (caused_by) in its request.
 std::vector<std::pair<const Finding*, int>> rootOrder(const std::vector<Finding>& findings) {
   std::vector<std::pair<const Finding*, int>> out;
+  auto isRootOf = [](const Finding& root, const Finding& f) {
+    return !f.causedBy.empty() && &root != &f && root.id == f.causedBy && root.request == f.request;
+  };
   auto hasRoot = [&](const Finding& f) {
-    if (f.causedBy.empty()) return false;
     for (const auto& g : findings)
-      if (g.id == f.causedBy && &g != &f) return true;
+      if (isRootOf(g, f)) return true;
     return false;
   };
   for (const auto& f : findings) {
     if (hasRoot(f)) continue;
     out.push_back({&f, 0});
     for (const auto& g : findings)
-      if (hasRoot(g) && g.causedBy == f.id) out.push_back({&g, 1});
+      if (isRootOf(f, g)) out.push_back({&g, 1});
   }
   return out;
 }

@@ -19,16 +19,14 @@ void FindingBuilder::add(const FindingDraft& draft) {
 }
 
 void FindingBuilder::addExisting(const Finding& f, int64_t tick) {
+  // One finding per id and request: each request's onset of a bug is its own finding (its
+  // step, layer and evidence), the earliest of that request kept.
   for (auto& e : entries_) {
-    if (e.finding.id != f.id) continue;
-    if (std::find(e.requests.begin(), e.requests.end(), f.request) == e.requests.end()) e.requests.push_back(f.request);
-    if (tick < e.tick || (tick == e.tick && f.request < e.finding.request)) {
-      auto requests = e.requests;
-      e = Entry{f, tick, requests};
-    }
+    if (e.finding.id != f.id || e.finding.request != f.request) continue;
+    if (tick < e.tick) e = Entry{f, tick};
     return;
   }
-  entries_.push_back(Entry{f, tick, {f.request}});
+  entries_.push_back(Entry{f, tick});
 }
 
 bool FindingBuilder::has(const std::string& id) const {
@@ -36,9 +34,9 @@ bool FindingBuilder::has(const std::string& id) const {
 }
 
 bool FindingBuilder::hasFor(const std::string& id, int64_t request) const {
-  for (const auto& e : entries_)
-    if (e.finding.id == id && std::find(e.requests.begin(), e.requests.end(), request) != e.requests.end()) return true;
-  return false;
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) {
+    return e.finding.id == id && e.finding.request == request;
+  });
 }
 
 std::vector<Finding> FindingBuilder::finish() const {
@@ -46,23 +44,28 @@ std::vector<Finding> FindingBuilder::finish() const {
   std::stable_sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {
     return a.tick < b.tick || (a.tick == b.tick && a.finding.request < b.finding.request);
   });
-  // A consequence follows its root directly (caused_by names a finding that is present).
-  auto rootPresent = [&](const Entry& e) {
-    return !e.finding.causedBy.empty() &&
-           std::any_of(sorted.begin(), sorted.end(),
-                       [&](const Entry& r) { return r.finding.id == e.finding.causedBy; });
+  // A consequence follows the root of its own request directly (caused_by names a finding
+  // of that request that is present).
+  auto isRootOf = [](const Entry& root, const Entry& c) {
+    return !c.finding.causedBy.empty() && root.finding.id == c.finding.causedBy &&
+           root.finding.request == c.finding.request;
   };
+  auto rootPresent = [&](const Entry& e) {
+    return std::any_of(sorted.begin(), sorted.end(), [&](const Entry& r) { return isRootOf(r, e); });
+  };
+  std::map<std::string, double> affected;  // id -> requests it holds for
+  for (const auto& e : sorted) affected[e.finding.id] += 1.0;
   std::vector<Finding> out;
   auto emit = [&](const Entry& e) {
     Finding f = e.finding;
-    f.evidence["requests_affected"] = static_cast<double>(e.requests.size());
+    f.evidence["requests_affected"] = affected[f.id];
     out.push_back(std::move(f));
   };
   for (const auto& e : sorted) {
     if (rootPresent(e)) continue;
     emit(e);
     for (const auto& c : sorted)
-      if (rootPresent(c) && c.finding.causedBy == e.finding.id) emit(c);
+      if (isRootOf(e, c)) emit(c);
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // Findings as the audit builds them: a FindingDraft names each field it sets (request,
 // step, layer, ...) and fills in its failure-matrix row; the FindingBuilder keeps the
-// earliest occurrence of each id and counts the requests it affects.
+// earliest occurrence of each id in each request (one finding per request that shows it)
+// and counts the requests each id affects.
 #pragma once
 
 #include <map>
@@ -76,14 +77,14 @@ class FindingBuilder {
   void addExisting(const Finding& f, int64_t tick);
   bool has(const std::string& id) const;
   bool hasFor(const std::string& id, int64_t request) const;
-  /// Findings ordered by first occurrence (tick, request).
+  /// Findings ordered by first occurrence (tick, request), each consequence right after the
+  /// root of its own request; `requests_affected` counts the requests that show the id.
   std::vector<Finding> finish() const;
 
  private:
   struct Entry {
     Finding finding;
     int64_t tick;
-    std::vector<int64_t> requests;
   };
   std::vector<Entry> entries_;
 };
