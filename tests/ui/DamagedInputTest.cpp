@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "TestAudit.hpp"
+#include "kvscope/CheckpointWriter.hpp"
 #include "kvscope/FaultSpec.hpp"
 #include "ui/bridge/InspectorController.hpp"
 #include "ui/panels/InspectorWindow.hpp"
@@ -178,6 +179,32 @@ class DamagedInputTest : public QObject {
     validAuditStillRuns();
     if (QTest::currentTestFailed()) return;
     QCOMPARE(bytesOf(config), before);
+  }
+
+  void aTraceOfAnotherFamily() {
+    // Issue 27: the demo's (llama) trace opened with a qwen2 checkpoint of the same shape is
+    // refused before anything runs, with the CLI's message (one rule, in core).
+    AuditJobSpec record = test::testAuditSpec();
+    const QString trace = dir_.filePath(QStringLiteral("llama-run.kvtrace"));
+    record.saveTraceTo = trace.toStdString();
+    runAuditJob(record);
+    CheckpointSpec qwen2 = CheckpointSpec::demo();
+    qwen2.setArchitecture(Architecture::Qwen2);
+    const QString model = dir_.filePath(QStringLiteral("qwen2-model"));
+    CheckpointWriter(qwen2).write(model.toStdString(), true);
+
+    AuditJobSpec spec;
+    spec.modelDir = model.toStdString();
+    window_->setup()->setSpec(spec);
+    window_->openPath(trace);
+    QString shown;
+    runAndExpectInputError(&shown);
+    if (QTest::currentTestFailed()) return;
+    QVERIFY2(shown.contains(QStringLiteral("llama-run.kvtrace")), qPrintable(shown));
+    QVERIFY2(shown.contains(QStringLiteral("model.architecture is llama but checkpoint")) &&
+                 shown.contains(QStringLiteral("has qwen2")),
+             qPrintable(shown));
+    validAuditStillRuns();
   }
 };
 

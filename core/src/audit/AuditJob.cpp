@@ -6,6 +6,7 @@
 #include "kvscope/Error.hpp"
 #include "kvscope/Tokenizer.hpp"
 #include "kvscope/TraceFile.hpp"
+#include "kvscope/TraceModelFit.hpp"
 
 namespace kvscope {
 
@@ -66,6 +67,8 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   Trace trace;
   if (!spec.traceFile.empty()) {
     trace = TraceFile::read(spec.traceFile);
+    // Another family's or shape's trace is a wrong input, not a divergence: refuse it here.
+    requireTraceFitsModel(trace.model, spec.traceFile, model->config());
   } else {
     std::vector<RequestSpec> requests;
     auto add = [&](std::vector<int64_t> ids, const std::string& text) {

@@ -10,11 +10,13 @@
 #include "audit/NumberText.hpp"
 #include "audit/PolicyStage.hpp"
 #include "audit/rows/RowRegistry.hpp"
+#include "audit/rows/reference/FirstRecords.hpp"
 #include "audit/rows/reference/ReferenceFinding.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/Error.hpp"
+#include "kvscope/TraceModelFit.hpp"
 
 namespace kvscope {
 
@@ -83,6 +85,16 @@ class AuditRun {
     refs_.watchPasses({opts_.cancelled, {}});  // later passes are short: cancel only
     for (const auto& [id, ref] : latest)
       if (ref) out.references.push_back(*ref);
+    // Stage 1's last check: a reference that reproduces none of the run's first records was
+    // computed with other weights; no cache finding is reported on top of it.
+    if (auto misfit = firstRecordsNotReproduced(trace_, analyses, refs_, tol_, referenceTrace_)) {
+      StageResult& s1 = rep.stages[stageIndex(AuditStage::Reference)];
+      s1.status = StageStatus::Fail;
+      s1.checks.push_back(misfit->check);
+      s1.summary = misfit->summary;
+      findings.add(misfit->finding);
+      return finish(out, findings);
+    }
 
     // Trace+trace: the rows that compare the run with the paired one (numerics lines).
     std::vector<std::string> pairedLines;
@@ -409,18 +421,16 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
                             ? "not checked: the trace names no checkpoint fingerprint"
                             : "ok: checkpoint fingerprint " + m.fingerprint.substr(0, 12) +
                                   "... matches");
-  if (m.numLayers != c.numLayers || m.numKvHeads != c.numKvHeads || m.headDim != c.headDim)
-    fail("the trace's cache shape (layers " + std::to_string(m.numLayers) + ", kv heads " + std::to_string(m.numKvHeads) +
-         ", head dim " + std::to_string(m.headDim) + ") does not fit the model (" + std::to_string(c.numLayers) + ", " +
-         std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) + ")");
-  else
-    s1.checks.push_back("ok: cache shape fits the model (" + std::to_string(c.numLayers) + " layers, " + std::to_string(c.numKvHeads) +
-                        " kv heads, head dim " + std::to_string(c.headDim) + ")");
+  const std::vector<TraceModelMismatch> misfit = traceModelMismatches(m, c);
+  for (const TraceModelMismatch& f : misfit)
+    fail("the trace's " + f.field + " (" + f.what + ") is " + f.traceValue + " but the model's is " + f.modelValue);
+  if (misfit.empty())
+    s1.checks.push_back("ok: architecture, cache shape and vocabulary fit the model (" + std::to_string(c.numLayers) + " layers, " +
+                        std::to_string(c.numKvHeads) + " kv heads, head dim " + std::to_string(c.headDim) + ", vocab_size " +
+                        std::to_string(c.vocabSize) + ")");
   if (cached.isLayerSubset())
     s1.checks.push_back("note: the trace holds " + describeTraceLayers(cached) +
                         " (minimized): the reference runs every layer, the others are not checked");
-  if (m.vocabSize != c.vocabSize)
-    fail("the trace's vocabulary (" + std::to_string(m.vocabSize) + ") differs from the model's vocab_size " + std::to_string(c.vocabSize));
   if (options.tokenizerVocabSize > model.embeddingRows())
     fail("the tokenizer produces ids up to " + std::to_string(options.tokenizerVocabSize - 1) + " but the embedding has " +
          std::to_string(model.embeddingRows()) + " rows");
