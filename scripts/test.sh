@@ -6,12 +6,26 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${KVSCOPE_BUILD_DIR:-$ROOT/build}"
 KVSCOPE_CMAKE_ARGS="${KVSCOPE_CMAKE_ARGS:--DKVSCOPE_WERROR=ON}" bash "$ROOT/scripts/setup.sh"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# The real transformers (pinned, tests/live/requirements.txt) in a cached virtualenv, for the
+# live recorder tests (python_live_transformers). Without it they are reported not checked;
+# KVSCOPE_REQUIRE_LIVE=1 makes that an error. KVSCOPE_LIVE=0 skips them.
+LIVE_PYTHON=""
+if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
+  if LIVE_PYTHON="$(bash "$ROOT/scripts/live-python.sh")"; then
+    cmake -DKVSCOPE_HF_PYTHON="$LIVE_PYTHON" "$BUILD_DIR" >/dev/null
+  else
+    echo "not checked: the live transformers tests (no virtualenv with tests/live/requirements.txt, see above)" >&2
+    [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
+    cmake -DKVSCOPE_HF_PYTHON= "$BUILD_DIR" >/dev/null
+  fi
+fi
 # With the sanitizer suite (below), which runs every core and CLI test again instrumented,
 # the main tree runs only what that suite does not: the GUI tests, the MemoryLimit tests
-# (skipped under ASan), the Python-only engine test and the .deb packaging test.
+# (skipped under ASan), the Python-only engine test, the live transformers tests and the .deb
+# packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"
