@@ -388,6 +388,11 @@ ExportOutcome InspectorWindow::exportBundle(const QString& directory) {
     out.error = tr("no audit to export");
     return out;
   }
+  // The screenshot shows what the bundle is about: the diagnosis with the fired matrix row
+  // in view (not as the panels happen to be scrolled), and the selected step in the strip.
+  diagnosisDock_->raise();
+  diagnosis_->showFocusRow();
+  stepper_->revealCurrent();
   flushPlots();
   ExportController::MinimizeForBundle minimize;
   if (ExportController::canMinimize(auditedSpec_, context_->output().get()))
