@@ -399,7 +399,9 @@ ExportOutcome InspectorWindow::exportBundle(const QString& directory) {
     minimize = [this](const QString& path, QString* error) {
       return runMinimize(path, ExportController::minimizedFileName(), error);
     };
-  return exporter_->exportBundle(this, *context_->output(), directory, bundleInputs(), minimize);
+  return exporter_->exportBundle(
+      this, *context_->output(), directory, bundleInputs(), minimize,
+      ExportController::whyNotMinimizable(auditedSpec_, context_->output().get()));
 }
 
 void InspectorWindow::exportInteractive(bool wholeWindow) {
