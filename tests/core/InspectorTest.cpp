@@ -310,3 +310,32 @@ TEST(Inspector, ADuplicateAppendIsNotCalledNoise) {
                                     << " floor " << fine.diffFloor;
   }
 }
+
+// Issue 27, item 9: a trace whose recorder writes no arrival events (the transformers
+// recorder of python/kvscope_trace) still marks where each request arrives, on its own
+// timeline and on the timelines of the requests running then; KV Scope's own trace is
+// unchanged.
+TEST(Inspector, ArrivalsOfATraceWithoutArrivalEventsComeFromTheFirstRecords) {
+  const auto own = auditWith({});
+  auto foreign = std::make_shared<AuditJobOutput>(*own);
+  for (TraceStep& st : foreign->result.trace.steps)
+    st.events.erase(std::remove(st.events.begin(), st.events.end(), "arrival"), st.events.end());
+  auto markers = [](const RequestTimeline& tl, const std::string& kind) {
+    std::vector<std::pair<int64_t, std::string>> out;
+    for (const TimelineMarker& m : tl.markers)
+      if (m.kind == kind) out.emplace_back(m.step, m.label);
+    return out;
+  };
+  const Inspector mine(own), theirs(foreign);
+  for (int64_t request : {int64_t(0), int64_t(1)}) {
+    const auto ownArrival = markers(mine.timeline(request), "arrival");
+    ASSERT_EQ(ownArrival.size(), 1u) << "request " << request;
+    EXPECT_EQ(markers(theirs.timeline(request), "arrival"), ownArrival) << "request " << request;
+    EXPECT_EQ(ownArrival.front().first, own->result.trace.stepsOf(request).front()->step);
+  }
+  const auto other = markers(mine.timeline(0), "other_arrival");
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_NE(other.front().second.find("req 1 arrives (tick 2)"), std::string::npos)
+      << other.front().second;
+  EXPECT_EQ(markers(theirs.timeline(0), "other_arrival"), other);
+}

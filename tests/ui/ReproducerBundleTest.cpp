@@ -154,6 +154,15 @@ class ReproducerBundleTest : public QObject {
     const ExportOutcome out = window_->exportBundle(bundle);
     QVERIFY2(out.ok, qPrintable(out.error));
     QVERIFY(!QFileInfo::exists(QDir(bundle).filePath(QStringLiteral("minimized.kvtrace"))));
+    // The bundle says why it holds no minimized trace (issue 27, item 13).
+    const QString md = readAll(QDir(bundle).filePath(QStringLiteral("summary.md")));
+    QVERIFY2(md.contains(QStringLiteral("## Minimal reproducer")) &&
+                 md.contains(QStringLiteral("the audit is clean")),
+             qPrintable(md));
+    const QJsonObject json =
+        QJsonDocument::fromJson(readAll(QDir(bundle).filePath(QStringLiteral("report.json"))).toUtf8())
+            .object();
+    QVERIFY(json.value(QStringLiteral("minimized_absent")).toString().contains(QStringLiteral("clean")));
     QString message;
     QVERIFY(!window_->minimizeTrace(dir_.filePath(QStringLiteral("none.kvtrace")), &message));
     QVERIFY(!message.isEmpty());

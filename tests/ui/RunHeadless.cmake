@@ -1,6 +1,7 @@
 # Runs `kvscope` headless in a fresh folder and checks its exit code and output files.
 #   -DEXE=kvscope -DOUT=folder -DEXPECT=code -DARGS=a|b|%OUT%/x -DFILES=f1|f2 [-DPRECREATE=name]
 #   [-DCLI=kvscope-cli]: writes a demo checkpoint to %MODEL% (= OUT/model) first.
+#   [-DMATCH=regex]: stdout must match it.
 file(REMOVE_RECURSE ${OUT})
 file(MAKE_DIRECTORY ${OUT})
 if(PRECREATE)
@@ -19,6 +20,9 @@ execute_process(COMMAND ${EXE} ${_args} RESULT_VARIABLE rc OUTPUT_VARIABLE out E
 message(STATUS "kvscope ${_args}\n-> exit ${rc}\nstdout: ${out}\nstderr: ${err}")
 if(NOT rc EQUAL EXPECT)
   message(FATAL_ERROR "expected exit ${EXPECT}, got ${rc}")
+endif()
+if(MATCH AND NOT out MATCHES "${MATCH}")
+  message(FATAL_ERROR "stdout does not match '${MATCH}'")
 endif()
 if(FILES)
   string(REPLACE "|" ";" _files "${FILES}")

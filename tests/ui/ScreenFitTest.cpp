@@ -10,11 +10,16 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QToolButton>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTextBrowser>
 #include <QtTest>
 
 #include "TestAudit.hpp"
 #include "ui/bridge/InspectorController.hpp"
 #include "ui/bridge/SelectionContext.hpp"
+#include "ui/models/FailureMatrixModel.hpp"
+#include "ui/models/FindingsModel.hpp"
 #include "ui/panels/DiagnosisPanel.hpp"
 #include "ui/panels/InspectorWindow.hpp"
 #include "ui/panels/RunSetupPanel.hpp"
@@ -164,6 +169,69 @@ class ScreenFitTest : public QObject {
     QVERIFY2(window_->diagnosis()->height() >= diagnosisBefore - 4,
              qPrintable(QStringLiteral("%1 -> %2").arg(diagnosisBefore).arg(window_->diagnosis()->height())));
     QVERIFY(window_->stepCompare()->pinnedView()->height() >= 120);
+  }
+
+  // Item 12: at 1366x768 the diagnosis is one scroll area; its sections (stages, findings,
+  // evidence, matrix) are as tall as their content and scroll nothing themselves.
+  void diagnosisSectionsSizeToTheirContent() {
+    recreate(QSize(1366, 738), test::makeTestOutput());
+    window_->diagnosisDock()->raise();
+    QCoreApplication::processEvents();
+    DiagnosisPanel* diagnosis = window_->diagnosis();
+    window_->selectFinding(QStringLiteral("0"), nullptr);
+    settle();
+    for (int i = 0; i < 5; ++i) QCoreApplication::processEvents();
+    const std::vector<std::pair<const char*, QAbstractScrollArea*>> sections{
+        {"stages", diagnosis->stageView()},
+        {"findings", diagnosis->findingsView()},
+        {"evidence", diagnosis->findChild<QTextBrowser*>()},
+        {"matrix", diagnosis->matrixView()}};
+    int outerScroll = 0;
+    for (QScrollArea* area : diagnosis->findChildren<QScrollArea*>())
+      if (area->verticalScrollBar()->maximum() > 0) ++outerScroll;
+    for (const auto& [name, view] : sections) {
+      QVERIFY(view);
+      QVERIFY2(view->verticalScrollBar()->maximum() == 0,
+               qPrintable(QStringLiteral("%1 scrolls by itself: %2 px hidden, %3 px high")
+                              .arg(QString::fromLatin1(name))
+                              .arg(view->verticalScrollBar()->maximum())
+                              .arg(view->height())));
+    }
+    // Everything does not fit 738 px: the dock's one scroll area scrolls it.
+    QCOMPARE(outerScroll, 1);
+  }
+
+  // Item 13: the bundle's screenshot shows the fired failure-matrix row, however the
+  // diagnosis was scrolled before.
+  void bundleScreenshotShowsTheFiredMatrixRow() {
+    recreate(QSize(1366, 738), test::makeTestOutput());
+    DiagnosisPanel* diagnosis = window_->diagnosis();
+    window_->selectFinding(QStringLiteral("0"), nullptr);
+    settle();
+    // Scrolled away from it: every scroll box in the diagnosis at its top, the setup raised.
+    if (auto* setup = window_->findChild<QDockWidget*>(QStringLiteral("setupDock"))) setup->raise();
+    for (QAbstractScrollArea* area : diagnosis->findChildren<QAbstractScrollArea*>())
+      area->verticalScrollBar()->setValue(0);
+    QCoreApplication::processEvents();
+    const Finding* finding = diagnosis->findingsModel()->finding(0);
+    QVERIFY(finding);
+    const int row = FailureMatrixModel::rowFor(*finding);
+    QVERIFY(row > 0);
+    QTemporaryDir dir;
+    const ExportOutcome out = window_->exportBundle(dir.filePath(QStringLiteral("bundle")));
+    QVERIFY2(out.ok, qPrintable(out.error));
+    QTableView* matrix = diagnosis->matrixView();
+    QVERIFY(matrix->isVisible());
+    const QRect cell = matrix->visualRect(matrix->model()->index(row, 0));
+    const QRegion seen = matrix->viewport()->visibleRegion();
+    QVERIFY2(seen.intersected(cell).boundingRect().height() >= cell.height() / 2,
+             qPrintable(QStringLiteral("row %1 (%2) at y %3..%4; in view: y %5..%6")
+                            .arg(row)
+                            .arg(QString::fromStdString(finding->id))
+                            .arg(cell.top())
+                            .arg(cell.bottom())
+                            .arg(seen.boundingRect().top())
+                            .arg(seen.boundingRect().bottom())));
   }
 
   // Item 12: events at one step (arrival, RoPE, batch group, ...) do not draw over each other.

@@ -197,7 +197,8 @@ std::string ExportController::inputsMarkdown(const BundleInputs& in) {
 
 ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutput& output,
                                              const QString& directory, const BundleInputs& inputs,
-                                             const MinimizeForBundle& minimize) const {
+                                             const MinimizeForBundle& minimize,
+                                             const QString& whyNoMinimized) const {
   ExportOutcome out;
   const QDir dir(QFileInfo(directory).absoluteFilePath());
   QStringList paths;
@@ -250,6 +251,10 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
     } else {
       summary += "\n## Minimal reproducer\n\nNot written: " + why.toStdString() + "\n";
     }
+  } else if (!whyNoMinimized.isEmpty()) {
+    report["minimized_absent"] = whyNoMinimized.toStdString();
+    summary += "\n## Minimal reproducer\n\nNo minimized trace in this bundle: " +
+               whyNoMinimized.toStdString() + ".\n";
   }
   if (!writeText(paths[1], report.dump(2) + "\n")) return out;
   if (!writeText(paths[2], summary)) return out;
@@ -258,8 +263,19 @@ ExportOutcome ExportController::exportBundle(QWidget* window, const AuditJobOutp
 }
 
 bool ExportController::canMinimize(const AuditJobSpec& spec, const AuditJobOutput* output) {
-  return output && minimizeTarget(output->result.report) &&
-         (!spec.modelDir.empty() || output->result.referenceTrace);
+  return whyNotMinimizable(spec, output).isEmpty();
+}
+
+QString ExportController::whyNotMinimizable(const AuditJobSpec& spec, const AuditJobOutput* output) {
+  if (!output) return tr("nothing has been audited");
+  if (!minimizeTarget(output->result.report))
+    return output->result.report.clean()
+               ? tr("the audit is clean, so there is no finding to reproduce")
+               : tr("the audit's findings name no step a cut trace could keep");
+  if (spec.modelDir.empty() && !output->result.referenceTrace)
+    return tr("the inputs of the audit on screen are not known (no model directory or "
+              "reference trace to audit a cut trace with)");
+  return QString();
 }
 
 EngineWork ExportController::minimizeWork(const AuditJobSpec& spec,

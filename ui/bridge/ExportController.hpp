@@ -71,10 +71,13 @@ class ExportController : public QObject {
   /// With `minimize` (an audit with a finding): also minimized.kvtrace (and, trace+trace,
   /// minimized.reference.kvtrace) and reproduce.sh; report.json gets "minimized" and
   /// summary.md the "Minimal reproducer" section with the kvscope-cli command. A
-  /// minimization that fails leaves the other files and says why in summary.md.
+  /// minimization that fails leaves the other files and says why in summary.md. Without
+  /// `minimize`, `whyNoMinimized` (whyNotMinimizable) says in summary.md and report.json
+  /// ("minimized_absent") why the bundle holds no minimized trace.
   ExportOutcome exportBundle(QWidget* window, const AuditJobOutput& output,
                              const QString& directory, const BundleInputs& inputs = {},
-                             const MinimizeForBundle& minimize = {}) const;
+                             const MinimizeForBundle& minimize = {},
+                             const QString& whyNoMinimized = {}) const;
   /// The engine-thread work that minimizes `output`'s audit of `spec` and writes the
   /// reproducer to `tracePath`, naming `commandPath` in the command (writeReproducer, as
   /// kvscope-cli does). Its payload is a `const kvscope::Reproducer`.
@@ -83,6 +86,9 @@ class ExportController : public QObject {
                                  const QString& tracePath, const QString& commandPath);
   /// Whether `output` has a finding a minimized trace can reproduce with `spec`'s inputs.
   static bool canMinimize(const AuditJobSpec& spec, const AuditJobOutput* output);
+  /// Why not (empty when it can): nothing audited, a clean audit, or inputs that cannot
+  /// re-audit a cut trace.
+  static QString whyNotMinimizable(const AuditJobSpec& spec, const AuditJobOutput* output);
   static QString minimizedFileName() { return QStringLiteral("minimized.kvtrace"); }
   static nlohmann::json inputsJson(const BundleInputs& inputs);
   static std::string inputsMarkdown(const BundleInputs& inputs);

@@ -26,6 +26,16 @@ void err(const QString& text) {
   QTextStream(stderr) << "kvscope: " << text << Qt::endl;
 }
 
+// The line that says which step the exported picture shows (and why that one).
+QString renderedPointText(const SelectionContext& context, const QString& why) {
+  const InspectionPoint p = context.selection();
+  return QStringLiteral("rendered: request %1, step %2, layer %3 (%4)")
+      .arg(p.request)
+      .arg(p.step)
+      .arg(p.layer)
+      .arg(why);
+}
+
 }  // namespace
 
 void HeadlessController::addOptions(QCommandLineParser& parser) {
@@ -63,7 +73,7 @@ void HeadlessController::addOptions(QCommandLineParser& parser) {
        QStringLiteral("Headless: write screenshot.png, report.json, summary.md."),
        QStringLiteral("DIR")},
       {QStringLiteral("select-divergence"),
-       QStringLiteral("Select the first divergence before rendering.")},
+       QStringLiteral("Select the first divergence before rendering (the default when there is one).")},
       {QStringLiteral("select-finding"),
        QStringLiteral(
            "Select a finding (its id, e.g. cross_request, or its 0-based row) before rendering."),
@@ -271,20 +281,28 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
   window.resize(o.size);
   window.show();
   window.showOutput(output);
+  QString why;
   if (!o.selectFinding.isEmpty()) {
     if (!window.selectFinding(o.selectFinding, &error)) {
       err(error);
       return InputError;
     }
-  } else if (o.selectDivergence) {
-    window.context()->selectFirstDivergence();
+    why = QStringLiteral("the selected finding");
+  } else if (window.context()->selectFirstDivergence()) {
+    // With or without --select-divergence, the picture shows the divergence when there is
+    // one; a run without one shows its first step.
+    why = QStringLiteral("the first divergence");
   } else {
     window.context()->select(InspectionPoint{});
+    why = output->result.report.clean() ? QStringLiteral("a clean run: its first step")
+                                        : QStringLiteral("no divergence to show: the first step");
   }
   if (!window.controller()->waitUntilSettled(60000)) {
     err(QStringLiteral("internal error: the view did not settle"));
     return InternalError;
   }
+  QTextStream(stdout) << renderedPointText(*window.context(), why)
+                      << Qt::endl;
   window.statusBar()->showMessage(
       QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
   int code = output->result.report.clean() ? Clean : Divergent;

@@ -1,14 +1,19 @@
 #include "ui/panels/DiagnosisPanel.hpp"
 
 #include <QHeaderView>
+#include <QAbstractTextDocumentLayout>
 #include <QLabel>
-#include <QSplitter>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QTableView>
 #include <QTextBrowser>
 #include <QTreeView>
 #include <QVBoxLayout>
 
+#include <QCoreApplication>
 #include <algorithm>
+#include <cmath>
+#include <initializer_list>
 
 #include "ui/models/FailureMatrixModel.hpp"
 #include "ui/models/FindingsModel.hpp"
@@ -28,8 +33,16 @@ QWidget* titled(const QString& title, QWidget* body, QWidget* parent) {
   layout->setSpacing(1);
   auto* label = new QLabel(QStringLiteral("<b>%1</b>").arg(title.toHtmlEscaped()), box);
   layout->addWidget(label);
-  layout->addWidget(body, 1);
+  layout->addWidget(body);
   return box;
+}
+
+// A section is as tall as its content (issue 27: four tiny scroll boxes in a short dock);
+// the dock's one scroll area scrolls them all. Its width is the dock's.
+void fitToContent(QAbstractScrollArea* view) {
+  view->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  view->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
+  view->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
 }
 
 }  // namespace
@@ -78,21 +91,41 @@ DiagnosisPanel::DiagnosisPanel(SelectionContext* context, QWidget* parent)
   matrixView_->horizontalHeader()->setSectionResizeMode(FailureMatrixModel::FindingColumn, QHeaderView::ResizeToContents);
   matrixView_->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
 
-  auto* split = new QSplitter(Qt::Vertical, this);
-  split->addWidget(titled(tr("Stages (dependency order)"), stageView_, split));
-  split->addWidget(titled(tr("Findings (click to select)"), findingsView_, split));
-  split->addWidget(titled(tr("Evidence"), evidence_, split));
-  split->addWidget(titled(tr("Failure matrix"), matrixView_, split));
-  split->setStretchFactor(0, 4);
-  split->setStretchFactor(1, 2);
-  split->setStretchFactor(2, 3);
-  split->setStretchFactor(3, 4);
-  split->setChildrenCollapsible(false);
+  for (QAbstractScrollArea* view :
+       std::initializer_list<QAbstractScrollArea*>{stageView_, findingsView_, matrixView_})
+    fitToContent(view);
+  matrixView_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  // The evidence is rich text: its height follows the laid-out document.
+  evidence_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  evidence_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  evidence_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  connect(evidence_->document()->documentLayout(),
+          &QAbstractTextDocumentLayout::documentSizeChanged, this, [this](const QSizeF& size) {
+            evidence_->setFixedHeight(static_cast<int>(std::ceil(size.height())) +
+                                      2 * evidence_->frameWidth());
+          });
+
+  auto* content = new QWidget(this);
+  auto* sections = new QVBoxLayout(content);
+  sections->setContentsMargins(0, 0, 0, 0);
+  sections->setSpacing(6);
+  sections->addWidget(verdict_);
+  sections->addWidget(titled(tr("Stages (dependency order)"), stageView_, content));
+  sections->addWidget(titled(tr("Findings (click to select)"), findingsView_, content));
+  sections->addWidget(titled(tr("Evidence"), evidence_, content));
+  sections->addWidget(titled(tr("Failure matrix"), matrixView_, content));
+  sections->addStretch(1);
+
+  scroll_ = new QScrollArea(this);
+  scroll_->setObjectName(QStringLiteral("diagnosisScroll"));
+  scroll_->setWidgetResizable(true);
+  scroll_->setFrameShape(QFrame::NoFrame);
+  scroll_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll_->setWidget(content);
 
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 2, 4, 2);
-  layout->addWidget(verdict_);
-  layout->addWidget(split, 1);
+  layout->addWidget(scroll_, 1);
 
   connect(findingsView_, &QAbstractItemView::clicked, this,
           [this](const QModelIndex& index) { activateFinding(index.row()); });
@@ -120,13 +153,7 @@ void DiagnosisPanel::refresh() {
   }
   stageView_->expandAll();
   findingsView_->resizeColumnsToContents();
-  // As tall as its rows (a few findings), so the evidence below gets the room.
   findingsView_->resizeRowsToContents();
-  const int shown = std::clamp(findings_->rowCount(), 1, 6);
-  const int rows = shown * std::max(findingsView_->verticalHeader()->defaultSectionSize(),
-                                    findings_->rowCount() ? findingsView_->rowHeight(0) : 0);
-  findingsView_->setMaximumHeight(findingsView_->horizontalHeader()->sizeHint().height() + rows +
-                                  2 * findingsView_->frameWidth() + 12);
   if (!report_) {
     verdict_->setText(tr("<i>No audit yet.</i>"));
     evidence_->clear();
@@ -156,6 +183,7 @@ void DiagnosisPanel::showEvidence(int row) {
   const Finding* f = findings_->finding(row);
   if (!f) return;
   matrix_->setFocusFinding(*f);
+  matrixView_->resizeRowsToContents();
   QString html = QStringLiteral("<p><b style='color:%1'>%2</b> — %3</p>")
                      .arg(Theme::alarm().name(), QString::fromStdString(f->id).toHtmlEscaped(),
                           QString::fromStdString(f->explanation).toHtmlEscaped());
@@ -186,6 +214,22 @@ void DiagnosisPanel::showEvidence(int row) {
     html += QStringLiteral("</table>");
   }
   evidence_->setHtml(html);
+}
+
+void DiagnosisPanel::showFocusRow() {
+  // The sections size themselves through posted layout requests: settle them first.
+  for (int i = 0; i < 3; ++i) {
+    QCoreApplication::sendPostedEvents(nullptr, QEvent::LayoutRequest);
+    if (scroll_->widget()->layout()) scroll_->widget()->layout()->activate();
+  }
+  const Finding* f = findings_->finding(findingsView_->currentIndex().row());
+  const int row = f ? FailureMatrixModel::rowFor(*f) : -1;
+  if (row < 0) return;
+  const QRect cell = matrixView_->visualRect(matrix_->index(row, 0));
+  if (!cell.isValid()) return;
+  const QPoint top = matrixView_->viewport()->mapTo(scroll_->widget(), cell.topLeft());
+  // The row and the matrix's title above it, in view.
+  scroll_->ensureVisible(top.x(), top.y() + cell.height() / 2, 0, cell.height() / 2 + 40);
 }
 
 int DiagnosisPanel::findingRow(const QString& idOrRow) const {

@@ -1,7 +1,8 @@
 // The diagnosis: the six stages as a checklist (the first failing one is the root), the
 // findings, the evidence of the selected finding in words and numbers, and the whole
 // failure matrix with the rows the findings fired highlighted. Clicking a finding selects
-// its request, step and layer.
+// its request, step and layer. The sections are as tall as their content, in one scroll area
+// (no scroll box of their own in a short dock).
 #pragma once
 
 #include <QWidget>
@@ -11,6 +12,7 @@
 #include "kvscope/AuditReport.hpp"
 
 class QLabel;
+class QScrollArea;
 class QTableView;
 class QTextBrowser;
 class QTreeView;
@@ -40,6 +42,10 @@ class DiagnosisPanel : public QWidget {
   void activateFinding(int row);
   /// The row of a finding given by id ("cross_request") or 0-based row ("1"); -1 if none.
   int findingRow(const QString& idOrRow) const;
+  /// The dock's one scroll area (the sections inside size to their content).
+  QScrollArea* scrollArea() const { return scroll_; }
+  /// Scrolls the highlighted failure-matrix row (the selected finding's) into view.
+  void showFocusRow();
 
  private:
   void refresh();
@@ -55,6 +61,7 @@ class DiagnosisPanel : public QWidget {
   QTableView* findingsView_;
   QTextBrowser* evidence_;
   QTableView* matrixView_;
+  QScrollArea* scroll_;
 };
 
 }  // namespace kvscope::ui

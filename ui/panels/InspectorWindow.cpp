@@ -388,13 +388,20 @@ ExportOutcome InspectorWindow::exportBundle(const QString& directory) {
     out.error = tr("no audit to export");
     return out;
   }
+  // The screenshot shows what the bundle is about: the diagnosis with the fired matrix row
+  // in view (not as the panels happen to be scrolled), and the selected step in the strip.
+  diagnosisDock_->raise();
+  diagnosis_->showFocusRow();
+  stepper_->revealCurrent();
   flushPlots();
   ExportController::MinimizeForBundle minimize;
   if (ExportController::canMinimize(auditedSpec_, context_->output().get()))
     minimize = [this](const QString& path, QString* error) {
       return runMinimize(path, ExportController::minimizedFileName(), error);
     };
-  return exporter_->exportBundle(this, *context_->output(), directory, bundleInputs(), minimize);
+  return exporter_->exportBundle(
+      this, *context_->output(), directory, bundleInputs(), minimize,
+      ExportController::whyNotMinimizable(auditedSpec_, context_->output().get()));
 }
 
 void InspectorWindow::exportInteractive(bool wholeWindow) {

@@ -29,7 +29,21 @@ const TraceStep* stepAtTick(const std::vector<const TraceStep*>& steps, int64_t 
   return nullptr;
 }
 
+bool hasEvent(const TraceStep& st, const char* kind) {
+  return std::find(st.events.begin(), st.events.end(), kind) != st.events.end();
+}
+
 }  // namespace
+
+bool TimelineBuilder::arrivesAt(const Trace& trace, const TraceStep& st) {
+  if (hasEvent(st, "arrival")) return true;
+  // A recorder that writes no arrival events (python/kvscope_trace's transformers recorder):
+  // the request arrives at its first recorded step.
+  const auto steps = trace.stepsOf(st.request);
+  for (const TraceStep* s : steps)
+    if (hasEvent(*s, "arrival")) return false;
+  return !steps.empty() && steps.front() == &st;
+}
 
 RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t request) {
   const AuditResult& result = output.result;
@@ -122,6 +136,9 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
     for (const auto& layer : st->layers) ts.cacheLength.push_back(layer.cacheLength);
     ts.events = st->events;
     ts.diverged = st->step == tl.divergentStep;
+    if (!hasEvent(*st, "arrival") && arrivesAt(result.trace, *st))
+      tl.markers.push_back(
+          {st->step, "arrival", "arrival (tick " + std::to_string(st->tick) + ")", false});
     for (const auto& e : st->events) {
       TimelineMarker m;
       m.step = st->step;
@@ -169,7 +186,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   const int64_t firstTick = steps.front()->tick, lastTick = steps.back()->tick;
   for (const TraceStep& other : result.trace.steps) {
     if (other.request == request || other.tick < firstTick || other.tick > lastTick ||
-        std::find(other.events.begin(), other.events.end(), "arrival") == other.events.end())
+        !arrivesAt(result.trace, other))
       continue;
     const TraceStep* at = stepAtTick(steps, other.tick);
     if (!at) continue;
