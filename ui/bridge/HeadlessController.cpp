@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kvscope/Error.hpp"
+#include "kvscope/FindingGroups.hpp"
 #include "kvscope/SamplingPolicy.hpp"
 #include "ui/bridge/InspectorController.hpp"
 #include "ui/bridge/SelectionContext.hpp"
@@ -304,7 +305,8 @@ int HeadlessController::run(const HeadlessOptions& o, EngineController::AuditJob
   QTextStream(stdout) << renderedPointText(*window.context(), why)
                       << Qt::endl;
   window.statusBar()->showMessage(
-      QStringLiteral("Audit finished: %1 finding(s).").arg(output->result.report.findings.size()));
+      QStringLiteral("Audit finished: %1.")
+          .arg(QString::fromStdString(findingCountText(output->result.report.findings))));
   int code = output->result.report.clean() ? Clean : Divergent;
   QTextStream(stdout) << HeadlineView::headlineFor(output->result.report) << Qt::endl;
   if (!o.exportPng.isEmpty()) {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "kvscope/FindingGroups.hpp"
 #include "ui/models/FailureMatrixModel.hpp"
 #include "ui/models/FindingsModel.hpp"
 #include "ui/bridge/SelectionContext.hpp"
@@ -166,9 +167,9 @@ void DiagnosisPanel::refresh() {
     const QString rootText = root >= 0 ? tr("root stage: <b>%1</b>")
                                              .arg(QString::fromStdString(report_->stages[static_cast<size_t>(root)].title).toHtmlEscaped())
                                        : QString();
-    verdict_->setText(tr("<b style='color:%1'>Divergent</b> — %2 finding(s); %3")
+    verdict_->setText(tr("<b style='color:%1'>Divergent</b> — %2; %3")
                           .arg(Theme::alarm().name())
-                          .arg(findings_->rowCount())
+                          .arg(QString::fromStdString(findingCountText(report_->findings)))
                           .arg(rootText));
   }
   if (!report_->findings.empty()) {

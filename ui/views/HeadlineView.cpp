@@ -125,7 +125,9 @@ void HeadlineView::refresh() {
       if (g.members.size() > 1) id += QStringLiteral(" [") + QString::fromStdString(g.onsets()) + QStringLiteral("]");
       ids << id;
     }
-    more << tr("%1 findings: %2").arg(groups.size()).arg(ids.join(QStringLiteral(", ")));
+    more << tr("%1: %2")
+                .arg(QString::fromStdString(findingCountText(r->report.findings)))
+                .arg(ids.join(QStringLiteral(", ")));
   }
   if (!r->report.inputDescription.empty()) more << QString::fromStdString(r->report.inputDescription);
   if (!r->trace.faults.empty()) {

@@ -29,6 +29,21 @@ struct FindingGroup {
 /// `findings`, which must outlive the groups.
 inline std::vector<FindingGroup> groupFindings(const std::vector<Finding>& findings);
 
+/// How many findings the views list, in one wording everywhere: "1 finding", "3 findings",
+/// and "1 finding (2 requests)" when a listed finding stands for several requests' onsets.
+inline std::string findingCountText(const std::vector<Finding>& findings) {
+  const size_t listed = groupFindings(findings).size();
+  std::string out = std::to_string(listed) + (listed == 1 ? " finding" : " findings");
+  if (findings.size() > listed) {
+    std::vector<int64_t> requests;
+    for (const Finding& f : findings)
+      if (std::find(requests.begin(), requests.end(), f.request) == requests.end())
+        requests.push_back(f.request);
+    out += " (" + std::to_string(requests.size()) + " requests)";
+  }
+  return out;
+}
+
 inline std::string FindingGroup::onsets() const {
   auto at = [](const Finding& f) {
     return std::to_string(f.request) + " at step " + std::to_string(f.step);
