@@ -152,7 +152,7 @@ TEST(WhichRequestFinding, BuilderKeepsOneFindingPerRequest) {
   EXPECT_EQ(groups[1].depth, 1);
   EXPECT_EQ(groups[1].onsets(), "2 requests: 0 at step 4, 2 at step 6");
   // One count wording for the views: rows listed, and the requests when a row stands for
-  // several (the dock and the headline counted rows, the status bar findings: 1 and 2 of one run).
+  // several (the dock and the headline counted rows, the status bar findings: 1 and 2).
   EXPECT_EQ(findingCountText(out), "2 findings (2 requests)");
   EXPECT_EQ(findingCountText({out[0]}), "1 finding");
   EXPECT_EQ(findingCountText({}), "0 findings");
