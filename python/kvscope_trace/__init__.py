@@ -11,7 +11,8 @@
 
 Modules: `trace` (data model, reader, writer), `hf_trace` (record any transformers causal
 LM: TraceRecorder, decode; `kvscope-record`), `cli` (`kvtrace info|roundtrip|fingerprint`),
-`example` (a trace with known values). The format: docs/trace-format.md in KV Scope; the
+`example` (a trace with known values), `hf_recording` (`recording(model, path)`: a context
+manager that records every `model.generate(...)` in its block). The format: docs/trace-format.md in KV Scope; the
 C++ reader of `kvscope-cli` is the judge of it.
 """
 
@@ -21,7 +22,8 @@ from .container import STORE_DTYPES, TraceError  # noqa: E402,F401
 from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, TraceWriter,  # noqa: E402,F401
                     cache_checksum, document, model_fingerprint, model_stored_dtype,
                     normalize_policy, parse_document, read_trace, write_trace)
+from .hf_recording import recording  # noqa: E402,F401  (imports torch only when used)
 
 __all__ = ["STORE_DTYPES", "TraceError", "FORMAT_VERSION", "LayerRecord", "Step", "Trace", "TraceWriter",
            "cache_checksum", "document", "model_fingerprint", "model_stored_dtype", "normalize_policy",
-           "parse_document", "read_trace", "write_trace", "__version__"]
+           "parse_document", "read_trace", "recording", "write_trace", "__version__"]

@@ -115,6 +115,53 @@ class EveryFamilyTest(unittest.TestCase):
               "\n  ".join(rows))
 
 
+class RecordingAroundGenerateTest(unittest.TestCase):
+    """kvscope_trace.recording around the researcher's own model.generate calls."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def audit(self, model_dir: str, path: str):
+        r = subprocess.run([fr.cli_path(), "audit", "--model", model_dir, "--trace", path, "--json"],
+                           capture_output=True, text=True)
+        self.assertIn(r.returncode, (0, 1), r.stderr)
+        return r.returncode, json.loads(r.stdout)
+
+    def test_greedy_and_sampled_generate_calls_audit_clean(self):
+        from kvscope_trace import read_trace, recording
+        model = transformers.AutoModelForCausalLM.from_pretrained(QWEN3, dtype=torch.float32).eval()
+        ids = torch.tensor([[int(x) for x in PROMPT.split(",")]])
+        path = os.path.join(self.tmp.name, "generate.kvtrace")
+        with recording(model, path):
+            greedy = model.generate(ids, max_new_tokens=8, do_sample=False)
+            torch.manual_seed(0)
+            sampled = model.generate(ids, max_new_tokens=6, do_sample=True, temperature=0.9, top_k=40)
+        self.assertNotIn("forward", model.__dict__)  # the block leaves the model as it was
+        t = read_trace(path)
+        self.assertEqual([r["generated"] for r in t.requests],
+                         [greedy[0, 10:].tolist(), sampled[0, 10:].tolist()])
+        self.assertEqual([len(s.fed_ids) for s in t.steps if s.request == 0], [10] + [1] * 7)
+        self.assertEqual(t.requests[1]["policy"]["generator"], "torch")
+        self.assertEqual(t.requests[1]["policy"]["top_k"], 40)
+        rc, rep = self.audit(QWEN3, path)
+        self.assertEqual(rc, 0, json.dumps(rep["findings"], indent=1))
+        policy = next(s for s in rep["stages"] if s["id"] == "policy")
+        self.assertEqual(policy["status"], "pass", json.dumps(policy, indent=1))
+
+    def test_a_batched_generate_is_refused_with_the_reason(self):
+        from kvscope_trace import recording
+        model = transformers.AutoModelForCausalLM.from_pretrained(QWEN3, dtype=torch.float32).eval()
+        ids = torch.tensor([[int(x) for x in PROMPT.split(",")]] * 2)
+        path = os.path.join(self.tmp.name, "batched.kvtrace")
+        with self.assertRaisesRegex(NotImplementedError, "batch size 2"):
+            with recording(model, path):
+                model.generate(ids, max_new_tokens=2, do_sample=False)
+        self.assertFalse(os.path.exists(path))
+
+
 class LiveTransformersTest(unittest.TestCase):
     def record_and_audit(self, name: str):
         out = os.path.join(self.tmp.name, name + ".kvtrace")
