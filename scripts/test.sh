@@ -13,10 +13,17 @@ LIVE_PYTHON=""
 if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
   if LIVE_PYTHON="$(bash "$ROOT/scripts/live-python.sh")"; then
     cmake -DKVSCOPE_HF_PYTHON="$LIVE_PYTHON" "$BUILD_DIR" >/dev/null
+    if HF4_PATH="$(bash "$ROOT/scripts/live-python.sh" --transformers4)"; then
+      cmake -DKVSCOPE_HF4_PATH="$HF4_PATH" "$BUILD_DIR" >/dev/null
+    else
+      echo "not checked: the live transformers 4 tests (tests/live/requirements-transformers4.txt did not install, see above)" >&2
+      [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
+      cmake -DKVSCOPE_HF4_PATH= "$BUILD_DIR" >/dev/null
+    fi
   else
     echo "not checked: the live transformers tests (no virtualenv with tests/live/requirements.txt, see above)" >&2
     [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
-    cmake -DKVSCOPE_HF_PYTHON= "$BUILD_DIR" >/dev/null
+    cmake -DKVSCOPE_HF_PYTHON= -DKVSCOPE_HF4_PATH= "$BUILD_DIR" >/dev/null
   fi
 fi
 # With the sanitizer suite (below), which runs every core and CLI test again instrumented,
@@ -25,7 +32,7 @@ fi
 # packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"

@@ -13,13 +13,18 @@ one the token generate returned last. The policy comes from generate's arguments
 model's generation config: greedy, or sampled with torch's generator (`"generator": "torch"`:
 the audit checks what the logits prove and reports the replay `not checked`).
 
-Batch size 1 per generate call (several calls make several requests); a batched or
-left-padded generate is refused with that reason rather than recorded wrongly.
+A batched generate makes one request per row, the rows one batch group (`batch_group`) whose
+steps share their ticks; left padding is recorded as padding (`fed_mask` 0: it holds a cache
+slot and is no part of the request's stream), with the positions the model was given
+(`position_ids`, else the cache positions, which transformers 4.57 and 5 use for every row: a
+left-padded row's tokens then sit past its pads). A row that stops at EOS has no steps after
+it (generate feeds it pads). A mask that is not left padding is refused with that reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -70,41 +75,59 @@ class _Recording:
                           fingerprint=fingerprint and os.path.isdir(directory))
         engine = f"{ENGINE} recording (transformers {transformers.__version__}, torch {torch.__version__})"
         self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store)
-        self.request = -1
+        self.requests = 0       # requests recorded so far (ids 0..requests-1)
+        self.groups = 0         # batch groups so far
+        self.rows: List[int] = []  # the running generate call's request id per batch row
+        self.eos: List[int] = []
         self.step = 0
-        self.pending = None  # the last step, whose chosen token the next forward feeds
-        self.prompt: List[int] = []
+        self.pending: List[Any] = []   # per row: its last step, whose token the next forward feeds
+        self.finished: List[bool] = []  # per row: stopped at EOS (generate feeds it pads after)
 
     # -- model.forward
     def forward(self, inner, *args, **kwargs):
-        if self.request < 0:  # a forward outside generate: not a step of any request
+        if not self.rows:  # a forward outside generate: not a step of any request
             return inner(*args, **kwargs)
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             raise ValueError("kvscope_trace.recording: a forward without input_ids (inputs_embeds) "
                              "cannot be recorded")
-        if ids.shape[0] != 1:
-            raise NotImplementedError(f"kvscope_trace.recording: generate with batch size {ids.shape[0]}: "
-                                      "one sequence per generate call is recorded today")
+        if ids.shape[0] != len(self.rows):
+            raise ValueError(f"kvscope_trace.recording: a forward of {ids.shape[0]} rows inside a "
+                             f"generate call of {len(self.rows)}")
         cache = kwargs.get("past_key_values")
         if cache is not None and not hasattr(cache, APPENDED_ATTR) and hasattr(cache, "update"):
             watch_updates(cache)
         begin_forward(cache)
-        fed = [int(t) for t in ids[0].tolist()]
         past = self._consumed(cache)
         out = inner(*args, **kwargs)
-        positions = kwargs.get("position_ids")
-        if positions is not None:
-            positions = [int(p) for p in positions[0].tolist()]
-        else:
-            positions = list(range(past, past + len(fed)))
-        if self.pending is not None:
-            self.pending.chosen = fed[0]
-        logits = to_numpy(out.logits[0, -1]).reshape(-1)
-        st = self.rec.record_step(self.request, self.step, fed, positions, logits, -1,
-                                  cache=getattr(out, "past_key_values", None) or cache,
-                                  events=["arrival"] if self.step == 0 else [])
-        self.pending, self.step = st, self.step + 1
+        # The positions the model used: position_ids when generate passed them, else the cache
+        # positions every row shares (transformers 4.57 and 5 derive position_ids from them).
+        given = kwargs.get("position_ids")
+        if given is None and kwargs.get("cache_position") is not None:
+            given = kwargs["cache_position"].reshape(1, -1).expand(ids.shape[0], -1)
+        mask = kwargs.get("attention_mask")
+        tick = self.rec.tick
+        s = ids.shape[1]
+        for b, request in enumerate(self.rows):
+            fed = [int(t) for t in ids[b].tolist()]
+            if self.pending[b] is not None:
+                self.pending[b].chosen = fed[0]
+                if fed[0] in self.eos:
+                    self.finished[b] = True
+            if self.finished[b]:
+                continue  # generate keeps feeding a stopped row pads; it is not a step of it
+            positions = ([int(p) for p in given[b].tolist()] if given is not None
+                         else list(range(past, past + s)))
+            fed_mask = None
+            if mask is not None and mask.ndim == 2 and int(mask[b, -s:].sum()) != s:
+                fed_mask = [int(x) for x in mask[b, -s:].tolist()]
+            logits = to_numpy(out.logits[b, -1]).reshape(-1)
+            self.pending[b] = self.rec.record_step(
+                request, self.step, fed, positions, logits, -1,
+                cache=getattr(out, "past_key_values", None) or cache,
+                events=["arrival"] if self.step == 0 else [], batch_index=b,
+                slot=b if len(self.rows) > 1 else request, fed_mask=fed_mask, tick=tick)
+        self.step += 1
         return out
 
     def _consumed(self, cache) -> int:
@@ -120,38 +143,51 @@ class _Recording:
     def generate(self, inner, *args, **kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None or getattr(ids, "ndim", 0) != 2:
-            raise ValueError("kvscope_trace.recording: call generate with input_ids [1, prompt]")
-        if ids.shape[0] != 1:
-            raise NotImplementedError(f"kvscope_trace.recording: generate with batch size {ids.shape[0]}: "
-                                      "one sequence per generate call is recorded today")
+            raise ValueError("kvscope_trace.recording: call generate with input_ids [batch, prompt]")
+        B, T = int(ids.shape[0]), int(ids.shape[1])
         mask = kwargs.get("attention_mask")
-        if mask is not None and int(mask.sum()) != mask.numel():
-            raise NotImplementedError("kvscope_trace.recording: a padded prompt (attention_mask with "
-                                      "zeros) is not recorded today")
-        self.request += 1
-        self.step, self.pending = 0, None
-        self.prompt = [int(t) for t in ids[0].tolist()]
-        eos = _eos_ids(self.model, kwargs)
+        prompts = []
+        for b in range(B):
+            row = [int(t) for t in ids[b].tolist()]
+            if mask is None:
+                prompts.append(row)
+                continue
+            m = [int(x) for x in mask[b].tolist()]
+            pads = T - sum(m)
+            if m != [0] * pads + [1] * (T - pads):
+                raise NotImplementedError(f"kvscope_trace.recording: row {b} of attention_mask is "
+                                          f"{m}: only left padding (zeros, then ones) is recorded")
+            prompts.append(row[pads:])
+        self.rows = list(range(self.requests, self.requests + B))
+        self.step, self.pending, self.finished = 0, [None] * B, [False] * B
+        self.eos = _eos_ids(self.model, kwargs)
         max_new = kwargs.get("max_new_tokens") or getattr(self.model.generation_config, "max_new_tokens", 0) or 0
-        self.rec.begin_request(self.request, self.prompt, policy=_generate_policy(self.model, kwargs),
-                               max_new_tokens=int(max_new), eos_ids=eos)
+        group = self.groups if B > 1 else -1
+        for b, request in enumerate(self.rows):
+            self.rec.begin_request(request, prompts[b], policy=_generate_policy(self.model, kwargs),
+                                   max_new_tokens=int(max_new), eos_ids=self.eos, batch_group=group,
+                                   arrival_tick=self.rec.tick)
         try:
             out = inner(*args, **kwargs)
         except BaseException:
-            self.request -= 1  # nothing of a failed call is kept as a finished request
+            self.rows = []  # nothing of a failed call is kept as a finished request
             raise
         seq = getattr(out, "sequences", out)
-        generated = [int(t) for t in seq[0].tolist()[len(self.prompt):]]
-        if self.pending is not None and generated:
-            self.pending.chosen = generated[-1]
-        stop = "eos" if generated and generated[-1] in eos else "max_new_tokens"
-        if stop == "eos":
-            self.pending.events.append("eos")
-        self.rec.finish_request(self.request, generated, stop)
-        self.pending = None
+        for b, request in enumerate(self.rows):
+            generated = [int(t) for t in seq[b].tolist()[T:]]
+            stops = [i for i, t in enumerate(generated) if t in self.eos]
+            if stops:
+                generated = generated[:stops[0] + 1]  # what follows the EOS is generate's padding
+            if self.pending[b] is not None and generated and not self.finished[b]:
+                self.pending[b].chosen = generated[-1]
+            stop = "eos" if stops else "max_new_tokens"
+            if stop == "eos" and self.pending[b] is not None:
+                self.pending[b].events.append("eos")
+            self.rec.finish_request(request, generated, stop)
+        self.requests += B
+        self.groups += 1 if B > 1 else 0
+        self.rows = []
         return out
-
-
 @contextlib.contextmanager
 def recording(model, path: str, model_dir: Optional[str] = None, store: str = "F32",
               fingerprint: bool = True) -> Iterator[TraceRecorder]:
@@ -163,8 +199,12 @@ def recording(model, path: str, model_dir: Optional[str] = None, store: str = "F
     r = _Recording(model, path, model_dir, store, fingerprint)
     own = {n: model.__dict__[n] for n in ("forward", "generate") if n in model.__dict__}
     inner_forward, inner_generate = model.forward, model.generate
-    model.forward = lambda *a, **kw: r.forward(inner_forward, *a, **kw)
-    model.generate = lambda *a, **kw: r.generate(inner_generate, *a, **kw)
+    # The wrappers keep the methods' signatures (functools.wraps: inspect.signature follows
+    # __wrapped__): generate passes position_ids only to a forward whose signature names them,
+    # so a bare (*args, **kwargs) wrapper would change the run it records (a left-padded row's
+    # positions).
+    model.forward = functools.wraps(inner_forward)(lambda *a, **kw: r.forward(inner_forward, *a, **kw))
+    model.generate = functools.wraps(inner_generate)(lambda *a, **kw: r.generate(inner_generate, *a, **kw))
     try:
         yield r.rec
     finally:  # the methods as they were (an instance's own, e.g. a hook's, or the class's)
@@ -173,6 +213,6 @@ def recording(model, path: str, model_dir: Optional[str] = None, store: str = "F
                 setattr(model, n, own[n])
             else:
                 delattr(model, n)
-    if r.request < 0:
+    if r.requests == 0:
         raise ValueError(f"kvscope_trace.recording: no generate call inside the block; {path} not written")
     r.rec.save(path)

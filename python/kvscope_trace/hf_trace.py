@@ -270,16 +270,22 @@ class TraceRecorder:
 
     def begin_request(self, rid: int, prompt_ids: Sequence[int], prompt_text: str = "",
                       policy: Optional[Dict[str, Any]] = None, max_new_tokens: int = 0,
-                      eos_ids: Sequence[int] = (), arrival_tick: Optional[int] = None) -> None:
+                      eos_ids: Sequence[int] = (), arrival_tick: Optional[int] = None,
+                      batch_group: int = -1) -> None:
         self.writer.add_request(rid, prompt_ids=prompt_ids, prompt_text=prompt_text, policy=policy,
                                 max_new_tokens=max_new_tokens, eos_ids=eos_ids, stop_reason="running",
-                                arrival_tick=self.tick if arrival_tick is None else arrival_tick)
+                                arrival_tick=self.tick if arrival_tick is None else arrival_tick,
+                                batch_group=batch_group)
         self._lengths[rid] = [0] * self.model["num_layers"]
 
     def record_step(self, request: int, step: int, fed_ids: Sequence[int], positions: Sequence[int],
                     logits, chosen: int, cache=None, rng_draws_before: int = 0,
                     rng_draws_after: int = 0, events: Sequence[str] = (), batch_index: int = 0,
-                    slot: Optional[int] = None, weights_version: int = 0) -> kvtrace.Step:
+                    slot: Optional[int] = None, weights_version: int = 0,
+                    fed_mask: Optional[Sequence[int]] = None,
+                    tick: Optional[int] = None) -> kvtrace.Step:
+        """`tick`: the engine clock of the step (default: the next one); the rows of one
+        batched forward share theirs. `fed_mask`: 0 for left padding (see the format)."""
         m = self.model
         L, H, D = m["num_layers"], m["num_kv_heads"], m["head_dim"]
         events = list(events)
@@ -328,9 +334,10 @@ class TraceRecorder:
         st = self.writer.add_step(request=request, step=step, fed_ids=fed_ids, positions=positions,
                                   chosen=chosen, logits=None if logits is None else to_numpy(logits),
                                   rng_draws_before=rng_draws_before, rng_draws_after=rng_draws_after,
-                                  weights_version=weights_version, events=events, tick=self.tick,
+                                  weights_version=weights_version, events=events,
+                                  tick=self.tick if tick is None else tick, fed_mask=fed_mask,
                                   slot=request if slot is None else slot, **kw)
-        self.tick += 1
+        self.tick = max(self.tick, (self.tick if tick is None else tick) + 1)
         return st
 
     def finish_request(self, rid: int, generated: Sequence[int], stop_reason: str) -> None:
