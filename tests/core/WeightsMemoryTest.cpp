@@ -87,7 +87,7 @@ TEST(WeightsMemory, Bf16MatricesAreViewsOfTheMapping) {
   const auto& file = model->checkpoint().fileFor(name);
   EXPECT_EQ(q.data_ptr(), static_cast<const void*>(file.bytes(file.entry(name))));
   EXPECT_EQ(m.embed.scalar_type(), torch::kBFloat16);
-  EXPECT_EQ(m.layers[0].ln1W.scalar_type(), torch::kFloat);  // vectors are converted
+  EXPECT_EQ(m.layers[0].attnNormW.scalar_type(), torch::kFloat);  // vectors are converted
 }
 
 // The same weights stored as BF16 and as F32 (exact upcast): references agree within 1e-4.
@@ -108,10 +108,10 @@ void expectSameAsFloat32(Architecture arch, SafetensorsDtype dtype) {
       auto x = torch::randn({1, M, 32});
       const auto& la = a->impl().layers[0];
       const auto& lb = b->impl().layers[0];
-      EXPECT_LT(maxRelDiff(detail::conv1dStored(x, la.cAttnW, la.cAttnB),
-                           detail::conv1dStored(x, lb.cAttnW, lb.cAttnB)), 1e-5) << "M " << M;
-      EXPECT_LT(maxRelDiff(detail::conv1dStored(x, la.fcW, la.fcB),
-                           detail::conv1dStored(x, lb.fcW, lb.fcB)), 1e-5) << "fc M " << M;
+      EXPECT_LT(maxRelDiff(detail::conv1dStored(x, la.qkvW, la.qkvB),
+                           detail::conv1dStored(x, lb.qkvW, lb.qkvB)), 1e-5) << "M " << M;
+      EXPECT_LT(maxRelDiff(detail::conv1dStored(x, la.upW, la.upB),
+                           detail::conv1dStored(x, lb.upW, lb.upB)), 1e-5) << "fc M " << M;
     }
   }
   for (size_t len : {size_t{1}, size_t{5}, size_t{8}, size_t{23}}) {  // fused and blocked paths

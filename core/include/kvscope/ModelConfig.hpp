@@ -1,6 +1,8 @@
 // The model configuration read from a HuggingFace `config.json`, in either the
 // transformers 4 style (`rope_theta`, `rope_scaling`, `torch_dtype` at the top level) or
-// the transformers 5 style (`rope_parameters`, `dtype`).
+// the transformers 5 style (`rope_parameters`, `dtype`). Each family's keys are read by its
+// own file (core/src/model/families/), which also says which pieces of the shared kit its
+// block is made of (BlockRecipe); the loader and the forward read the recipe, never the family.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +16,9 @@ namespace kvscope {
 
 enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3 };
 
-/// "gpt2", "llama", "mistral", "qwen2", "qwen3".
+/// The family's `model_type`: "gpt2", "llama", "mistral", "qwen2", "qwen3".
 std::string architectureName(Architecture a);
-/// The `model_type` values KV Scope can load, for error messages.
+/// The `model_type` values KV Scope can load, for error messages (from the family list).
 std::string supportedModelTypes();
 
 struct RopeConfig {
@@ -28,6 +30,22 @@ struct RopeConfig {
   int64_t originalMaxPositions = 0;   // original_max_position_embeddings (llama3, dynamic)
   double partialRotaryFactor = 1.0;   // fraction of head_dim that is rotated
   bool operator==(const RopeConfig& o) const;
+};
+
+/// The pieces of the shared kit a family's decoder block is composed of. Set by the family
+/// file; the weight loader and the forward read these, never the family's name.
+struct BlockRecipe {
+  enum class Norm { LayerNorm, RmsNorm };   // LayerNorm: weight and bias; RMSNorm: weight
+  enum class Positions { Learned, Rope };   // a position-embedding table, or rotary
+  enum class Layout { Conv1d, Linear };     // weights stored [in, out] (GPT-2) or [out, in]
+  enum class Mlp { Plain, Gated };          // down(act(up x)), or down(act(gate x) * up x)
+  Norm norm = Norm::RmsNorm;
+  Positions positions = Positions::Rope;
+  Layout layout = Layout::Linear;
+  bool fusedQkv = false;                    // one q|k|v projection (GPT-2 c_attn)
+  Mlp mlp = Mlp::Gated;
+  bool divideScoresBySqrtD = false;         // scores / sqrt(d) (GPT-2) vs scores * (1/sqrt(d))
+  bool operator==(const BlockRecipe& o) const;
 };
 
 struct ModelConfig {
@@ -44,7 +62,8 @@ struct ModelConfig {
   int64_t maxPositions = 0;           // n_positions / max_position_embeddings
   double normEps = 1e-5;              // layer_norm_epsilon / rms_norm_eps
   std::string activation;             // gelu_new | gelu | silu | ...
-  RopeConfig rope;                    // unused for GPT-2
+  BlockRecipe recipe;                 // which kit pieces the family's block uses
+  RopeConfig rope;                    // unused with learned positions
   bool tieWordEmbeddings = false;
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj
@@ -66,7 +85,7 @@ struct ModelConfig {
   /// Adds EOS ids from a generation_config.json next to the config, when present.
   void mergeGenerationConfig(const std::string& path);
 
-  bool usesRope() const { return architecture != Architecture::Gpt2; }
+  bool usesRope() const { return recipe.positions == BlockRecipe::Positions::Rope; }
   bool isSlidingLayer(int64_t layer) const;
 };
 

@@ -13,6 +13,7 @@
 #include "engine/PrefixCache.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
+#include "model/families/ModelFamily.hpp"
 #include "kvscope/BuildInfo.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Sampler.hpp"
@@ -235,9 +236,7 @@ class EngineRun {
       if (u.tick != tick) continue;
       std::string tensor = u.tensor;
       if (tensor.empty()) {  // stale_cache: the layer's key projection
-        tensor = cfg_.architecture == Architecture::Gpt2
-                     ? "transformer.h." + std::to_string(staleLayer_) + ".attn.c_attn.weight"
-                     : "model.layers." + std::to_string(staleLayer_) + ".self_attn.k_proj.weight";
+        tensor = familyOf(cfg_.architecture).keyProjection(staleLayer_);
       }
       model_.applyWeightUpdate(tensor, u.scale, u.seed);
       TraceEvent e;

@@ -7,6 +7,7 @@
 #include "kvscope/Error.hpp"
 #include "model/AllocationGuard.hpp"
 #include "model/ModelImpl.hpp"
+#include "model/families/ModelFamily.hpp"
 #include "util/BlasKernels.hpp"
 
 namespace kvscope {
@@ -130,9 +131,9 @@ void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64
   auto stdv = base.std().item<float>();
   t = base.clone() + scale * (stdv > 0 ? stdv : 1.0f) * noise;  // copy: the mapping stays read-only
   if (tiedHead) impl_->lmHead = t;
-  if (tensorName == "model.embed_tokens.weight" || tensorName == "transformer.wte.weight")
-    if (impl_->config.tieWordEmbeddings && !impl_->checkpoint->contains("lm_head.weight"))
-      impl_->lmHead = t;
+  if (tensorName == familyOf(impl_->config.architecture).weightNames().embed &&
+      impl_->config.tieWordEmbeddings)
+    impl_->lmHead = t;
   ++impl_->weightsVersion;
 }
 

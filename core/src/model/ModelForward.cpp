@@ -1,4 +1,6 @@
-// ModelImpl::forward: GPT-2 and Llama-family decoder blocks, eager attention, float32.
+// ModelImpl::forward: the decoder block composed from the kit by the family's recipe
+// (ModelConfig::recipe: norm, positions, weight layout, fused or separate q/k/v, MLP kind),
+// eager attention, float32. Nothing here asks which family a model is.
 #include <algorithm>
 #include <cmath>
 
@@ -35,8 +37,14 @@ void tap(detail::TorchTapSink* taps, int64_t layer, const char* name, const torc
 
 torch::Tensor ModelImpl::norm(const torch::Tensor& x, const torch::Tensor& w,
                               const torch::Tensor& b) const {
-  if (config.architecture == Architecture::Gpt2) return detail::layerNorm(x, w, b, config.normEps);
+  if (config.recipe.norm == BlockRecipe::Norm::LayerNorm)
+    return detail::layerNorm(x, w, b, config.normEps);
   return detail::rmsNorm(x, w, config.normEps);
+}
+
+torch::Tensor ModelImpl::project(const torch::Tensor& x, const torch::Tensor& w,
+                                 const torch::Tensor& b) const {
+  return config.recipe.layout == BlockRecipe::Layout::Conv1d ? conv1d(x, w, b) : linear(x, w, b);
 }
 
 torch::Tensor ModelImpl::headNorm(const torch::Tensor& x, const torch::Tensor& w) const {
@@ -63,29 +71,32 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   const auto& w = layers[static_cast<size_t>(layer)];
   const int64_t B = x.size(0), s = x.size(1), d = config.headDim;
   const int64_t nh = config.numHeads, nkv = config.numKvHeads;
-  torch::Tensor q, k, v;  // [B, h, s, d]
+  const bool conv1dLayout = config.recipe.layout == BlockRecipe::Layout::Conv1d;
   // The projection of every row; a row the batch_variance fault splits sums it in parts.
-  auto project = [&](const torch::Tensor& wt, const torch::Tensor& bias, bool conv1dLayout) {
-    torch::Tensor y = conv1dLayout ? conv1d(x, wt, bias) : linear(x, wt, bias);
+  auto product = [&](const torch::Tensor& wt, const torch::Tensor& bias) {
+    torch::Tensor y = project(x, wt, bias);
     for (int64_t row = 0; row < B; ++row)
       if (const int64_t parts = attention.projectionSplits(layer, row); parts > 1)
         y.select(0, row).copy_(
             detail::splitKProduct(x.select(0, row), wt, bias, parts, conv1dLayout));
     return y;
   };
-  if (config.architecture == Architecture::Gpt2) {
-    auto qkv = project(w.cAttnW, w.cAttnB, true).view({B, s, 3 * config.hiddenSize});
-    auto parts = qkv.split(config.hiddenSize, -1);
-    q = parts[0].view({B, s, nh, d}).transpose(1, 2);
-    k = parts[1].view({B, s, nh, d}).transpose(1, 2);
-    v = parts[2].view({B, s, nh, d}).transpose(1, 2);
+  torch::Tensor qRaw, kRaw, v;  // [B, h, s, d], before q/k norm and RoPE
+  if (config.recipe.fusedQkv) {
+    auto parts = product(w.qkvW, w.qkvB).split_with_sizes({nh * d, nkv * d, nkv * d}, -1);
+    qRaw = parts[0].reshape({B, s, nh, d}).transpose(1, 2);
+    kRaw = parts[1].reshape({B, s, nkv, d}).transpose(1, 2);
+    v = parts[2].reshape({B, s, nkv, d}).transpose(1, 2);
   } else {
-    // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
-    auto qRaw = project(w.qW, w.qB, false).view({B, s, nh, d}).transpose(1, 2);
-    auto kRaw = project(w.kW, w.kB, false).view({B, s, nkv, d}).transpose(1, 2);
-    v = project(w.vW, w.vB, false).view({B, s, nkv, d}).transpose(1, 2);
-    q = detail::RotaryEmbedding::apply(headNorm(qRaw, w.qNormW), cos, sin);
-    k = detail::RotaryEmbedding::apply(headNorm(kRaw, w.kNormW), cos, sin);
+    qRaw = product(w.qW, w.qB).view({B, s, nh, d}).transpose(1, 2);
+    kRaw = product(w.kW, w.kB).view({B, s, nkv, d}).transpose(1, 2);
+    v = product(w.vW, w.vB).view({B, s, nkv, d}).transpose(1, 2);
+  }
+  // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
+  torch::Tensor q = headNorm(qRaw, w.qNormW), k = headNorm(kRaw, w.kNormW);
+  if (config.usesRope()) {
+    q = detail::RotaryEmbedding::apply(q, cos, sin);
+    k = detail::RotaryEmbedding::apply(k, cos, sin);
     if (w.kNormW.defined()) {
       std::vector<int64_t> late(static_cast<size_t>(B), 0);  // 1: this row norms after RoPE
       for (int64_t b = 0; b < B; ++b)
@@ -109,31 +120,26 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
     values = values.repeat_interleave(nh / nkv, 1);
   }
   torch::Tensor scores = torch::matmul(q, keys.transpose(-1, -2));
-  if (config.architecture == Architecture::Gpt2) {
+  if (config.recipe.divideScoresBySqrtD)
     scores = scores / std::sqrt(static_cast<float>(d));
-    if (config.scaleAttnByInverseLayerIdx) scores = scores / static_cast<float>(layer + 1);
-  } else {
+  else
     scores = scores * (1.0f / std::sqrt(static_cast<float>(d)));
-  }
+  if (config.scaleAttnByInverseLayerIdx) scores = scores / static_cast<float>(layer + 1);
   // Finite minimum like transformers, so fully masked (padding) rows stay finite.
   scores = scores.masked_fill(kv.allowed.logical_not(), std::numeric_limits<float>::lowest());
   auto probs = torch::softmax(scores, -1);
   auto out = torch::matmul(probs, values).transpose(1, 2).reshape({B, s, nh * d});
-  if (config.architecture == Architecture::Gpt2)
-    out = conv1d(out, w.cProjW, w.cProjB);
-  else
-    out = linear(out, w.oW, w.oB);
+  out = project(out, w.oW, w.oB);
   tap(taps, layer, "attn_out", out);
   return out;
 }
 
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
   const auto& w = layers[static_cast<size_t>(layer)];
-  if (config.architecture == Architecture::Gpt2) {
-    return conv1d(activation(config.activation, conv1d(x, w.fcW, w.fcB)), w.projW, w.projB);
-  }
-  return linear(activation(config.activation, linear(x, w.gateW, w.gateB)) * linear(x, w.upW, w.upB),
-                w.downW, w.downB);
+  if (config.recipe.mlp == BlockRecipe::Mlp::Plain)
+    return project(activation(config.activation, project(x, w.upW, w.upB)), w.downW, w.downB);
+  return project(activation(config.activation, project(x, w.gateW, w.gateB)) * project(x, w.upW, w.upB),
+                 w.downW, w.downB);
 }
 
 torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
@@ -141,17 +147,18 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   const auto& w = layers.at(0);
   auto positions = torch::arange(count, torch::kLong);
   auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
-  const int64_t d = config.headDim;
-  if (config.architecture == Architecture::Gpt2) {
-    h = h + detail::upcastRows(posEmbed, positions);
-    auto qkv = conv1d(norm(h, w.ln1W, w.ln1B), w.cAttnW, w.cAttnB);
-    return qkv.narrow(1, config.hiddenSize, config.hiddenSize).reshape({count, config.numHeads, d});
+  const int64_t d = config.headDim, nh = config.numHeads, nkv = config.numKvHeads;
+  if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions);
+  const auto x = norm(h, w.attnNormW, w.attnNormB);
+  torch::Tensor k = config.recipe.fusedQkv
+                        ? project(x, w.qkvW, w.qkvB).narrow(1, nh * d, nkv * d)
+                        : project(x, w.kW, w.kB);
+  k = headNorm(k.reshape({count, 1, nkv, d}), w.kNormW).transpose(1, 2);  // [count, h_kv, 1, d]
+  if (config.usesRope()) {
+    auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
+    k = detail::RotaryEmbedding::apply(k, cos, sin);
   }
-  auto k = headNorm(linear(norm(h, w.ln1W, w.ln1B), w.kW, w.kB).view({count, 1, config.numKvHeads, d}),
-                    w.kNormW)
-               .transpose(1, 2);
-  auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
-  return detail::RotaryEmbedding::apply(k, cos, sin).select(2, 0);  // [count, h_kv, d]
+  return k.select(2, 0);  // [count, h_kv, d]
 }
 
 torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
@@ -161,11 +168,8 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   checkInputs(ids, positions);  // before any embedding or position row is read
   torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
   torch::Tensor cos, sin;
-  if (config.architecture == Architecture::Gpt2) {
-    h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
-  } else {
-    std::tie(cos, sin) = rope->cosSin(positions);
-  }
+  if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
+  if (config.usesRope()) std::tie(cos, sin) = rope->cosSin(positions);
   tap(taps, -1, "embed", h);
   torch::Tensor cosUnscaled, sinUnscaled;  // [B, s, d], only when a row drops rope_scaling
   for (int64_t i = 0; i < config.numLayers; ++i) {
@@ -193,8 +197,8 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
         if (own.defined()) cosUnscaled = sinUnscaled = torch::Tensor();
       }
     }
-    h = h + attentionBlock(i, norm(h, w.ln1W, w.ln1B), layerCos, layerSin, attention, taps);
-    h = h + mlpBlock(i, norm(h, w.ln2W, w.ln2B));
+    h = h + attentionBlock(i, norm(h, w.attnNormW, w.attnNormB), layerCos, layerSin, attention, taps);
+    h = h + mlpBlock(i, norm(h, w.mlpNormW, w.mlpNormB));
     tap(taps, i, "hidden", h);
   }
   h = norm(h, finalW, finalB);

@@ -16,23 +16,22 @@
 
 namespace kvscope {
 
+// One decoder block's weights, as the checkpoint stores them: recipe.layout says [out, in]
+// (nn.Linear) or [in, out] (GPT-2's Conv1D); undefined where the family has no such tensor.
 struct LayerWeights {
-  // Norms: ln1 before attention, ln2 before the MLP. GPT-2: LayerNorm (weight, bias);
-  // Llama family: RMSNorm (weight only).
-  torch::Tensor ln1W, ln1B, ln2W, ln2B;  // [H]
-  // GPT-2 Conv1D, stored [in, out]: cAttn [H, 3H], cProj [H, H], fc [H, I], proj [I, H].
-  torch::Tensor cAttnW, cAttnB, cProjW, cProjB, fcW, fcB, projW, projB;
-  // Llama family nn.Linear, stored [out, in].
-  torch::Tensor qW, qB, kW, kB, vW, vB, oW, oB;   // q [nh*d, H], k/v [nkv*d, H], o [H, nh*d]
-  torch::Tensor qNormW, kNormW;  // [d]: per-head RMSNorm before RoPE (config.qkNorm)
-  torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I]
+  torch::Tensor attnNormW, attnNormB, mlpNormW, mlpNormB;  // [H]; biases with LayerNorm
+  torch::Tensor qkvW, qkvB;  // fused q|k|v (recipe.fusedQkv): [(nh + 2 nkv) d, H] as Linear
+  torch::Tensor qW, qB, kW, kB, vW, vB;  // q [nh*d, H], k/v [nkv*d, H] as Linear
+  torch::Tensor oW, oB;                  // [H, nh*d] as Linear
+  torch::Tensor qNormW, kNormW;          // [d]: per-head RMSNorm before RoPE (config.qkNorm)
+  torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
 };
 
 struct ModelImpl {
   std::shared_ptr<const Checkpoint> checkpoint;
   ModelConfig config;
   torch::Tensor embed;     // [V_rows, H]
-  torch::Tensor posEmbed;  // GPT-2 wpe [P, H]
+  torch::Tensor posEmbed;  // learned positions (recipe.positions) [P, H]
   std::vector<LayerWeights> layers;
   torch::Tensor finalW, finalB;  // [H]
   torch::Tensor lmHead;          // [V, H] (the embedding when tied)
@@ -64,6 +63,8 @@ struct ModelImpl {
                                const torch::Tensor& sin, detail::AttentionContext& attention,
                                detail::TorchTapSink* taps) const;
   torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
+  /// x [.., in] times a weight in the recipe's layout, + b.
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   /// Per-head RMSNorm over the last dim of [.., h, d]; x itself when w is undefined.
   torch::Tensor headNorm(const torch::Tensor& x, const torch::Tensor& w) const;

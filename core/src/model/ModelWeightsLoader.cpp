@@ -8,6 +8,7 @@
 #include "kvscope/Error.hpp"
 #include "kvscope/FloatTensor.hpp"
 #include "model/ModelImpl.hpp"
+#include "model/families/ModelFamily.hpp"
 
 namespace kvscope {
 
@@ -98,18 +99,25 @@ MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
 
 void ModelImpl::loadWeights() {
   const ModelConfig& c = config;
+  const BlockRecipe& recipe = c.recipe;
+  const ModelFamily& family = familyOf(c.architecture);
+  const WeightNames& n = family.weightNames();
   TensorLoader L(*checkpoint);
   const int64_t H = c.hiddenSize, I = c.intermediateSize, d = c.headDim;
   const int64_t nh = c.numHeads, nkv = c.numKvHeads;
+  const bool conv1d = recipe.layout == BlockRecipe::Layout::Conv1d;
+  const bool layerNorm = recipe.norm == BlockRecipe::Norm::LayerNorm;
+  // A matrix of `out` x `in` features in the recipe's layout.
+  auto matrix = [&](int64_t out, int64_t in) {
+    return conv1d ? std::vector<int64_t>{in, out} : std::vector<int64_t>{out, in};
+  };
   // The config's layer count must be backed by tensors before anything is sized by it (a
   // wrong num_hidden_layers would otherwise ask for billions of layer slots).
-  const bool gpt2 = c.architecture == Architecture::Gpt2;
-  const std::string lastLayer =
-      (gpt2 ? "transformer.h." : "model.layers.") + std::to_string(c.numLayers - 1) + ".";
+  const std::string lastLayer = n.layerPrefix + std::to_string(c.numLayers - 1) + ".";
   const auto names = checkpoint->tensorNames();
   if (std::none_of(names.begin(), names.end(),
-                   [&](const std::string& n) { return n.rfind(lastLayer, 0) == 0; }))
-    throw InputError(c.sourceFile, gpt2 ? "n_layer" : "num_hidden_layers",
+                   [&](const std::string& name) { return name.rfind(lastLayer, 0) == 0; }))
+    throw InputError(c.sourceFile, family.layerCountKey(),
                      std::to_string(c.numLayers) + " layers, but the weights hold no '" +
                          lastLayer + "*' tensors (" + checkpoint->directory() + ")");
   layers.resize(static_cast<size_t>(c.numLayers));
@@ -117,80 +125,65 @@ void ModelImpl::loadWeights() {
   auto track = [&](const std::string& name, torch::Tensor& t) {
     if (t.defined()) byName[name] = &t;
   };
-  if (c.architecture == Architecture::Gpt2) {
-    embed = L.loadRows("transformer.wte.weight", c.vocabSize, H);
-    track("transformer.wte.weight", embed);
-    posEmbed = L.load("transformer.wpe.weight", {c.maxPositions, H});
-    track("transformer.wpe.weight", posEmbed);
-    for (int64_t i = 0; i < c.numLayers; ++i) {
-      auto& w = layers[static_cast<size_t>(i)];
-      const std::string p = "transformer.h." + std::to_string(i) + ".";
-      struct Item { const char* suffix; torch::Tensor* t; std::vector<int64_t> shape; };
-      std::vector<Item> items = {
-          {"ln_1.weight", &w.ln1W, {H}}, {"ln_1.bias", &w.ln1B, {H}},
-          {"attn.c_attn.weight", &w.cAttnW, {H, 3 * H}}, {"attn.c_attn.bias", &w.cAttnB, {3 * H}},
-          {"attn.c_proj.weight", &w.cProjW, {H, H}}, {"attn.c_proj.bias", &w.cProjB, {H}},
-          {"ln_2.weight", &w.ln2W, {H}}, {"ln_2.bias", &w.ln2B, {H}},
-          {"mlp.c_fc.weight", &w.fcW, {H, I}}, {"mlp.c_fc.bias", &w.fcB, {I}},
-          {"mlp.c_proj.weight", &w.projW, {I, H}}, {"mlp.c_proj.bias", &w.projB, {H}}};
-      for (auto& it : items) {
-        *it.t = L.load(p + it.suffix, it.shape);
-        track(p + it.suffix, *it.t);
-      }
-    }
-    finalW = L.load("transformer.ln_f.weight", {H});
-    finalB = L.load("transformer.ln_f.bias", {H});
-    track("transformer.ln_f.weight", finalW);
-    track("transformer.ln_f.bias", finalB);
-    if (!c.tieWordEmbeddings && checkpoint->contains("lm_head.weight")) {
-      lmHead = L.loadRows("lm_head.weight", c.vocabSize, H);
-      track("lm_head.weight", lmHead);
-    } else {
-      lmHead = embed;
-    }
-  } else {
-    embed = L.loadRows("model.embed_tokens.weight", c.vocabSize, H);
-    track("model.embed_tokens.weight", embed);
-    for (int64_t i = 0; i < c.numLayers; ++i) {
-      auto& w = layers[static_cast<size_t>(i)];
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      struct Item { std::string name; torch::Tensor* t; std::vector<int64_t> shape; bool required; };
-      std::vector<Item> items = {
-          {"input_layernorm.weight", &w.ln1W, {H}, true},
-          {"post_attention_layernorm.weight", &w.ln2W, {H}, true},
-          {"self_attn.q_proj.weight", &w.qW, {nh * d, H}, true},
-          {"self_attn.k_proj.weight", &w.kW, {nkv * d, H}, true},
-          {"self_attn.v_proj.weight", &w.vW, {nkv * d, H}, true},
-          {"self_attn.o_proj.weight", &w.oW, {H, nh * d}, true},
-          {"self_attn.q_proj.bias", &w.qB, {nh * d}, c.qkvBias},
-          {"self_attn.k_proj.bias", &w.kB, {nkv * d}, c.qkvBias},
-          {"self_attn.v_proj.bias", &w.vB, {nkv * d}, c.qkvBias},
-          {"self_attn.o_proj.bias", &w.oB, {H}, c.outputProjBias},
-          {"self_attn.q_norm.weight", &w.qNormW, {d}, c.qkNorm},
-          {"self_attn.k_norm.weight", &w.kNormW, {d}, c.qkNorm},
-          {"mlp.gate_proj.weight", &w.gateW, {I, H}, true},
-          {"mlp.up_proj.weight", &w.upW, {I, H}, true},
-          {"mlp.down_proj.weight", &w.downW, {H, I}, true},
-          {"mlp.gate_proj.bias", &w.gateB, {I}, c.mlpBias},
-          {"mlp.up_proj.bias", &w.upB, {I}, c.mlpBias},
-          {"mlp.down_proj.bias", &w.downB, {H}, c.mlpBias}};
-      for (auto& it : items) {
-        *it.t = it.required ? L.load(p + it.name, it.shape) : L.optional(p + it.name, it.shape);
-        track(p + it.name, *it.t);
-      }
-    }
-    finalW = L.load("model.norm.weight", {H});
-    track("model.norm.weight", finalW);
-    if (checkpoint->contains("lm_head.weight")) {
-      lmHead = L.loadRows("lm_head.weight", c.vocabSize, H);
-      track("lm_head.weight", lmHead);
-    } else if (c.tieWordEmbeddings) {
-      lmHead = embed;
-    } else {
-      checkpoint->fileFor("lm_head.weight");  // throws: missing tensor, names the file
-    }
-    rope = std::make_unique<detail::RotaryEmbedding>(c);
+  embed = L.loadRows(n.embed, c.vocabSize, H);
+  track(n.embed, embed);
+  if (recipe.positions == BlockRecipe::Positions::Learned) {
+    posEmbed = L.load(n.positionEmbed, {c.maxPositions, H});
+    track(n.positionEmbed, posEmbed);
   }
+  for (int64_t i = 0; i < c.numLayers; ++i) {
+    auto& w = layers[static_cast<size_t>(i)];
+    // (suffix, member, shape, required): a suffix the family does not name is skipped.
+    struct Item { const std::string& suffix; torch::Tensor* t; std::vector<int64_t> shape; bool required; };
+    std::vector<Item> items = {
+        {n.attnNorm, &w.attnNormW, {H}, true}, {n.attnNormBias, &w.attnNormB, {H}, layerNorm},
+        {n.mlpNorm, &w.mlpNormW, {H}, true}, {n.mlpNormBias, &w.mlpNormB, {H}, layerNorm},
+        {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias},
+        {n.down, &w.downW, matrix(H, I), true}, {n.downBias, &w.downB, {H}, c.mlpBias},
+        {n.up, &w.upW, matrix(I, H), true}, {n.upBias, &w.upB, {I}, c.mlpBias}};
+    if (recipe.fusedQkv) {
+      const int64_t qkv = (nh + 2 * nkv) * d;
+      items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
+      items.push_back({n.qkvBias, &w.qkvB, {qkv}, c.qkvBias});
+    } else {
+      items.push_back({n.q, &w.qW, matrix(nh * d, H), true});
+      items.push_back({n.k, &w.kW, matrix(nkv * d, H), true});
+      items.push_back({n.v, &w.vW, matrix(nkv * d, H), true});
+      items.push_back({n.qBias, &w.qB, {nh * d}, c.qkvBias});
+      items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
+      items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
+    }
+    if (c.qkNorm) {
+      items.push_back({n.qNorm, &w.qNormW, {d}, true});
+      items.push_back({n.kNorm, &w.kNormW, {d}, true});
+    }
+    if (recipe.mlp == BlockRecipe::Mlp::Gated) {
+      items.push_back({n.gate, &w.gateW, matrix(I, H), true});
+      items.push_back({n.gateBias, &w.gateB, {I}, c.mlpBias});
+    }
+    for (auto& it : items) {
+      if (it.suffix.empty()) continue;
+      const std::string name = n.layer(i, it.suffix);
+      *it.t = it.required ? L.load(name, it.shape) : L.optional(name, it.shape);
+      track(name, *it.t);
+    }
+  }
+  finalW = L.load(n.finalNorm, {H});
+  track(n.finalNorm, finalW);
+  if (layerNorm) {
+    finalB = L.load(n.finalNormBias, {H});
+    track(n.finalNormBias, finalB);
+  }
+  // Tied embeddings: the output head is the embedding (transformers' tie_weights), whatever
+  // the file also holds; otherwise the head is required.
+  if (c.tieWordEmbeddings) {
+    lmHead = embed;
+  } else {
+    lmHead = L.loadRows(n.lmHead, c.vocabSize, H);  // throws naming the file when missing
+    track(n.lmHead, lmHead);
+  }
+  if (recipe.positions == BlockRecipe::Positions::Rope)
+    rope = std::make_unique<detail::RotaryEmbedding>(c);
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)
     if (c.isSlidingLayer(i)) layerWindows[static_cast<size_t>(i)] = c.slidingWindow;

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "kvscope/Error.hpp"
+#include "model/families/ModelFamily.hpp"
 
 namespace kvscope {
 
@@ -19,9 +20,7 @@ std::string traceArchitectureFamily(const std::string& declared) {
       break;
     }
   }
-  for (Architecture a : {Architecture::Gpt2, Architecture::Llama, Architecture::Mistral,
-                         Architecture::Qwen2, Architecture::Qwen3})
-    if (name == architectureName(a)) return name;
+  if (familyForModelType(name)) return name;
   return "";
 }
 

@@ -64,7 +64,7 @@ std::optional<RopeScalingEvidence> RopeScalingEvidence::forAudit(const ModelConf
   if (model) {
     config = *model;
   } else if (trace.rope) {
-    config.architecture = Architecture::Llama;  // a RoPE model; only the rotation matters here
+    config.recipe.positions = BlockRecipe::Positions::Rope;  // only the rotation matters here
     config.headDim = trace.headDim;
     config.rope = *trace.rope;
   } else {

@@ -1,0 +1,164 @@
+#include "model/ConfigReader.hpp"
+
+#include <cmath>
+
+#include "kvscope/Error.hpp"
+#include "util/InputLimits.hpp"
+#include "util/UntrustedJson.hpp"
+
+namespace kvscope {
+
+using nlohmann::json;
+
+int64_t ConfigReader::requireInt(const char* key) const {
+  if (!has(key)) throw InputError(file_, key, "missing (required for this model type)");
+  return asInt(doc_[key], key);
+}
+
+int64_t ConfigReader::intOr(const char* key, int64_t fallback) const {
+  return has(key) ? asInt(doc_[key], key) : fallback;
+}
+
+double ConfigReader::doubleOr(const char* key, double fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_number()) throw InputError(file_, key, "expected a number");
+  return doc_[key].get<double>();
+}
+
+bool ConfigReader::boolOr(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_boolean()) throw InputError(file_, key, "expected true or false");
+  return doc_[key].get<bool>();
+}
+
+std::string ConfigReader::stringOr(const char* key, const std::string& fallback) const {
+  if (!has(key)) return fallback;
+  if (!doc_[key].is_string()) throw InputError(file_, key, "expected a string");
+  return doc_[key].get<std::string>();
+}
+
+std::optional<int64_t> ConfigReader::optionalInt(const char* key) const {
+  if (!has(key)) return std::nullopt;
+  return asInt(doc_[key], key);
+}
+
+std::vector<int64_t> ConfigReader::intList(const char* key) const {
+  std::vector<int64_t> out;
+  if (!has(key)) return out;
+  const auto& v = doc_[key];
+  if (v.is_array()) {
+    for (const auto& x : v) out.push_back(asInt(x, key));
+  } else {
+    out.push_back(asInt(v, key));
+  }
+  return out;
+}
+
+int64_t ConfigReader::requireSize(const char* key, int64_t limit) const {
+  const int64_t v = requireInt(key);
+  checkSize(key, v, limit);
+  return v;
+}
+
+void ConfigReader::checkSize(const char* key, int64_t v, int64_t limit) const {
+  if (v <= 0) throw InputError(file_, key, "must be positive, found " + std::to_string(v));
+  if (v > limit)
+    throw InputError(file_, key, std::to_string(v) + " exceeds the limit of " + std::to_string(limit));
+}
+
+std::string ConfigReader::activation(const char* key, const char* fallback) const {
+  const std::string a = stringOr(key, fallback);
+  if (a != "gelu_new" && a != "gelu" && a != "gelu_pytorch_tanh" && a != "silu" && a != "relu")
+    throw InputError(file_, key,
+                     "unsupported activation '" + a +
+                         "' (supported: gelu_new, gelu, gelu_pytorch_tanh, silu, relu)");
+  return a;
+}
+
+int64_t ConfigReader::asInt(const json& v, const std::string& key) const {
+  if (v.is_number_integer()) {
+    if (auto i = jsonInt64(v)) return *i;
+    throw InputError(file_, key, "integer " + v.dump() + " is out of range");
+  }
+  if (v.is_number_float()) {
+    if (auto i = doubleToInt64(v.get<double>())) return *i;
+    throw InputError(file_, key, "expected an integer, found " + jsonPreview(v));
+  }
+  throw InputError(file_, key, "expected an integer, found " + jsonPreview(v));
+}
+
+// rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
+RopeConfig readRope(const ConfigReader& r) {
+  RopeConfig rope;
+  const json* params = nullptr;
+  std::string where;
+  if (r.has("rope_parameters")) {
+    params = &r.doc()["rope_parameters"];
+    where = "rope_parameters";
+  } else if (r.has("rope_scaling")) {
+    params = &r.doc()["rope_scaling"];
+    where = "rope_scaling";
+  }
+  rope.theta = r.doubleOr("rope_theta", 10000.0);
+  rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", 1.0);
+  // A non-positive base makes every inverse frequency NaN (silently NaN logits).
+  auto checkTheta = [&](const std::string& field) {
+    if (!(rope.theta > 0) || !std::isfinite(rope.theta))
+      throw InputError(r.file(), field, "must be a positive number, found " + std::to_string(rope.theta));
+  };
+  if (!params) {
+    checkTheta("rope_theta");
+    return rope;
+  }
+  if (!params->is_object()) throw InputError(r.file(), where, "expected an object");
+  // transformers 5 may key rope_parameters by layer type; use the full-attention entry.
+  const json* p = params;
+  if (!p->contains("rope_type") && !p->contains("type") && !p->contains("rope_theta") &&
+      p->contains("full_attention")) {
+    p = &(*params)["full_attention"];
+    where += ".full_attention";
+  }
+  auto num = [&](const char* key, double fallback) {
+    if (!p->contains(key) || (*p)[key].is_null()) return fallback;
+    if (!(*p)[key].is_number()) throw InputError(r.file(), where + "." + key, "expected a number");
+    return (*p)[key].get<double>();
+  };
+  if (p->contains("rope_type") && (*p)["rope_type"].is_string())
+    rope.type = (*p)["rope_type"].get<std::string>();
+  else if (p->contains("type") && (*p)["type"].is_string())
+    rope.type = (*p)["type"].get<std::string>();
+  rope.theta = num("rope_theta", rope.theta);
+  checkTheta(p->contains("rope_theta") ? where + ".rope_theta" : std::string("rope_theta"));
+  rope.factor = num("factor", 1.0);
+  rope.lowFreqFactor = num("low_freq_factor", 1.0);
+  rope.highFreqFactor = num("high_freq_factor", 4.0);
+  {
+    const double omp = num("original_max_position_embeddings", 0);
+    const auto asInt = doubleToInt64(omp);
+    if (!asInt || *asInt < 0 || *asInt > limits::kPositions)
+      throw InputError(r.file(), where + ".original_max_position_embeddings",
+                       "expected an integer in [0, " + std::to_string(limits::kPositions) +
+                           "], found " + jsonPreview(json(omp)));
+    rope.originalMaxPositions = *asInt;
+  }
+  rope.partialRotaryFactor = num("partial_rotary_factor", rope.partialRotaryFactor);
+  if (rope.type != "default" && rope.type != "linear" && rope.type != "dynamic" &&
+      rope.type != "llama3") {
+    throw InputError(r.file(), where + ".rope_type",
+                     "unsupported RoPE scaling '" + rope.type +
+                         "' (supported: default, linear, dynamic, llama3)");
+  }
+  if (rope.type != "default" && !(rope.factor > 0))
+    throw InputError(r.file(), where + ".factor", "must be positive");
+  if (rope.type == "llama3" && rope.originalMaxPositions <= 0)
+    throw InputError(r.file(), where + ".original_max_position_embeddings",
+                     "required for llama3 RoPE scaling");
+  if (rope.type == "llama3" && !(rope.highFreqFactor > rope.lowFreqFactor))
+    throw InputError(r.file(), where + ".high_freq_factor",
+                     "must exceed low_freq_factor for llama3 RoPE scaling (the smoothing divides "
+                     "by their difference)");
+  return rope;
+}
+
+
+}  // namespace kvscope

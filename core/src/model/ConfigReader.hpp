@@ -1,0 +1,51 @@
+// Typed reads of a HuggingFace config.json object, each naming the file and the key in its
+// error: what every family file reads its keys with.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvscope/ModelConfig.hpp"
+
+namespace kvscope {
+
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& doc, std::string file) : doc_(doc), file_(std::move(file)) {}
+
+  bool has(const char* key) const { return doc_.contains(key) && !doc_[key].is_null(); }
+  int64_t requireInt(const char* key) const;
+  int64_t intOr(const char* key, int64_t fallback) const;
+  double doubleOr(const char* key, double fallback) const;
+  bool boolOr(const char* key, bool fallback) const;
+  std::string stringOr(const char* key, const std::string& fallback) const;
+  std::optional<int64_t> optionalInt(const char* key) const;
+  /// An integer or a list of integers (eos_token_id); empty when absent.
+  std::vector<int64_t> intList(const char* key) const;
+  /// A required size that later allocations are computed from: positive and at most `limit`
+  /// (docs/limits.md), so no product of them overflows.
+  int64_t requireSize(const char* key, int64_t limit) const;
+  /// A size read elsewhere (a default), held to the same rule under `key`'s name.
+  void checkSize(const char* key, int64_t value, int64_t limit) const;
+  int64_t asInt(const nlohmann::json& v, const std::string& key) const;
+  /// An activation name the kit computes (gelu_new, gelu, gelu_pytorch_tanh, silu, relu).
+  std::string activation(const char* key, const char* fallback) const;
+
+  const nlohmann::json& doc() const { return doc_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  const nlohmann::json& doc_;
+  std::string file_;
+};
+
+/// rope_parameters (transformers 5, also keyed by layer type: the full-attention entry) or
+/// rope_theta + rope_scaling (transformers 4, `type` or `rope_type`), and
+/// partial_rotary_factor. Throws InputError naming the field.
+RopeConfig readRope(const ConfigReader& r);
+
+}  // namespace kvscope

@@ -1,0 +1,14 @@
+// One accessor per family file; FamilyRegistry.cpp lists them.
+#pragma once
+
+#include "model/families/ModelFamily.hpp"
+
+namespace kvscope {
+
+const ModelFamily& gpt2Family();
+const ModelFamily& llamaFamily();
+const ModelFamily& mistralFamily();
+const ModelFamily& qwen2Family();
+const ModelFamily& qwen3Family();
+
+}  // namespace kvscope

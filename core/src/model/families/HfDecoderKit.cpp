@@ -1,0 +1,73 @@
+#include "model/families/HfDecoderKit.hpp"
+
+#include "kvscope/Error.hpp"
+#include "model/ConfigReader.hpp"
+#include "util/InputLimits.hpp"
+
+namespace kvscope {
+
+void readDecoderConfig(const ConfigReader& r, ModelConfig& c) {
+  const std::string& file = r.file();
+  c.hiddenSize = r.requireSize("hidden_size", limits::kHiddenSize);
+  c.numHeads = r.requireSize("num_attention_heads", limits::kHeads);
+  c.numLayers = r.requireSize("num_hidden_layers", limits::kLayers);
+  c.intermediateSize = r.requireSize("intermediate_size", limits::kIntermediateSize);
+  c.maxPositions = r.requireSize("max_position_embeddings", limits::kPositions);
+  c.numKvHeads = r.intOr("num_key_value_heads", c.numHeads);
+  r.checkSize("num_key_value_heads", c.numKvHeads, limits::kHeads);
+  if (c.numHeads % c.numKvHeads != 0)
+    throw InputError(file, "num_key_value_heads",
+                     std::to_string(c.numKvHeads) + " does not divide num_attention_heads " +
+                         std::to_string(c.numHeads));
+  c.headDim = r.intOr("head_dim", 0);
+  if (c.headDim == 0) {
+    if (c.hiddenSize % c.numHeads != 0)
+      throw InputError(file, "head_dim", "absent and hidden_size is not divisible by heads");
+    c.headDim = c.hiddenSize / c.numHeads;
+  }
+  r.checkSize("head_dim", c.headDim, limits::kHeadDim);
+  c.normEps = r.doubleOr("rms_norm_eps", 1e-6);
+  c.activation = r.activation("hidden_act", "silu");
+  c.rope = readRope(r);
+  if (c.rope.partialRotaryFactor != 1.0)
+    throw InputError(file, "partial_rotary_factor", "only 1.0 is supported");
+  if (c.headDim % 2 != 0) throw InputError(file, "head_dim", "RoPE needs an even head_dim");
+  c.mlpBias = r.boolOr("mlp_bias", false);
+  c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", false);
+  c.recipe = BlockRecipe{};  // RMSNorm, RoPE, [out, in] Linear, separate q/k/v, gated MLP
+  c.slidingLayers.assign(static_cast<size_t>(c.numLayers), false);
+}
+
+bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window) {
+  if (!r.has("layer_types")) return false;
+  const auto& lt = r.doc()["layer_types"];
+  if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.numLayers)
+    throw InputError(r.file(), "layer_types", "expected one entry per layer");
+  c.slidingWindow = window;
+  for (size_t i = 0; i < lt.size(); ++i) {
+    if (!lt[i].is_string()) throw InputError(r.file(), "layer_types", "expected strings");
+    c.slidingLayers[i] = lt[i].get<std::string>() == "sliding_attention";
+  }
+  return true;
+}
+
+WeightNames hfDecoderWeightNames() {
+  WeightNames n;
+  n.embed = "model.embed_tokens.weight";
+  n.finalNorm = "model.norm.weight";
+  n.lmHead = "lm_head.weight";
+  n.layerPrefix = "model.layers.";
+  n.attnNorm = "input_layernorm.weight";
+  n.mlpNorm = "post_attention_layernorm.weight";
+  n.q = "self_attn.q_proj.weight", n.qBias = "self_attn.q_proj.bias";
+  n.k = "self_attn.k_proj.weight", n.kBias = "self_attn.k_proj.bias";
+  n.v = "self_attn.v_proj.weight", n.vBias = "self_attn.v_proj.bias";
+  n.o = "self_attn.o_proj.weight", n.oBias = "self_attn.o_proj.bias";
+  n.qNorm = "self_attn.q_norm.weight", n.kNorm = "self_attn.k_norm.weight";
+  n.gate = "mlp.gate_proj.weight", n.gateBias = "mlp.gate_proj.bias";
+  n.up = "mlp.up_proj.weight", n.upBias = "mlp.up_proj.bias";
+  n.down = "mlp.down_proj.weight", n.downBias = "mlp.down_proj.bias";
+  return n;
+}
+
+}  // namespace kvscope

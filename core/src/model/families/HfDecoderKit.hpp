@@ -1,0 +1,28 @@
+// What the HuggingFace Llama-style decoder families (llama, mistral, qwen2, qwen3, ...) share:
+// the sizes and norms of their config, the per-layer sliding choice of `layer_types`, and
+// their tensor names (model.layers.N.self_attn.q_proj ...).
+#pragma once
+
+#include "kvscope/ModelConfig.hpp"
+#include "model/families/ModelFamily.hpp"
+
+namespace kvscope {
+
+class ConfigReader;
+
+/// hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
+/// max_position_embeddings, num_key_value_heads, head_dim (explicit or hidden/heads),
+/// rms_norm_eps, hidden_act, RoPE (rope_parameters / rope_theta + rope_scaling), mlp_bias,
+/// tie_word_embeddings, and the Llama-style recipe (RMSNorm, RoPE, Linear, gated MLP).
+void readDecoderConfig(const ConfigReader& r, ModelConfig& c);
+
+/// `layer_types` (transformers 5's per-layer list): where present it decides which layers
+/// slide, with `sliding_window` as the window. Returns false when the key is absent.
+bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window);
+
+/// model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj (+ .bias),
+/// self_attn.{q,k}_norm, post_attention_layernorm, mlp.{gate,up,down}_proj (+ .bias)},
+/// model.norm, lm_head.
+WeightNames hfDecoderWeightNames();
+
+}  // namespace kvscope
