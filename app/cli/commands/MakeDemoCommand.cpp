@@ -51,10 +51,7 @@ void runMakeDemo(const MakeDemoOptions& o) {
   }
   if (o.seedGiven) spec.seed = o.seed;
   if (o.slidingWindow >= 0) {
-    spec.slidingWindow = o.slidingWindow;
-    // Qwen2 applies its window only with use_sliding_window.
-    if (spec.architecture == Architecture::Qwen2 || spec.architecture == Architecture::Qwen3)
-      spec.useSlidingWindow = o.slidingWindow > 0;
+    spec.setSlidingWindow(o.slidingWindow);
   }
   if (o.maxWindowLayers >= 0) spec.maxWindowLayers = o.maxWindowLayers;
   const CheckpointWriter writer(spec);  // validates the spec (a window on gpt2 or llama)

@@ -76,6 +76,8 @@ struct CheckpointSpec {
   /// Switches the architecture, adjusting fields that the new one fixes (GPT-2: kv heads
   /// = heads, tied, no head_dim override, no window, default RoPE).
   void setArchitecture(Architecture a);
+  /// A sliding window as the family reads one (Qwen2/Qwen3 also switch use_sliding_window).
+  void setSlidingWindow(int64_t window);
 
   int64_t specialTokenId() const { return vocabSize - 1; }
   int64_t resolvedBosId() const { return bosTokenId < 0 ? specialTokenId() : bosTokenId; }

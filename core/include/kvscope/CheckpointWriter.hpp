@@ -21,6 +21,8 @@ class CheckpointWriter {
     NormWeight,  // 1 + small noise
     Bias         // small noise around 0
   };
+  /// Biases are drawn N(0, kBiasFraction * init std).
+  static constexpr double kBiasFraction = 0.1;
   struct TensorPlan {
     std::string name;  // transformers' state-dict name
     std::vector<int64_t> shape;

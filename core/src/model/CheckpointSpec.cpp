@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kvscope/Error.hpp"
+#include "model/families/ModelFamily.hpp"
 
 namespace kvscope {
 
@@ -130,25 +131,11 @@ CheckpointSpec CheckpointSpec::preset(const std::string& name) {
 
 void CheckpointSpec::setArchitecture(Architecture a) {
   architecture = a;
-  if (a == Architecture::Gpt2) {
-    numKvHeads = numHeads;
-    headDim = 0;
-    tieWordEmbeddings = true;
-    attentionBias = false;
-    slidingWindow = 0;
-    useSlidingWindow = false;
-    maxWindowLayers = 0;
-    ropeType = "default";
-    ropeFactor = 1.0;
-    ropeOriginalMaxPositions = 0;
-  } else {
-    if (a != Architecture::Llama) attentionBias = false;
-    if (a == Architecture::Llama) slidingWindow = 0;
-    if (a != Architecture::Qwen2 && a != Architecture::Qwen3) {
-      useSlidingWindow = false;
-      maxWindowLayers = 0;
-    }
-  }
+  familyOf(a).adjustDemoSpec(*this);
+}
+
+void CheckpointSpec::setSlidingWindow(int64_t window) {
+  familyOf(architecture).setDemoWindow(*this, window);
 }
 
 void CheckpointSpec::validate() const {
@@ -185,35 +172,11 @@ void CheckpointSpec::validate() const {
           "required for llama3 RoPE scaling");
   require(ropeOriginalMaxPositions >= 0, "rope_original_max_positions", "must not be negative");
 
-  if (architecture == Architecture::Gpt2) {
-    require(numKvHeads == numHeads, "num_kv_heads", "GPT-2 has no grouped-query attention");
-    require(headDim == 0, "head_dim", "GPT-2 derives head_dim from n_embd / n_head");
-    require(tieWordEmbeddings, "tie_word_embeddings", "GPT-2 checkpoints are always tied");
-    require(slidingWindow == 0, "sliding_window", "GPT-2 has no sliding window");
-    require(ropeType == "default", "rope_type", "GPT-2 uses learned positions, not RoPE");
-    require(!attentionBias, "attention_bias", "GPT-2 always has biases; leave it false");
-  } else {
-    require(resolvedHeadDim() % 2 == 0, "head_dim", "RoPE needs an even head_dim");
-    if (architecture == Architecture::Llama)
-      require(slidingWindow == 0, "sliding_window", "Llama has no sliding window");
-    else
-      require(!attentionBias, "attention_bias", "only Llama has the attention_bias option");
-  }
-  if (architecture != Architecture::Qwen2 && architecture != Architecture::Qwen3) {
-    require(!useSlidingWindow, "use_sliding_window", "only Qwen2 and Qwen3 have this switch");
-    require(maxWindowLayers == 0, "max_window_layers", "only Qwen2 and Qwen3 have this option");
-  } else {
-    require(!useSlidingWindow || slidingWindow > 0, "sliding_window",
-            "use_sliding_window needs a positive window");
-  }
+  familyOf(architecture).validateDemoSpec(*this);
 }
 
 Architecture parseArchitecture(const std::string& name) {
-  if (name == "gpt2") return Architecture::Gpt2;
-  if (name == "llama") return Architecture::Llama;
-  if (name == "mistral") return Architecture::Mistral;
-  if (name == "qwen2") return Architecture::Qwen2;
-  if (name == "qwen3") return Architecture::Qwen3;
+  if (const ModelFamily* f = familyForModelType(name)) return f->architecture();
   throw UsageError("unknown architecture '" + name + "' (supported: " + supportedModelTypes() +
                    ")");
 }

@@ -16,6 +16,7 @@
 #include "model/ByteLevelBpeBuilder.hpp"
 #include "model/GaussianRng.hpp"
 #include "model/HfConfigFiles.hpp"
+#include "model/families/ModelFamily.hpp"
 
 namespace kvscope {
 
@@ -25,72 +26,6 @@ using nlohmann::json;
 namespace {
 
 constexpr double kNormNoise = 0.05;    // norm weights: 1 + N(0, 0.05)
-constexpr double kBiasFraction = 0.1;  // biases: N(0, 0.1 * init std)
-
-std::vector<CheckpointWriter::TensorPlan> planGpt2(const CheckpointSpec& s) {
-  using Init = CheckpointWriter::Init;
-  const int64_t H = s.hiddenSize, I = s.intermediateSize;
-  const double bias = kBiasFraction * s.initStd;
-  // transformers scales residual projections by 1/sqrt(2 * n_layer) at init.
-  const double proj = s.initStd / std::sqrt(2.0 * static_cast<double>(s.numLayers));
-  std::vector<CheckpointWriter::TensorPlan> p;
-  p.push_back({"transformer.wte.weight", {s.vocabSize, H}, Init::Normal, s.initStd});
-  p.push_back({"transformer.wpe.weight", {s.maxPositions, H}, Init::Normal, s.initStd});
-  for (int64_t i = 0; i < s.numLayers; ++i) {
-    const std::string l = "transformer.h." + std::to_string(i) + ".";
-    p.push_back({l + "ln_1.weight", {H}, Init::NormWeight, 0.0});
-    p.push_back({l + "ln_1.bias", {H}, Init::Bias, bias});
-    p.push_back(
-        {l + "attn.c_attn.weight", {H, 3 * H}, Init::Normal, s.initStd});  // Conv1D [in, out]
-    p.push_back({l + "attn.c_attn.bias", {3 * H}, Init::Bias, bias});
-    p.push_back({l + "attn.c_proj.weight", {H, H}, Init::Normal, proj});
-    p.push_back({l + "attn.c_proj.bias", {H}, Init::Bias, bias});
-    p.push_back({l + "ln_2.weight", {H}, Init::NormWeight, 0.0});
-    p.push_back({l + "ln_2.bias", {H}, Init::Bias, bias});
-    p.push_back({l + "mlp.c_fc.weight", {H, I}, Init::Normal, s.initStd});
-    p.push_back({l + "mlp.c_fc.bias", {I}, Init::Bias, bias});
-    p.push_back({l + "mlp.c_proj.weight", {I, H}, Init::Normal, proj});
-    p.push_back({l + "mlp.c_proj.bias", {H}, Init::Bias, bias});
-  }
-  p.push_back({"transformer.ln_f.weight", {H}, Init::NormWeight, 0.0});
-  p.push_back({"transformer.ln_f.bias", {H}, Init::Bias, bias});
-  return p;  // GPT-2 ties lm_head to wte: save_pretrained does not store it
-}
-
-std::vector<CheckpointWriter::TensorPlan> planDecoder(const CheckpointSpec& s) {
-  using Init = CheckpointWriter::Init;
-  const int64_t H = s.hiddenSize, I = s.intermediateSize, D = s.resolvedHeadDim();
-  const int64_t q = s.numHeads * D, kv = s.numKvHeads * D;
-  const double bias = kBiasFraction * s.initStd;
-  const bool qkvBias = s.architecture == Architecture::Qwen2 || s.attentionBias;
-  const bool oBias = s.architecture == Architecture::Llama && s.attentionBias;
-  std::vector<CheckpointWriter::TensorPlan> p;
-  p.push_back({"model.embed_tokens.weight", {s.vocabSize, H}, Init::Normal, s.initStd});
-  for (int64_t i = 0; i < s.numLayers; ++i) {
-    const std::string l = "model.layers." + std::to_string(i) + ".";
-    const auto linear = [&](const std::string& name, int64_t out, int64_t in, bool withBias) {
-      p.push_back({l + name + ".weight", {out, in}, Init::Normal, s.initStd});  // [out, in]
-      if (withBias) p.push_back({l + name + ".bias", {out}, Init::Bias, bias});
-    };
-    linear("self_attn.q_proj", q, H, qkvBias);
-    linear("self_attn.k_proj", kv, H, qkvBias);
-    linear("self_attn.v_proj", kv, H, qkvBias);
-    linear("self_attn.o_proj", H, q, oBias);
-    if (s.architecture == Architecture::Qwen3) {  // per-head q/k norm
-      p.push_back({l + "self_attn.q_norm.weight", {D}, Init::NormWeight, 0.0});
-      p.push_back({l + "self_attn.k_norm.weight", {D}, Init::NormWeight, 0.0});
-    }
-    linear("mlp.gate_proj", I, H, false);
-    linear("mlp.up_proj", I, H, false);
-    linear("mlp.down_proj", H, I, false);
-    p.push_back({l + "input_layernorm.weight", {H}, Init::NormWeight, 0.0});
-    p.push_back({l + "post_attention_layernorm.weight", {H}, Init::NormWeight, 0.0});
-  }
-  p.push_back({"model.norm.weight", {H}, Init::NormWeight, 0.0});
-  if (!s.tieWordEmbeddings)
-    p.push_back({"lm_head.weight", {s.vocabSize, H}, Init::Normal, s.initStd});
-  return p;
-}
 
 // Writes `text` to a temporary name beside `path` and renames it into place.
 void writeTextAtomically(const fs::path& path, const std::string& text) {
@@ -172,7 +107,7 @@ int64_t CheckpointWriter::TensorPlan::numel() const {
 
 CheckpointWriter::CheckpointWriter(CheckpointSpec spec) : spec_(std::move(spec)) {
   spec_.validate();
-  plan_ = spec_.architecture == Architecture::Gpt2 ? planGpt2(spec_) : planDecoder(spec_);
+  plan_ = familyOf(spec_.architecture).demoTensors(spec_);
   if (spec_.maxShardBytes > 0) {  // save_pretrained's rule: the shard count follows the sizes
     const uint64_t el = safetensorsDtypeSize(spec_.storedDtype);
     uint64_t used = 0;

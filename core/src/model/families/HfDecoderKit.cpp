@@ -1,10 +1,50 @@
 #include "model/families/HfDecoderKit.hpp"
 
+#include <cmath>
+
 #include "kvscope/Error.hpp"
 #include "model/ConfigReader.hpp"
 #include "util/InputLimits.hpp"
 
 namespace kvscope {
+
+using nlohmann::json;
+
+namespace {
+
+// rope_scaling (v4) / rope_parameters (v5) entries beyond the type.
+void addRopeScaling(json& o, const CheckpointSpec& s) {
+  if (s.ropeType == "default") return;
+  o["factor"] = s.ropeFactor;
+  if (s.ropeType == "llama3") {
+    o["low_freq_factor"] = s.ropeLowFreqFactor;
+    o["high_freq_factor"] = s.ropeHighFreqFactor;
+  }
+  if (s.ropeOriginalMaxPositions > 0 && (s.ropeType == "llama3" || s.ropeType == "dynamic"))
+    o["original_max_position_embeddings"] = s.ropeOriginalMaxPositions;
+}
+
+void addRope(json& c, const CheckpointSpec& s) {
+  if (s.configStyle == ConfigStyle::V4) {
+    c["rope_theta"] = s.ropeTheta;
+    if (s.ropeType == "default") {
+      c["rope_scaling"] = nullptr;
+    } else {
+      json scaling = json::object();
+      scaling["rope_type"] = s.ropeType;
+      addRopeScaling(scaling, s);
+      c["rope_scaling"] = scaling;
+    }
+  } else {
+    json params = json::object();
+    params["rope_theta"] = s.ropeTheta;
+    params["rope_type"] = s.ropeType;
+    addRopeScaling(params, s);
+    c["rope_parameters"] = params;
+  }
+}
+
+}  // namespace
 
 void readDecoderConfig(const ConfigReader& r, ModelConfig& c) {
   const std::string& file = r.file();
@@ -49,6 +89,60 @@ bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window) {
     c.slidingLayers[i] = lt[i].get<std::string>() == "sliding_attention";
   }
   return true;
+}
+
+json hfDecoderDemoConfig(const CheckpointSpec& s) {
+  json c = json::object();
+  c["attention_dropout"] = 0.0;
+  c["hidden_act"] = "silu";
+  c["hidden_size"] = s.hiddenSize;
+  c["intermediate_size"] = s.intermediateSize;
+  c["max_position_embeddings"] = s.maxPositions;
+  c["num_attention_heads"] = s.numHeads;
+  c["num_hidden_layers"] = s.numLayers;
+  c["num_key_value_heads"] = s.numKvHeads;
+  c["rms_norm_eps"] = s.normEps > 0 ? s.normEps : 1e-06;
+  addRope(c, s);
+  return c;
+}
+
+std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s, bool qkvBias,
+                                                               bool oBias, bool qkNorm) {
+  using Init = CheckpointWriter::Init;
+  const WeightNames n = hfDecoderWeightNames();
+  const int64_t H = s.hiddenSize, I = s.intermediateSize, D = s.resolvedHeadDim();
+  const int64_t q = s.numHeads * D, kv = s.numKvHeads * D;
+  const double bias = CheckpointWriter::kBiasFraction * s.initStd;
+  std::vector<CheckpointWriter::TensorPlan> p;
+  p.push_back({n.embed, {s.vocabSize, H}, Init::Normal, s.initStd});
+  for (int64_t i = 0; i < s.numLayers; ++i) {
+    const auto linear = [&](const std::string& w, const std::string& b, int64_t out, int64_t in,
+                            bool withBias) {
+      p.push_back({n.layer(i, w), {out, in}, Init::Normal, s.initStd});  // [out, in]
+      if (withBias) p.push_back({n.layer(i, b), {out}, Init::Bias, bias});
+    };
+    linear(n.q, n.qBias, q, H, qkvBias);
+    linear(n.k, n.kBias, kv, H, qkvBias);
+    linear(n.v, n.vBias, kv, H, qkvBias);
+    linear(n.o, n.oBias, H, q, oBias);
+    if (qkNorm) {  // per-head q/k norm
+      p.push_back({n.layer(i, n.qNorm), {D}, Init::NormWeight, 0.0});
+      p.push_back({n.layer(i, n.kNorm), {D}, Init::NormWeight, 0.0});
+    }
+    linear(n.gate, n.gateBias, I, H, false);
+    linear(n.up, n.upBias, I, H, false);
+    linear(n.down, n.downBias, H, I, false);
+    p.push_back({n.layer(i, n.attnNorm), {H}, Init::NormWeight, 0.0});
+    p.push_back({n.layer(i, n.mlpNorm), {H}, Init::NormWeight, 0.0});
+  }
+  p.push_back({n.finalNorm, {H}, Init::NormWeight, 0.0});
+  if (!s.tieWordEmbeddings) p.push_back({n.lmHead, {s.vocabSize, H}, Init::Normal, s.initStd});
+  return p;
+}
+
+void validateHfDecoderDemoSpec(const CheckpointSpec& s) {
+  if (s.resolvedHeadDim() % 2 != 0)
+    throw UsageError("checkpoint spec: head_dim: RoPE needs an even head_dim");
 }
 
 WeightNames hfDecoderWeightNames() {

@@ -25,4 +25,13 @@ bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window);
 /// model.norm, lm_head.
 WeightNames hfDecoderWeightNames();
 
+/// The config.json keys every decoder family writes (sizes, eps, RoPE in the spec's style).
+nlohmann::json hfDecoderDemoConfig(const CheckpointSpec& s);
+/// The tensors of a decoder checkpoint in transformers' order: q/k/v (+ biases), o (+ bias),
+/// q/k norms, gate/up/down, the two layer norms; model.norm; lm_head unless tied.
+std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s, bool qkvBias,
+                                                               bool oBias, bool qkNorm);
+/// The rules every RoPE decoder's spec follows (an even head_dim).
+void validateHfDecoderDemoSpec(const CheckpointSpec& s);
+
 }  // namespace kvscope

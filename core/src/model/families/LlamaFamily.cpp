@@ -20,6 +20,34 @@ class LlamaFamily final : public ModelFamily {
     if (const int64_t window = r.intOr("sliding_window", 0); window > 0) readLayerTypes(r, c, window);
   }
 
+  nlohmann::json demoConfig(const CheckpointSpec& s) const override {
+    nlohmann::json c = hfDecoderDemoConfig(s);
+    c["architectures"] = nlohmann::json::array({"LlamaForCausalLM"});
+    c["model_type"] = "llama";
+    c["attention_bias"] = s.attentionBias;
+    c["head_dim"] = s.resolvedHeadDim();
+    c["mlp_bias"] = false;
+    c["pretraining_tp"] = 1;
+    return c;
+  }
+
+  std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
+    return hfDecoderDemoTensors(s, s.attentionBias, s.attentionBias, false);
+  }
+
+  void adjustDemoSpec(CheckpointSpec& s) const override {
+    s.slidingWindow = 0;
+    s.useSlidingWindow = false;
+    s.maxWindowLayers = 0;
+  }
+
+  void validateDemoSpec(const CheckpointSpec& s) const override {
+    validateHfDecoderDemoSpec(s);
+    require(s.slidingWindow == 0, "sliding_window", "Llama has no sliding window");
+    require(!s.useSlidingWindow, "use_sliding_window", "only Qwen2 and Qwen3 have this switch");
+    require(s.maxWindowLayers == 0, "max_window_layers", "only Qwen2 and Qwen3 have this option");
+  }
+
   const WeightNames& weightNames() const override {
     static const WeightNames n = hfDecoderWeightNames();
     return n;

@@ -25,6 +25,32 @@ class MistralFamily final : public ModelFamily {
     readLayerTypes(r, c, window);  // transformers 5 writes the per-layer choice; it wins
   }
 
+  nlohmann::json demoConfig(const CheckpointSpec& s) const override {
+    nlohmann::json c = hfDecoderDemoConfig(s);
+    c["architectures"] = nlohmann::json::array({"MistralForCausalLM"});
+    c["model_type"] = "mistral";
+    c["head_dim"] = s.resolvedHeadDim();
+    c["sliding_window"] = s.slidingWindow > 0 ? nlohmann::json(s.slidingWindow) : nlohmann::json(nullptr);
+    return c;
+  }
+
+  std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
+    return hfDecoderDemoTensors(s, false, false, false);
+  }
+
+  void adjustDemoSpec(CheckpointSpec& s) const override {
+    s.attentionBias = false;
+    s.useSlidingWindow = false;
+    s.maxWindowLayers = 0;
+  }
+
+  void validateDemoSpec(const CheckpointSpec& s) const override {
+    validateHfDecoderDemoSpec(s);
+    require(!s.attentionBias, "attention_bias", "only Llama has the attention_bias option");
+    require(!s.useSlidingWindow, "use_sliding_window", "only Qwen2 and Qwen3 have this switch");
+    require(s.maxWindowLayers == 0, "max_window_layers", "only Qwen2 and Qwen3 have this option");
+  }
+
   const WeightNames& weightNames() const override {
     static const WeightNames n = hfDecoderWeightNames();
     return n;

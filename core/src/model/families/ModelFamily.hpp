@@ -9,6 +9,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "kvscope/CheckpointSpec.hpp"
+#include "kvscope/CheckpointWriter.hpp"
+#include "kvscope/Error.hpp"
 #include "kvscope/ModelConfig.hpp"
 
 namespace kvscope {
@@ -45,10 +50,33 @@ class ModelFamily {
   virtual const WeightNames& weightNames() const = 0;
   /// The config key the number of layers is read from (for the loader's error message).
   virtual const char* layerCountKey() const = 0;
+  // -- make-demo: a random checkpoint of the family, as save_pretrained writes it
+
+  /// The family's config.json keys for `spec` (hf::configJson adds the shared ones: vocab,
+  /// special tokens, dtype, tie, init range, version).
+  virtual nlohmann::json demoConfig(const CheckpointSpec& spec) const = 0;
+  /// The tensors transformers' state_dict lists, in its order (the writer draws them so).
+  virtual std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& spec) const = 0;
+  /// tokenizer_config.json's tokenizer_class for the demo's byte-level BPE tokenizer.
+  virtual std::string demoTokenizerClass() const { return "PreTrainedTokenizerFast"; }
+  /// Sets the fields the family fixes when a spec switches to it (GPT-2: kv heads = heads,
+  /// tied, no window, default RoPE).
+  virtual void adjustDemoSpec(CheckpointSpec& spec) const = 0;
+  /// Throws UsageError naming a field the family cannot have.
+  virtual void validateDemoSpec(const CheckpointSpec& spec) const = 0;
+  /// What make-demo's --sliding-window means for the family (a window on every layer, or
+  /// the window switched on from max_window_layers).
+  virtual void setDemoWindow(CheckpointSpec& spec, int64_t window) const { spec.slidingWindow = window; }
+
   /// The tensor whose noise a stale_cache weight update adds to layer `layer`'s keys.
   std::string keyProjection(int64_t layer) const {
     const WeightNames& n = weightNames();
     return n.layer(layer, n.k.empty() ? n.qkv : n.k);
+  }
+
+ protected:
+  static void require(bool ok, const std::string& field, const std::string& what) {
+    if (!ok) throw UsageError("checkpoint spec: " + field + ": " + what);
   }
 };
 

@@ -20,6 +20,32 @@ class Qwen2Family final : public ModelFamily {
     readQwenWindows(r, c);
   }
 
+  nlohmann::json demoConfig(const CheckpointSpec& s) const override {
+    nlohmann::json c = hfDecoderDemoConfig(s);
+    c["architectures"] = nlohmann::json::array({"Qwen2ForCausalLM"});
+    c["model_type"] = "qwen2";
+    if (s.headDim > 0) c["head_dim"] = s.headDim;
+    addQwenDemoWindows(c, s);
+    return c;
+  }
+
+  std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
+    return hfDecoderDemoTensors(s, true, false, false);
+  }
+
+  void adjustDemoSpec(CheckpointSpec& s) const override {
+    s.attentionBias = false;
+  }
+
+  void validateDemoSpec(const CheckpointSpec& s) const override {
+    validateQwenDemoSpec(s);
+  }
+
+  void setDemoWindow(CheckpointSpec& s, int64_t window) const override {
+    s.slidingWindow = window;
+    s.useSlidingWindow = window > 0;  // the window applies only with use_sliding_window
+  }
+
   const WeightNames& weightNames() const override {
     static const WeightNames n = hfDecoderWeightNames();
     return n;
