@@ -76,6 +76,24 @@ def demo_checkpoint(root: str, arch: str, *extra: str) -> str:
     return out
 
 
+def v4_readable(root: str, family: str) -> str:
+    """The family fixture (written by transformers 5: rope_parameters only) for the running
+    transformers: under 4.x a copy that also states rope_theta, the key 4.x reads (it would
+    otherwise take its own default, SmolLM3's 2e6, and compute another model)."""
+    src = os.path.join(REPO, "tests", "fixtures", "families", "models", family)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        return src
+    import shutil
+    dst = os.path.join(root, family + "-v4")
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["rope_theta"] = cfg["rope_parameters"]["rope_theta"]
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return dst
+
+
 class EveryFamilyTest(unittest.TestCase):
     """Every family the reference supports, recorded by real transformers greedy and sampled
     (KV Scope's generator, so the audit replays the draws), audits clean."""
@@ -88,6 +106,7 @@ class EveryFamilyTest(unittest.TestCase):
             "gpt2": os.path.join(hf, "gpt2"),
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
+            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",

@@ -80,8 +80,8 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
                   "with 5 GB shards: llama-3.2-1b (2.5 GB), llama-3.1-8b (16 GB), "
                   "qwen2.5-7b (15 GB)")
       ->check(CLI::IsMember(CheckpointSpec::presetNames()));
-  sub->add_option("--arch", opts->arch, "Architecture: gpt2, llama, mistral, qwen2 or qwen3")
-      ->check(CLI::IsMember({"gpt2", "llama", "mistral", "qwen2", "qwen3"}));
+  sub->add_option("--arch", opts->arch, "Architecture (model_type): " + supportedModelTypes())
+      ->check(CLI::IsMember(supportedModelTypeList()));
   sub->add_option("--dtype", opts->dtype, "Stored dtype: F32, F16 or BF16");
   sub->add_option("--shards", opts->shards, "Number of weight files (1: model.safetensors)")
       ->check(CLI::PositiveNumber);

@@ -14,12 +14,14 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3 };
 
-/// The family's `model_type`: "gpt2", "llama", "mistral", "qwen2", "qwen3".
+/// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
 /// The `model_type` values KV Scope can load, for error messages (from the family list).
 std::string supportedModelTypes();
+/// The same, one entry per family.
+std::vector<std::string> supportedModelTypeList();
 
 struct RopeConfig {
   std::string type = "default";       // default | linear | dynamic | llama3
@@ -45,6 +47,8 @@ struct BlockRecipe {
   bool fusedQkv = false;                    // one q|k|v projection (GPT-2 c_attn)
   Mlp mlp = Mlp::Gated;
   bool divideScoresBySqrtD = false;         // scores / sqrt(d) (GPT-2) vs scores * (1/sqrt(d))
+  bool qkNormOverHeads = false;             // q/k RMSNorm over the whole projection (OLMo 2),
+                                            // not per head (Qwen3)
   bool operator==(const BlockRecipe& o) const;
 };
 
@@ -68,7 +72,13 @@ struct ModelConfig {
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj
   bool mlpBias = false;
-  bool qkNorm = false;                // per-head RMSNorm of queries and keys before RoPE (Qwen3)
+  bool qkNorm = false;                // RMSNorm of queries and keys before RoPE (Qwen3, OLMo 2)
+  std::vector<bool> ropeLayers;       // per layer: false where it has no position encoding
+                                      // (NoPE: no_rope_layers); empty: every layer rotates
+  double embeddingMultiplier = 1.0;   // Granite: embeddings are scaled by it
+  double attentionScale = 0.0;        // scores' scale (Granite's attention_multiplier); 0: 1/sqrt(d)
+  double residualMultiplier = 1.0;    // Granite: each sublayer's output, before the residual add
+  double logitsDivisor = 1.0;         // Granite: logits_scaling
   bool scaleAttnByInverseLayerIdx = false;  // GPT-2 option
   int64_t slidingWindow = 0;          // 0: no sliding window anywhere
   std::vector<bool> slidingLayers;    // per layer: true where the window applies
@@ -87,6 +97,8 @@ struct ModelConfig {
 
   bool usesRope() const { return recipe.positions == BlockRecipe::Positions::Rope; }
   bool isSlidingLayer(int64_t layer) const;
+  /// Whether `layer` rotates its queries and keys (a RoPE model, not a NoPE layer).
+  bool ropeOn(int64_t layer) const;
 };
 
 }  // namespace kvscope

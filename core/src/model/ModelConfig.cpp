@@ -17,6 +17,12 @@ using nlohmann::json;
 
 std::string architectureName(Architecture a) { return familyOf(a).modelType(); }
 
+std::vector<std::string> supportedModelTypeList() {
+  std::vector<std::string> out;
+  for (const ModelFamily* f : modelFamilies()) out.push_back(f->modelType());
+  return out;
+}
+
 std::string supportedModelTypes() {
   std::string out;
   for (const ModelFamily* f : modelFamilies()) out += (out.empty() ? "" : ", ") + f->modelType();
@@ -25,7 +31,14 @@ std::string supportedModelTypes() {
 
 bool BlockRecipe::operator==(const BlockRecipe& o) const {
   return norm == o.norm && positions == o.positions && layout == o.layout &&
-         fusedQkv == o.fusedQkv && mlp == o.mlp && divideScoresBySqrtD == o.divideScoresBySqrtD;
+         fusedQkv == o.fusedQkv && mlp == o.mlp && divideScoresBySqrtD == o.divideScoresBySqrtD &&
+         qkNormOverHeads == o.qkNormOverHeads;
+}
+
+bool ModelConfig::ropeOn(int64_t layer) const {
+  if (!usesRope()) return false;
+  return ropeLayers.empty() || layer < 0 || layer >= static_cast<int64_t>(ropeLayers.size()) ||
+         ropeLayers[static_cast<size_t>(layer)];
 }
 
 bool RopeConfig::operator==(const RopeConfig& o) const {

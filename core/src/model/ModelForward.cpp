@@ -48,7 +48,11 @@ torch::Tensor ModelImpl::project(const torch::Tensor& x, const torch::Tensor& w,
 }
 
 torch::Tensor ModelImpl::headNorm(const torch::Tensor& x, const torch::Tensor& w) const {
-  return w.defined() ? detail::rmsNorm(x, w, config.normEps) : x;
+  if (!w.defined()) return x;
+  if (!config.recipe.qkNormOverHeads) return detail::rmsNorm(x, w, config.normEps);
+  const int64_t B = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
+  auto flat = x.transpose(1, 2).reshape({B, s, h * d});  // the projection as computed
+  return detail::rmsNorm(flat, w, config.normEps).view({B, s, h, d}).transpose(1, 2);
 }
 
 void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const {
@@ -94,7 +98,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   }
   // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
   torch::Tensor q = headNorm(qRaw, w.qNormW), k = headNorm(kRaw, w.kNormW);
-  if (config.usesRope()) {
+  if (config.ropeOn(layer)) {
     q = detail::RotaryEmbedding::apply(q, cos, sin);
     k = detail::RotaryEmbedding::apply(k, cos, sin);
     if (w.kNormW.defined()) {
@@ -120,7 +124,9 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
     values = values.repeat_interleave(nh / nkv, 1);
   }
   torch::Tensor scores = torch::matmul(q, keys.transpose(-1, -2));
-  if (config.recipe.divideScoresBySqrtD)
+  if (config.attentionScale > 0)
+    scores = scores * static_cast<float>(config.attentionScale);
+  else if (config.recipe.divideScoresBySqrtD)
     scores = scores / std::sqrt(static_cast<float>(d));
   else
     scores = scores * (1.0f / std::sqrt(static_cast<float>(d)));
@@ -148,13 +154,14 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   auto positions = torch::arange(count, torch::kLong);
   auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
   const int64_t d = config.headDim, nh = config.numHeads, nkv = config.numKvHeads;
+  if (config.embeddingMultiplier != 1.0) h = h * config.embeddingMultiplier;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions);
-  const auto x = norm(h, w.attnNormW, w.attnNormB);
+  const auto x = w.attnNormW.defined() ? norm(h, w.attnNormW, w.attnNormB) : h;
   torch::Tensor k = config.recipe.fusedQkv
                         ? project(x, w.qkvW, w.qkvB).narrow(1, nh * d, nkv * d)
                         : project(x, w.kW, w.kB);
-  k = headNorm(k.reshape({count, 1, nkv, d}), w.kNormW).transpose(1, 2);  // [count, h_kv, 1, d]
-  if (config.usesRope()) {
+  k = headNorm(k.reshape({count, 1, nkv, d}).transpose(1, 2), w.kNormW);  // [count, h_kv, 1, d]
+  if (config.ropeOn(0)) {
     auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
     k = detail::RotaryEmbedding::apply(k, cos, sin);
   }
@@ -167,6 +174,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   torch::InferenceMode guard;
   checkInputs(ids, positions);  // before any embedding or position row is read
   torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
+  if (config.embeddingMultiplier != 1.0) h = h * config.embeddingMultiplier;
   torch::Tensor cos, sin;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
   if (config.usesRope()) std::tie(cos, sin) = rope->cosSin(positions);
@@ -197,13 +205,25 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
         if (own.defined()) cosUnscaled = sinUnscaled = torch::Tensor();
       }
     }
-    h = h + attentionBlock(i, norm(h, w.attnNormW, w.attnNormB), layerCos, layerSin, attention, taps);
-    h = h + mlpBlock(i, norm(h, w.mlpNormW, w.mlpNormB));
+    // Pre-norms where the family has them, post-norms of the sublayer outputs where it has
+    // those (OLMo 2: only post-norms; Gemma: both), then the residual (Granite scales it).
+    auto sublayer = [&](torch::Tensor out, const torch::Tensor& postNorm) {
+      if (postNorm.defined()) out = norm(out, postNorm, torch::Tensor());
+      if (config.residualMultiplier != 1.0) out = out * config.residualMultiplier;
+      return out;
+    };
+    auto in = [&](const torch::Tensor& nw, const torch::Tensor& nb) {
+      return nw.defined() ? norm(h, nw, nb) : h;
+    };
+    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), layerCos, layerSin, attention, taps),
+                     w.postAttnNormW);
+    h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB)), w.postMlpNormW);
     tap(taps, i, "hidden", h);
   }
   h = norm(h, finalW, finalB);
   tap(taps, config.numLayers, "final", h);
   auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
+  if (config.logitsDivisor != 1.0) logits = logits / config.logitsDivisor;
   tap(taps, config.numLayers, "logits", logits);
   return logits;
 }

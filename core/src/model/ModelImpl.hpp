@@ -20,10 +20,12 @@ namespace kvscope {
 // (nn.Linear) or [in, out] (GPT-2's Conv1D); undefined where the family has no such tensor.
 struct LayerWeights {
   torch::Tensor attnNormW, attnNormB, mlpNormW, mlpNormB;  // [H]; biases with LayerNorm
+  torch::Tensor postAttnNormW, postMlpNormW;             // [H]: norms of the sublayer outputs
   torch::Tensor qkvW, qkvB;  // fused q|k|v (recipe.fusedQkv): [(nh + 2 nkv) d, H] as Linear
   torch::Tensor qW, qB, kW, kB, vW, vB;  // q [nh*d, H], k/v [nkv*d, H] as Linear
   torch::Tensor oW, oB;                  // [H, nh*d] as Linear
-  torch::Tensor qNormW, kNormW;          // [d]: per-head RMSNorm before RoPE (config.qkNorm)
+  torch::Tensor qNormW, kNormW;  // RMSNorm before RoPE (config.qkNorm): [d] per head, or
+                                 // [h * d] over the projection (recipe.qkNormOverHeads)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
 };
 
@@ -66,7 +68,8 @@ struct ModelImpl {
   /// x [.., in] times a weight in the recipe's layout, + b.
   torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
-  /// Per-head RMSNorm over the last dim of [.., h, d]; x itself when w is undefined.
+  /// q/k RMSNorm of x [B, h, s, d]: per head over d, or over all h * d of a position
+  /// (recipe.qkNormOverHeads); x itself when w is undefined.
   torch::Tensor headNorm(const torch::Tensor& x, const torch::Tensor& w) const;
 };
 

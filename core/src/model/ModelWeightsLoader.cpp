@@ -138,6 +138,7 @@ void ModelImpl::loadWeights() {
     std::vector<Item> items = {
         {n.attnNorm, &w.attnNormW, {H}, true}, {n.attnNormBias, &w.attnNormB, {H}, layerNorm},
         {n.mlpNorm, &w.mlpNormW, {H}, true}, {n.mlpNormBias, &w.mlpNormB, {H}, layerNorm},
+        {n.postAttnNorm, &w.postAttnNormW, {H}, true}, {n.postMlpNorm, &w.postMlpNormW, {H}, true},
         {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias},
         {n.down, &w.downW, matrix(H, I), true}, {n.downBias, &w.downB, {H}, c.mlpBias},
         {n.up, &w.upW, matrix(I, H), true}, {n.upBias, &w.upB, {I}, c.mlpBias}};
@@ -153,9 +154,10 @@ void ModelImpl::loadWeights() {
       items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
       items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
     }
-    if (c.qkNorm) {
-      items.push_back({n.qNorm, &w.qNormW, {d}, true});
-      items.push_back({n.kNorm, &w.kNormW, {d}, true});
+    if (c.qkNorm) {  // per head [d], or over the whole projection [h * d]
+      const bool whole = recipe.qkNormOverHeads;
+      items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});
+      items.push_back({n.kNorm, &w.kNormW, {whole ? nkv * d : d}, true});
     }
     if (recipe.mlp == BlockRecipe::Mlp::Gated) {
       items.push_back({n.gate, &w.gateW, matrix(I, H), true});

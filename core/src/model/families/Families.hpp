@@ -10,5 +10,8 @@ const ModelFamily& llamaFamily();
 const ModelFamily& mistralFamily();
 const ModelFamily& qwen2Family();
 const ModelFamily& qwen3Family();
+const ModelFamily& olmo2Family();
+const ModelFamily& graniteFamily();
+const ModelFamily& smolLm3Family();
 
 }  // namespace kvscope

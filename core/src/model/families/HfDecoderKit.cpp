@@ -108,8 +108,21 @@ json hfDecoderDemoConfig(const CheckpointSpec& s) {
 
 std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s, bool qkvBias,
                                                                bool oBias, bool qkNorm) {
+  return hfDecoderDemoTensors(s, hfDecoderWeightNames(), qkvBias, oBias, qkNorm, false);
+}
+
+double positiveNumber(const ConfigReader& r, const char* name, double fallback) {
+  const double v = r.doubleOr(name, fallback);
+  if (!(v > 0) || !std::isfinite(v))
+    throw InputError(r.file(), name, "must be a positive number, found " + std::to_string(v));
+  return v;
+}
+
+std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s,
+                                                               const WeightNames& n, bool qkvBias,
+                                                               bool oBias, bool qkNorm,
+                                                               bool qkNormOverHeads) {
   using Init = CheckpointWriter::Init;
-  const WeightNames n = hfDecoderWeightNames();
   const int64_t H = s.hiddenSize, I = s.intermediateSize, D = s.resolvedHeadDim();
   const int64_t q = s.numHeads * D, kv = s.numKvHeads * D;
   const double bias = CheckpointWriter::kBiasFraction * s.initStd;
@@ -125,15 +138,15 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
     linear(n.k, n.kBias, kv, H, qkvBias);
     linear(n.v, n.vBias, kv, H, qkvBias);
     linear(n.o, n.oBias, H, q, oBias);
-    if (qkNorm) {  // per-head q/k norm
-      p.push_back({n.layer(i, n.qNorm), {D}, Init::NormWeight, 0.0});
-      p.push_back({n.layer(i, n.kNorm), {D}, Init::NormWeight, 0.0});
+    if (qkNorm) {  // q/k norm per head, or over the whole projection
+      p.push_back({n.layer(i, n.qNorm), {qkNormOverHeads ? q : D}, Init::NormWeight, 0.0});
+      p.push_back({n.layer(i, n.kNorm), {qkNormOverHeads ? kv : D}, Init::NormWeight, 0.0});
     }
     linear(n.gate, n.gateBias, I, H, false);
     linear(n.up, n.upBias, I, H, false);
     linear(n.down, n.downBias, H, I, false);
-    p.push_back({n.layer(i, n.attnNorm), {H}, Init::NormWeight, 0.0});
-    p.push_back({n.layer(i, n.mlpNorm), {H}, Init::NormWeight, 0.0});
+    for (const std::string* norm : {&n.attnNorm, &n.mlpNorm, &n.postAttnNorm, &n.postMlpNorm})
+      if (!norm->empty()) p.push_back({n.layer(i, *norm), {H}, Init::NormWeight, 0.0});
   }
   p.push_back({n.finalNorm, {H}, Init::NormWeight, 0.0});
   if (!s.tieWordEmbeddings) p.push_back({n.lmHead, {s.vocabSize, H}, Init::Normal, s.initStd});

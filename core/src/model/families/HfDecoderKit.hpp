@@ -31,6 +31,14 @@ nlohmann::json hfDecoderDemoConfig(const CheckpointSpec& s);
 /// q/k norms, gate/up/down, the two layer norms; model.norm; lm_head unless tied.
 std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s, bool qkvBias,
                                                                bool oBias, bool qkNorm);
+/// The same for a family with its own names: its norms where it names them (pre-, post-),
+/// the q/k norms per head or over the whole projection.
+std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointSpec& s,
+                                                               const WeightNames& n, bool qkvBias,
+                                                               bool oBias, bool qkNorm,
+                                                               bool qkNormOverHeads);
+/// `name` from the config: a positive finite number (a multiplier), else InputError.
+double positiveNumber(const ConfigReader& r, const char* name, double fallback);
 /// The rules every RoPE decoder's spec follows (an even head_dim).
 void validateHfDecoderDemoSpec(const CheckpointSpec& s);
 

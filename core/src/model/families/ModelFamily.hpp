@@ -25,11 +25,12 @@ class ConfigReader;
 struct WeightNames {
   std::string embed, positionEmbed, finalNorm, finalNormBias, lmHead;
   std::string layerPrefix;                  // e.g. "model.layers."
-  std::string attnNorm, attnNormBias, mlpNorm, mlpNormBias;
+  std::string attnNorm, attnNormBias, mlpNorm, mlpNormBias;  // before each sublayer (pre-norm)
+  std::string postAttnNorm, postMlpNorm;    // on each sublayer's output (OLMo 2, Gemma)
   std::string qkv, qkvBias;                 // a fused projection (recipe.fusedQkv)
   std::string q, qBias, k, kBias, v, vBias;
   std::string o, oBias;
-  std::string qNorm, kNorm;                 // per-head RMSNorm weights (config.qkNorm)
+  std::string qNorm, kNorm;                 // q/k RMSNorm weights (config.qkNorm)
   std::string gate, gateBias, up, upBias, down, downBias;
   /// layerPrefix + layer + "." + suffix.
   std::string layer(int64_t layer, const std::string& suffix) const {

@@ -27,7 +27,16 @@ std::optional<QkNormOrderMatch> QkNormOrderEvidence::explain(
   if (wMin < 1e-6 * std::max(wMax, 1e-30)) return std::nullopt;  // a zero weight: no inverse
   const FloatTensor& refK = own.keys[l];
   const int64_t d = config_.headDim;
-  if (refK.shape.size() != 3 || refK.shape[2] != d || w.numel() != d) return std::nullopt;
+  if (refK.shape.size() != 3 || refK.shape[2] != d) return std::nullopt;
+  // The weight per head ([d]) or over the whole projection ([h * d], OLMo 2): either way the
+  // norm divides by a root mean square that the rotation leaves as it is.
+  torch::Tensor wk;
+  if (w.numel() == d)
+    wk = w;
+  else if (w.numel() == refK.shape[0] * d)
+    wk = w.view({refK.shape[0], 1, d});
+  else
+    return std::nullopt;
   const RotaryEmbedding rope(config_);
   const torch::Tensor ref = fromFloatTensor(refK);  // [h, T, d]
 
@@ -53,9 +62,9 @@ std::optional<QkNormOrderMatch> QkNormOrderEvidence::explain(
     // The reference keys of these positions, unrotated, divided by w, rotated, times w.
     auto [cos, sin] = rope.cosSin(p.view({1, n}));  // [1, n, d]
     const auto refCols = ref.index_select(1, p).unsqueeze(0);  // [1, h, n, d]
-    const auto u = RotaryEmbedding::apply(refCols, cos, -sin).to(torch::kDouble) / w;
+    const auto u = RotaryEmbedding::apply(refCols, cos, -sin).to(torch::kDouble) / wk;
     const auto swapped =
-        (w * RotaryEmbedding::apply(u, cos.to(torch::kDouble), sin.to(torch::kDouble)))
+        (wk * RotaryEmbedding::apply(u, cos.to(torch::kDouble), sin.to(torch::kDouble)))
             .to(torch::kFloat)
             .squeeze(0)
             .contiguous();  // [h, n, d]
