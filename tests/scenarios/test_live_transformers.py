@@ -79,7 +79,8 @@ def demo_checkpoint(root: str, arch: str, *extra: str) -> str:
 def v4_readable(root: str, family: str) -> str:
     """The family fixture (written by transformers 5: rope_parameters only) for the running
     transformers: under 4.x a copy that also states rope_theta, the key 4.x reads (it would
-    otherwise take its own default, SmolLM3's 2e6, and compute another model)."""
+    otherwise take its own default, SmolLM3's 2e6, and compute another model), and
+    partial_rotary_factor likewise."""
     src = os.path.join(REPO, "tests", "fixtures", "families", "models", family)
     if int(transformers.__version__.split(".")[0]) >= 5:
         return src
@@ -88,7 +89,9 @@ def v4_readable(root: str, family: str) -> str:
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
         cfg = json.load(f)
-    cfg["rope_theta"] = cfg["rope_parameters"]["rope_theta"]
+    for key in ("rope_theta", "partial_rotary_factor"):  # the keys 4.x reads at the top
+        if key in cfg["rope_parameters"]:
+            cfg[key] = cfg["rope_parameters"][key]
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return dst
@@ -106,7 +109,7 @@ class EveryFamilyTest(unittest.TestCase):
             "gpt2": os.path.join(hf, "gpt2"),
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
-            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3")},
+            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",

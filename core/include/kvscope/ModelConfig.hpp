@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -46,6 +46,7 @@ struct BlockRecipe {
   Layout layout = Layout::Linear;
   bool fusedQkv = false;                    // one q|k|v projection (GPT-2 c_attn)
   Mlp mlp = Mlp::Gated;
+  bool fusedGateUp = false;                 // one gate|up projection [2I, H] (Phi-3)
   bool divideScoresBySqrtD = false;         // scores / sqrt(d) (GPT-2) vs scores * (1/sqrt(d))
   bool qkNormOverHeads = false;             // q/k RMSNorm over the whole projection (OLMo 2),
                                             // not per head (Qwen3)

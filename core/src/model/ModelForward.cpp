@@ -142,6 +142,10 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
 
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
   const auto& w = layers[static_cast<size_t>(layer)];
+  if (config.recipe.fusedGateUp) {  // gate | up in one product, split in halves
+    auto parts = project(x, w.gateUpW, torch::Tensor()).chunk(2, -1);
+    return project(parts[1] * activation(config.activation, parts[0]), w.downW, w.downB);
+  }
   if (config.recipe.mlp == BlockRecipe::Mlp::Plain)
     return project(activation(config.activation, project(x, w.upW, w.upB)), w.downW, w.downB);
   return project(activation(config.activation, project(x, w.gateW, w.gateB)) * project(x, w.upW, w.upB),

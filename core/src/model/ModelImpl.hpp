@@ -27,6 +27,7 @@ struct LayerWeights {
   torch::Tensor qNormW, kNormW;  // RMSNorm before RoPE (config.qkNorm): [d] per head, or
                                  // [h * d] over the projection (recipe.qkNormOverHeads)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
+  torch::Tensor gateUpW;                 // fused gate|up (recipe.fusedGateUp): [2I, H] as Linear
 };
 
 struct ModelImpl {

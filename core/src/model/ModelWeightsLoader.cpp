@@ -141,7 +141,8 @@ void ModelImpl::loadWeights() {
         {n.postAttnNorm, &w.postAttnNormW, {H}, true}, {n.postMlpNorm, &w.postMlpNormW, {H}, true},
         {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias},
         {n.down, &w.downW, matrix(H, I), true}, {n.downBias, &w.downB, {H}, c.mlpBias},
-        {n.up, &w.upW, matrix(I, H), true}, {n.upBias, &w.upB, {I}, c.mlpBias}};
+        {n.up, &w.upW, matrix(I, H), true}, {n.upBias, &w.upB, {I}, c.mlpBias},
+        {n.gateUp, &w.gateUpW, matrix(2 * I, H), true}};
     if (recipe.fusedQkv) {
       const int64_t qkv = (nh + 2 * nkv) * d;
       items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});

@@ -25,8 +25,13 @@ torch::Tensor RotaryEmbedding::scaled(const RopeConfig& rope, const torch::Tenso
   return torch::where(medium, smoothed, scaledFreq).to(torch::kFloat);
 }
 
+int64_t RotaryEmbedding::rotaryDim(const ModelConfig& config) {
+  // transformers: int(head_dim * partial_rotary_factor)
+  return static_cast<int64_t>(static_cast<double>(config.headDim) * config.rope.partialRotaryFactor);
+}
+
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config)
-    : rope_(config.rope), dim_(config.headDim), maxPositions_(config.maxPositions) {
+    : rope_(config.rope), dim_(rotaryDim(config)), maxPositions_(config.maxPositions) {
   invFreq_ = scaled(rope_, defaultInvFreq(rope_.theta, dim_));
 }
 
@@ -62,6 +67,11 @@ std::pair<torch::Tensor, torch::Tensor> RotaryEmbedding::cosSinUnscaled(
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin) {
+  const int64_t rotary = cos.size(-1);
+  if (rotary < x.size(-1))  // partial rotary: the first `rotary` features turn, the rest pass
+    return torch::cat({apply(x.narrow(-1, 0, rotary), cos, sin),
+                       x.narrow(-1, rotary, x.size(-1) - rotary)},
+                      -1);
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);

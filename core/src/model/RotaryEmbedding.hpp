@@ -11,12 +11,15 @@ namespace kvscope::detail {
 class RotaryEmbedding {
  public:
   explicit RotaryEmbedding(const ModelConfig& config);
-  /// cos, sin: [B, s, d] for position ids [B, s].
+  /// cos, sin: [B, s, r] (r: rotaryDim) for position ids [B, s].
   std::pair<torch::Tensor, torch::Tensor> cosSin(const torch::Tensor& positions) const;
   /// The same with the unscaled (default) inverse frequencies of rope_theta: what a path
   /// that drops the checkpoint's rope_scaling rotates with (the rope_scaling fault).
   std::pair<torch::Tensor, torch::Tensor> cosSinUnscaled(const torch::Tensor& positions) const;
-  /// x: [B, h, s, d]; cos/sin [B, s, d].
+  /// The rotated features of a head: int(head_dim * partial_rotary_factor).
+  static int64_t rotaryDim(const ModelConfig& config);
+  /// x: [B, h, s, d]; cos/sin [B, s, r] with r <= d: the first r features of each head turn
+  /// (half-split pairs within them), the others pass unchanged (partial rotary).
   static torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& cos,
                              const torch::Tensor& sin);
   const torch::Tensor& baseInvFreq() const { return invFreq_; }

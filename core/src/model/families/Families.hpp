@@ -13,5 +13,6 @@ const ModelFamily& qwen3Family();
 const ModelFamily& olmo2Family();
 const ModelFamily& graniteFamily();
 const ModelFamily& smolLm3Family();
+const ModelFamily& phi3Family();
 
 }  // namespace kvscope

@@ -69,9 +69,14 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c) {
   c.normEps = r.doubleOr("rms_norm_eps", 1e-6);
   c.activation = r.activation("hidden_act", "silu");
   c.rope = readRope(r);
-  if (c.rope.partialRotaryFactor != 1.0)
-    throw InputError(file, "partial_rotary_factor", "only 1.0 is supported");
-  if (c.headDim % 2 != 0) throw InputError(file, "head_dim", "RoPE needs an even head_dim");
+  const double partial = c.rope.partialRotaryFactor;
+  if (!(partial > 0) || partial > 1)
+    throw InputError(file, "partial_rotary_factor", "must be in (0, 1], found " + std::to_string(partial));
+  const auto rotary = static_cast<int64_t>(static_cast<double>(c.headDim) * partial);
+  if (rotary < 2 || rotary % 2 != 0)
+    throw InputError(file, "partial_rotary_factor",
+                     "rotates " + std::to_string(rotary) + " of head_dim " + std::to_string(c.headDim) +
+                         " features; RoPE needs an even, positive number");
   c.mlpBias = r.boolOr("mlp_bias", false);
   c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", false);
   c.recipe = BlockRecipe{};  // RMSNorm, RoPE, [out, in] Linear, separate q/k/v, gated MLP

@@ -32,6 +32,7 @@ struct WeightNames {
   std::string o, oBias;
   std::string qNorm, kNorm;                 // q/k RMSNorm weights (config.qkNorm)
   std::string gate, gateBias, up, upBias, down, downBias;
+  std::string gateUp;                       // a fused gate|up projection (recipe.fusedGateUp)
   /// layerPrefix + layer + "." + suffix.
   std::string layer(int64_t layer, const std::string& suffix) const {
     return layerPrefix + std::to_string(layer) + "." + suffix;

@@ -76,8 +76,10 @@ std::optional<RopeScalingEvidence> RopeScalingEvidence::forAudit(const ModelConf
 }
 
 bool RopeScalingEvidence::applies() const {
+  // Its re-rotation pairs feature i with i + d/2 across the whole head: a partial rotary
+  // head (pairs within its first r features) is not modelled.
   return config_.usesRope() && (config_.rope.type == "linear" || config_.rope.type == "llama3") &&
-         config_.headDim % 2 == 0;
+         config_.headDim % 2 == 0 && config_.rope.partialRotaryFactor == 1.0;
 }
 
 std::string RopeScalingEvidence::scalingText() const {
