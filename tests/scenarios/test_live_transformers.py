@@ -225,6 +225,30 @@ class RecordingAroundGenerateTest(unittest.TestCase):
               f"{first['id']} at request {w['request']} step {w['step']} layer {w['layer']}")
         self.assertEqual((first["id"], w["request"], w["step"]), ("position", 0, 0))
 
+    def test_no_rope_layers_read_inverted_in_transformers_is_found(self):
+        # SmolLM3Attention keeps use_rope = no_rope_layers[layer]; a port that reads the list
+        # the other way round (huggingface/transformers#43756): flipped on the loaded model.
+        smollm3 = os.path.join(REPO, "tests", "fixtures", "families", "models", "smollm3")
+        if int(transformers.__version__.split(".")[0]) < 5:
+            smollm3 = v4_readable(self.tmp.name, "smollm3")
+        from kvscope_trace import recording
+        model = transformers.AutoModelForCausalLM.from_pretrained(smollm3, dtype=torch.float32).eval()
+        for layer in model.model.layers:
+            layer.self_attn.use_rope = not layer.self_attn.use_rope
+        path = os.path.join(self.tmp.name, "nope-inverted.kvtrace")
+        with recording(model, path):
+            model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]), max_new_tokens=6,
+                           do_sample=False)
+        rc, rep = self.audit(smollm3, path)
+        self.assertEqual(rc, 1)
+        ids = [f["id"] for f in rep["findings"]]
+        self.assertEqual(ids, ["nope_layer_rope"], json.dumps(rep["findings"], indent=1))
+        w = rep["findings"][0]["where"]
+        print(f"\nno_rope_layers inverted in transformers {transformers.__version__}'s SmolLM3: "
+              f"nope_layer_rope at request {w['request']} step {w['step']} layer {w['layer']} "
+              f"position {w['position']}")
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+
     def test_a_mask_that_is_not_left_padding_is_refused_with_the_reason(self):
         from kvscope_trace import recording
         model = transformers.AutoModelForCausalLM.from_pretrained(QWEN3, dtype=torch.float32).eval()

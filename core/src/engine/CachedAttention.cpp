@@ -50,6 +50,11 @@ bool CachedAttention::normsAfterRope(int64_t layer, int64_t row) const {
   return faults_.qkNormAfterRope(r.id, r.step, layer);
 }
 
+bool CachedAttention::flipsRope(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.ropeFlipped(r.id, r.step, layer);
+}
+
 int64_t CachedAttention::projectionSplits(int64_t layer, int64_t row) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
   return faults_.projectionSplits(r.id, r.step, layer, r.batchMates);

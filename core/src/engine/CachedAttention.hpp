@@ -27,6 +27,7 @@ class CachedAttention : public AttentionContext {
   void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
   bool dropsRopeScaling(int64_t layer, int64_t row) const override;
   bool normsAfterRope(int64_t layer, int64_t row) const override;
+  bool flipsRope(int64_t layer, int64_t row) const override;
   int64_t projectionSplits(int64_t layer, int64_t row) const override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }

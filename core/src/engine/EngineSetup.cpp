@@ -66,6 +66,13 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "(q_norm/k_norm weights, as Qwen3 has); this " +
                      architectureName(cfg.architecture) + " checkpoint has none, so there is "
                      "no order to swap");
+  if (faults.flipsNopeLayers() &&
+      (cfg.ropeLayers.empty() ||
+       std::find(cfg.ropeLayers.begin(), cfg.ropeLayers.end(), false) == cfg.ropeLayers.end()))
+    throw UsageError("fault 'nope_layer_rope' needs a checkpoint with NoPE layers (no_rope_layers "
+                     "with a 0, as SmolLM3 has); every layer of this " +
+                     architectureName(cfg.architecture) + " checkpoint rotates, so there is no "
+                     "list to read inverted");
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&

@@ -37,7 +37,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
-    } else if (f.name == "rope_scaling" || f.name == "qk_norm_order") {
+    } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -232,6 +232,18 @@ bool FaultPlan::qkNormAfterRope(int64_t request, int64_t step, int64_t layer) co
 }
 
 bool FaultPlan::swapsQkNormOrder() const { return find("qk_norm_order") != nullptr; }
+
+bool FaultPlan::ropeFlipped(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("nope_layer_rope"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
+      return true;
+    }
+  return false;
+}
+
+bool FaultPlan::flipsNopeLayers() const { return find("nope_layer_rope") != nullptr; }
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))

@@ -59,6 +59,9 @@ class FaultPlan {
   /// qk_norm_order: (request, step, layer) applies the q/k norm after RoPE.
   bool qkNormAfterRope(int64_t request, int64_t step, int64_t layer) const;
   bool swapsQkNormOrder() const;
+  /// nope_layer_rope: (request, step, layer) reads its no_rope_layers entry inverted.
+  bool ropeFlipped(int64_t request, int64_t step, int64_t layer) const;
+  bool flipsNopeLayers() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;

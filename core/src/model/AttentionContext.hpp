@@ -45,6 +45,13 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` of this forward reads `layer`'s entry of no_rope_layers inverted
+  /// (the nope_layer_rope fault): a NoPE layer rotates, a rotary one does not.
+  virtual bool flipsRope(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
   /// In how many parts batch row `row` sums `layer`'s q/k/v projection over the hidden
   /// dimension (the batch_variance fault: a split-K kernel chosen by the batch size); 1 = one
   /// reduction, as every correct path does.

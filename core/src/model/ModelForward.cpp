@@ -98,6 +98,12 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   }
   // q/k norm (when the checkpoint has one) over each head's d features, before RoPE.
   torch::Tensor q = headNorm(qRaw, w.qNormW), k = headNorm(kRaw, w.kNormW);
+  // Rows that read the layer's no_rope_layers entry inverted (nope_layer_rope) turn where
+  // the layer does not, and the other way round.
+  std::vector<int64_t> flipped(static_cast<size_t>(B), 0);
+  if (cos.defined())
+    for (int64_t b = 0; b < B; ++b) flipped[static_cast<size_t>(b)] = attention.flipsRope(layer, b) ? 1 : 0;
+  torch::Tensor qPlain = q, kPlain = k;  // before any rotation
   if (config.ropeOn(layer)) {
     q = detail::RotaryEmbedding::apply(q, cos, sin);
     k = detail::RotaryEmbedding::apply(k, cos, sin);
@@ -111,6 +117,12 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
         k = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(kRaw, cos, sin), w.kNormW), k);
       }
     }
+  }
+  if (std::find(flipped.begin(), flipped.end(), 1) != flipped.end()) {
+    auto rows = torch::tensor(flipped, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+    const bool turns = config.ropeOn(layer);
+    q = torch::where(rows, turns ? qPlain : detail::RotaryEmbedding::apply(qPlain, cos, sin), q);
+    k = torch::where(rows, turns ? kPlain : detail::RotaryEmbedding::apply(kPlain, cos, sin), k);
   }
   k = k.contiguous();
   v = v.contiguous();

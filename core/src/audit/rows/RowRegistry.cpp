@@ -24,6 +24,11 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // weight; their error grows with position from 0 at position 0 as a RoPE scaling
       // mismatch's does, so asked before rope_scaling, whose hypotheses cannot fit it.
       &rows::qkNormOrder(),
+      // no_rope_layers read inverted: the same signature as a swapped norm order (keys wrong
+      // from position 1, exact at 0, values exact); each row re-derives every record from
+      // its own hypothesis, so the two never claim one run. Before rope_scaling for the
+      // same reason as qk_norm_order.
+      &rows::nopeLayerRope(),
       // Keys rotated with another RoPE scaling: before the position probe, which reads a
       // dropped linear factor f as the right key at f x the position.
       &rows::ropeScaling(),

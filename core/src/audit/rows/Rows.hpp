@@ -25,5 +25,6 @@ const FailureRow& batchVariance();
 const FailureRow& prefixReuse();
 const FailureRow& windowWrap();
 const FailureRow& qkNormOrder();
+const FailureRow& nopeLayerRope();
 
 }  // namespace kvscope::detail::rows

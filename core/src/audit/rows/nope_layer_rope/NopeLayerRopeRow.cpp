@@ -1,0 +1,67 @@
+// `nope_layer_rope` (KV Scope's): on a checkpoint with NoPE layers (SmolLM3's no_rope_layers,
+// Llama 4's every fourth layer), the cached path reads the list inverted: the NoPE layers
+// rotate and the rotary ones do not (transformers issue 43756). Only the rotation differs, so
+// the keys at position 0 (where RoPE is the identity) and every value are right.
+#include "audit/ReferenceSet.hpp"
+#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/Rows.hpp"
+#include "audit/rows/nope_layer_rope/NopeLayerRopeEvidence.hpp"
+
+namespace kvscope::detail::rows {
+namespace {
+
+class NopeLayerRopeRow final : public FailureRow {
+ public:
+  const RowSpec& spec() const override {
+    static const RowSpec s{
+        finding::NopeLayerRope,
+        "keys wrong from position 1 on, exact at position 0, values exact, on a checkpoint with "
+        "NoPE layers; each record is the reference key with its rotation toggled",
+        "how the path reads no_rope_layers (1 = rotary, 0 = NoPE; transformers' SmolLM3 sets "
+        "use_rope = no_rope_layers[layer])",
+        MatrixOrigin::KvScope,
+        111,
+        AuditStage::Numerics,
+        {},
+        {"no_rope_layers read inverted in a port of SmolLM3 (huggingface/transformers#43756; "
+         "docs/audit.md)"},
+        {{"nope_layer_rope",
+          "from step `step` on, the cached path reads `layer`'s no_rope_layers entry inverted "
+          "(-1 = every layer): a NoPE layer rotates, a rotary one does not; needs a checkpoint "
+          "with NoPE layers (smollm3)",
+          "keys wrong from position 1 on, exact at position 0, values exact",
+          {{"step", "first step affected (0 = prefill)", "0"},
+           {"layer", "layer affected (-1 = all)", "-1"},
+           {"request", "request affected (-1 = all)", "-1"}}}},
+        {},
+        true};
+    return s;
+  }
+
+  bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
+                      const RequestReference& own, const Evidence& ev) const override {
+    const ModelConfig* config = ctx.refs.modelConfig();
+    if (!config || config->ropeLayers.empty() || a.firstBadLayer < 0) return false;
+    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
+    for (const auto& s : ctx.analyses.at(r))
+      if (&s == &a || !from.empty()) from.push_back(&s);
+    const auto m = NopeLayerRopeEvidence(*config, ctx.tol).explain(from, own);
+    if (!m) return false;
+    ctx.add(NopeLayerRopeEvidence::finding(a, *m, ev), a);
+    return true;
+  }
+
+  std::optional<TimelineMarker> marker(const Finding& f) const override {
+    return TimelineMarker{f.step, "nope_layer_rope",
+                          "layer " + std::to_string(f.layer) + " rotation toggled", true};
+  }
+};
+
+}  // namespace
+
+const FailureRow& nopeLayerRope() {
+  static const NopeLayerRopeRow row;
+  return row;
+}
+
+}  // namespace kvscope::detail::rows
