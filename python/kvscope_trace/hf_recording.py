@@ -73,7 +73,9 @@ class _Recording:
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         info = model_info(model.config, directory, vocab, dtype,
                           fingerprint=fingerprint and os.path.isdir(directory))
-        engine = f"{ENGINE} recording (transformers {transformers.__version__}, torch {torch.__version__})"
+        attn = getattr(model.config, "_attn_implementation", None) or "default"
+        engine = (f"{ENGINE} recording (transformers {transformers.__version__}, "
+                  f"torch {torch.__version__}, attention {attn})")
         self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store)
         self.requests = 0       # requests recorded so far (ids 0..requests-1)
         self.groups = 0         # batch groups so far

@@ -458,6 +458,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--dtype", default="float32", help="torch compute dtype (float32, bfloat16, float16)")
     ap.add_argument("--store", choices=kvtrace.STORE_DTYPES, default="F32", help="trace tensor dtype")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--attn-implementation", default=None,
+                    help="transformers' attention implementation (eager, sdpa, ...); default: "
+                         "the one transformers picks (sdpa where it can; it ignores Gemma 2's "
+                         "attention soft-cap)")
     ap.add_argument("--no-fingerprint", action="store_true", help="skip hashing the weight files")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -480,7 +484,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     dtype = getattr(torch, args.dtype)
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-    model = AutoModelForCausalLM.from_pretrained(args.model, **{dtype_kw: dtype})
+    load_kw = {dtype_kw: dtype}
+    if args.attn_implementation:
+        load_kw["attn_implementation"] = args.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(args.model, **load_kw)
     model.to(args.device).eval()
     prompts: List[Tuple[List[int], str]] = []
     if args.prompt:
@@ -534,7 +541,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else int(model.config.vocab_size)
     info = model_info(model.config, args.model, vocab, str(dtype).replace("torch.", ""),
                       fingerprint=not args.no_fingerprint)
-    engine = f"{ENGINE} (transformers {transformers.__version__}, torch {torch.__version__})"
+    attn = getattr(model.config, "_attn_implementation", None) or "default"
+    engine = (f"{ENGINE} (transformers {transformers.__version__}, torch {torch.__version__}, "
+              f"attention {attn})")
     rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
                         snapshots=args.snapshots, dtype=args.store)
     for rid, (ids, text) in enumerate(prompts):

@@ -1,5 +1,6 @@
-// Shared helpers for tests of one failure-matrix row: a trace written to a file and read
-// back (as another engine's trace arrives), the report's one finding of an id, the row's
+// Shared helpers for tests of one failure-matrix row: a family fixture run by the built-in
+// engine with faults, a trace written to a file and read back (as another engine's trace
+// arrives), the report's one finding of an id, the row's
 // place among KV Scope's additions, and the accuracy table a suite prints at exit.
 #pragma once
 
@@ -14,12 +15,27 @@
 
 #include "ScratchDir.hpp"
 #include "kvscope/AuditReport.hpp"
+#include "kvscope/Engine.hpp"
+#include "kvscope/Model.hpp"
 #include "kvscope/FailureMatrix.hpp"
 #include "kvscope/FaultSpec.hpp"
 #include "kvscope/Trace.hpp"
 #include "kvscope/TraceFile.hpp"
 
 namespace kvscope::test {
+
+/// The checkpoint in `dir` run by the built-in engine with `faults`: one request of a
+/// 10-token prompt (longer than the family fixtures' windows of 6), 8 tokens, EOS ignored.
+inline Trace runWithFaults(const std::string& dir, const std::vector<std::string>& faults) {
+  auto m = Model::load(dir);
+  RequestSpec s;
+  s.promptIds = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64};
+  s.maxNewTokens = 8;
+  s.stopAtEos = false;
+  EngineOptions o;
+  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
+  return Engine(m).run({s}, o);
+}
 
 /// `t` written to `name` in the scratch directory `dir` and read back.
 inline Trace writtenAndRead(const Trace& t, const std::string& dir, const std::string& name) {

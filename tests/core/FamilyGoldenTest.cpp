@@ -96,7 +96,7 @@ TEST_P(FamilyGolden, CachedGreedyContinuationMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
-                         ::testing::Values("qwen3", "olmo2", "granite", "smollm3", "phi3"));
+                         ::testing::Values("qwen3", "olmo2", "granite", "smollm3", "phi3", "gemma2"));
 
 TEST(FamilyConfig, Qwen3ReadsQkNormHeadDimWindowsAndTiedHead) {
   const ModelConfig c = ModelConfig::load(familyModel("qwen3") + "/config.json");

@@ -20,17 +20,6 @@ namespace {
 
 std::string smollm3() { return test::fixture("families/models/smollm3"); }
 
-Trace runNope(const std::string& dir, const std::vector<std::string>& faults) {
-  auto m = Model::load(dir);
-  RequestSpec s;
-  s.promptIds = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64};
-  s.maxNewTokens = 8;
-  s.stopAtEos = false;
-  EngineOptions o;
-  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
-  return Engine(m).run({s}, o);
-}
-
 TEST(NopeLayerRope, MatrixRowIsKvScopesAddition) {
   const auto& row = FailureMatrix::row(finding::NopeLayerRope);
   EXPECT_NE(row.observation.find("NoPE layers"), std::string::npos);
@@ -40,7 +29,7 @@ TEST(NopeLayerRope, MatrixRowIsKvScopesAddition) {
 TEST(NopeLayerRope, TheListReadInvertedIsFoundAtLayer0Position1) {
   // Every layer flipped: layer 0 (rotary by the checkpoint) is left unrotated first.
   auto model = Model::load(smollm3());
-  const Trace t = test::writtenAndRead(runNope(smollm3(), {"nope_layer_rope"}), "nope-layer-rope",
+  const Trace t = test::writtenAndRead(test::runWithFaults(smollm3(), {"nope_layer_rope"}), "nope-layer-rope",
                                        "all.kvtrace");
   const AuditReport rep = Auditor::audit(*model, t).report;
   const Finding& f = test::onlyFinding(rep, finding::NopeLayerRope);
@@ -62,7 +51,7 @@ TEST(NopeLayerRope, TheListReadInvertedIsFoundAtLayer0Position1) {
 TEST(NopeLayerRope, ANopeLayerThatRotatesFromADecodeStep) {
   auto model = Model::load(smollm3());
   const AuditReport rep =
-      Auditor::audit(*model, runNope(smollm3(), {"nope_layer_rope:layer=1,step=2"})).report;
+      Auditor::audit(*model, test::runWithFaults(smollm3(), {"nope_layer_rope:layer=1,step=2"})).report;
   const Finding& f = test::onlyFinding(rep, finding::NopeLayerRope);
   EXPECT_EQ(f.step, 2);
   EXPECT_EQ(f.layer, 1);
@@ -76,17 +65,17 @@ TEST(NopeLayerRope, ASwappedNormOrderIsNotClaimed) {
   // records are the swapped order's, not a toggled rotation's.
   const std::string qwen3 = test::fixture("families/models/qwen3");
   auto model = Model::load(qwen3);
-  const AuditReport rep = Auditor::audit(*model, runNope(qwen3, {"qk_norm_order"})).report;
+  const AuditReport rep = Auditor::audit(*model, test::runWithFaults(qwen3, {"qk_norm_order"})).report;
   EXPECT_FALSE(rep.hasFinding(finding::NopeLayerRope)) << rep.toText();
   EXPECT_TRUE(rep.hasFinding(finding::QkNormOrder)) << rep.toText();
 }
 
 TEST(NopeLayerRope, ACleanRunAndACheckpointWithoutNopeLayers) {
   auto model = Model::load(smollm3());
-  const AuditReport clean = Auditor::audit(*model, runNope(smollm3(), {})).report;
+  const AuditReport clean = Auditor::audit(*model, test::runWithFaults(smollm3(), {})).report;
   EXPECT_TRUE(clean.findings.empty()) << clean.toText();
   try {
-    runNope(test::hfModel("llama"), {"nope_layer_rope"});
+    test::runWithFaults(test::hfModel("llama"), {"nope_layer_rope"});
     FAIL() << "a llama checkpoint has no NoPE layers";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("NoPE layers"), std::string::npos) << e.what();

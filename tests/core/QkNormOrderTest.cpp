@@ -23,18 +23,6 @@ namespace {
 
 std::string qwen3() { return test::fixture("families/models/qwen3"); }
 
-// A 10-token prompt (longer than the fixture's window of 6 on its sliding layers), 8 tokens.
-Trace runQwen3(const std::string& dir, const std::vector<std::string>& faults) {
-  auto m = Model::load(dir);
-  RequestSpec s;
-  s.promptIds = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64};
-  s.maxNewTokens = 8;
-  s.stopAtEos = false;
-  EngineOptions o;
-  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
-  return Engine(m).run({s}, o);
-}
-
 TEST(QkNormOrder, MatrixRowIsKvScopesAddition) {
   const auto& row = FailureMatrix::row(finding::QkNormOrder);
   EXPECT_NE(row.observation.find("exact at position 0"), std::string::npos);
@@ -43,7 +31,7 @@ TEST(QkNormOrder, MatrixRowIsKvScopesAddition) {
 
 TEST(QkNormOrder, PrefillOnEveryLayerIsFoundAtLayer0Position1) {
   auto model = Model::load(qwen3());
-  const Trace t = test::writtenAndRead(runQwen3(qwen3(), {"qk_norm_order"}), "qk-norm-order",
+  const Trace t = test::writtenAndRead(test::runWithFaults(qwen3(), {"qk_norm_order"}), "qk-norm-order",
                                        "prefill.kvtrace");
   const AuditReport rep = Auditor::audit(*model, t).report;
   const Finding& f = test::onlyFinding(rep, finding::QkNormOrder);
@@ -67,7 +55,7 @@ TEST(QkNormOrder, PrefillOnEveryLayerIsFoundAtLayer0Position1) {
 TEST(QkNormOrder, ADecodeStepOfASlidingLayerKeepsTheLayersBelowExact) {
   auto model = Model::load(qwen3());
   const AuditReport rep =
-      Auditor::audit(*model, runQwen3(qwen3(), {"qk_norm_order:layer=2,step=3"})).report;
+      Auditor::audit(*model, test::runWithFaults(qwen3(), {"qk_norm_order:layer=2,step=3"})).report;
   const Finding& f = test::onlyFinding(rep, finding::QkNormOrder);
   EXPECT_EQ(f.step, 3);
   EXPECT_EQ(f.layer, 2);
@@ -84,22 +72,22 @@ TEST(QkNormOrder, ARopeScalingMismatchOnTheSameCheckpointKeepsItsRow) {
   const std::string dir = test::ropeScalingCopy(qwen3(), "qwen3-", "linear");
   auto model = Model::load(dir);
   const AuditReport rep =
-      Auditor::audit(*model, runQwen3(dir, {"rope_scaling:layer=1,step=0"})).report;
+      Auditor::audit(*model, test::runWithFaults(dir, {"rope_scaling:layer=1,step=0"})).report;
   EXPECT_FALSE(rep.hasFinding(finding::QkNormOrder)) << rep.toText();
   const Finding& f = test::onlyFinding(rep, finding::RopeScaling);
   EXPECT_EQ(f.layer, 1);
   // And the other way round: on that checkpoint the swapped order is qk_norm_order's.
-  const AuditReport swapped = Auditor::audit(*model, runQwen3(dir, {"qk_norm_order:layer=1"})).report;
+  const AuditReport swapped = Auditor::audit(*model, test::runWithFaults(dir, {"qk_norm_order:layer=1"})).report;
   EXPECT_EQ(test::onlyFinding(swapped, finding::QkNormOrder).layer, 1);
   EXPECT_FALSE(swapped.hasFinding(finding::RopeScaling)) << swapped.toText();
 }
 
 TEST(QkNormOrder, ACleanRunAndACheckpointWithoutQkNorm) {
   auto model = Model::load(qwen3());
-  const AuditReport clean = Auditor::audit(*model, runQwen3(qwen3(), {})).report;
+  const AuditReport clean = Auditor::audit(*model, test::runWithFaults(qwen3(), {})).report;
   EXPECT_TRUE(clean.findings.empty()) << clean.toText();
   try {
-    runQwen3(test::hfModel("llama"), {"qk_norm_order"});
+    test::runWithFaults(test::hfModel("llama"), {"qk_norm_order"});
     FAIL() << "a llama checkpoint has no q/k norm to swap";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("q/k norm"), std::string::npos) << e.what();
@@ -110,7 +98,7 @@ TEST(QkNormOrder, ACleanRunAndACheckpointWithoutQkNorm) {
 TEST(QkNormOrder, AFaultForAnotherRequestSaysItNeverFired) {
   auto model = Model::load(qwen3());
   const AuditReport rep =
-      Auditor::audit(*model, runQwen3(qwen3(), {"qk_norm_order:request=1"})).report;
+      Auditor::audit(*model, test::runWithFaults(qwen3(), {"qk_norm_order:request=1"})).report;
   EXPECT_TRUE(rep.findings.empty()) << rep.toText();
   EXPECT_NE(rep.toText().find("never fired: the run has no request 1"), std::string::npos)
       << rep.toText();

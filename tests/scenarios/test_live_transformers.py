@@ -109,7 +109,7 @@ class EveryFamilyTest(unittest.TestCase):
             "gpt2": os.path.join(hf, "gpt2"),
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
-            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3")},
+            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3", "gemma2")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",
@@ -126,8 +126,12 @@ class EveryFamilyTest(unittest.TestCase):
             for policy in ([], ["--temperature", "0.8", "--top-k", "20", "--seed", "3"]):
                 with self.subTest(family=family, sampled=bool(policy)):
                     out = os.path.join(self.tmp.name, f"{family}-{len(policy)}.kvtrace")
+                    # Gemma 2 with eager attention: transformers' sdpa path ignores its
+                    # attention soft-cap (test_attention_softcap_dropped_... finds that).
+                    attn = ["--attn-implementation", "eager"] if family == "gemma2" else []
                     rc = hf_trace.main(["--model", model, "--prompt-ids", PROMPT, "--max-new", "8",
-                                        "--ignore-eos", "--no-fingerprint", "--out", out, *policy])
+                                        "--ignore-eos", "--no-fingerprint", "--out", out, *policy,
+                                        *attn])
                     self.assertEqual(rc, 0)
                     r = subprocess.run([fr.cli_path(), "audit", "--model", model, "--trace", out,
                                         "--json"], capture_output=True, text=True)
@@ -248,6 +252,37 @@ class RecordingAroundGenerateTest(unittest.TestCase):
               f"nope_layer_rope at request {w['request']} step {w['step']} layer {w['layer']} "
               f"position {w['position']}")
         self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+
+    def test_attention_softcap_dropped_in_transformers_is_found(self):
+        # Gemma2Attention passes softcap=self.attn_logit_softcapping to its attention kernel.
+        # transformers' own sdpa path (the default) takes it and ignores it; a port whose
+        # kernel has no soft-cap (vllm-project/vllm#7022) is the value gone under eager
+        # attention. Both drop the cap on every layer at every step; eager with it is clean
+        # (EveryFamilyTest).
+        gemma2 = v4_readable(self.tmp.name, "gemma2")
+        from kvscope_trace import recording
+        rows = []
+        for how in ("sdpa", "eager, cap removed"):
+            with self.subTest(how=how):
+                model = transformers.AutoModelForCausalLM.from_pretrained(
+                    gemma2, dtype=torch.float32, attn_implementation=how.split(",")[0]).eval()
+                if how != "sdpa":
+                    for layer in model.model.layers:
+                        layer.self_attn.attn_logit_softcapping = None
+                path = os.path.join(self.tmp.name, f"softcap-{how[:4]}.kvtrace")
+                with recording(model, path):
+                    model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
+                                   max_new_tokens=6, do_sample=False)
+                rc, rep = self.audit(gemma2, path)
+                ids = [f["id"] for f in rep["findings"]]
+                w = rep["findings"][0]["where"] if ids else {}
+                rows.append(f"{how:18} exit {rc} {ids} at request {w.get('request')} step "
+                            f"{w.get('step')} layer {w.get('layer')} position {w.get('position')}")
+                self.assertEqual(rc, 1)
+                self.assertEqual(ids, ["softcap_dropped"], json.dumps(rep["findings"], indent=1))
+                self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+        print(f"\nGemma 2's attention soft-cap dropped, transformers {transformers.__version__}:\n  " +
+              "\n  ".join(rows))
 
     def test_a_mask_that_is_not_left_padding_is_refused_with_the_reason(self):
         from kvscope_trace import recording

@@ -30,6 +30,7 @@ inline constexpr const char* PrefixReuse = "prefix_reuse";
 inline constexpr const char* WindowWrap = "window_wrap";
 inline constexpr const char* QkNormOrder = "qk_norm_order";
 inline constexpr const char* NopeLayerRope = "nope_layer_rope";
+inline constexpr const char* SoftcapDropped = "softcap_dropped";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

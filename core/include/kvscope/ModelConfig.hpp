@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -37,7 +37,9 @@ struct RopeConfig {
 /// The pieces of the shared kit a family's decoder block is composed of. Set by the family
 /// file; the weight loader and the forward read these, never the family's name.
 struct BlockRecipe {
-  enum class Norm { LayerNorm, RmsNorm };   // LayerNorm: weight and bias; RMSNorm: weight
+  // LayerNorm: weight and bias; RMSNorm: weight; RmsNormPlusOne: Gemma's RMSNorm, the
+  // weight stored as w and applied as (1 + w) (to every norm of the model, q/k norms too).
+  enum class Norm { LayerNorm, RmsNorm, RmsNormPlusOne };
   enum class Positions { Learned, Rope };   // a position-embedding table, or rotary
   enum class Layout { Conv1d, Linear };     // weights stored [in, out] (GPT-2) or [out, in]
   enum class Mlp { Plain, Gated };          // down(act(up x)), or down(act(gate x) * up x)
@@ -50,6 +52,8 @@ struct BlockRecipe {
   bool divideScoresBySqrtD = false;         // scores / sqrt(d) (GPT-2) vs scores * (1/sqrt(d))
   bool qkNormOverHeads = false;             // q/k RMSNorm over the whole projection (OLMo 2),
                                             // not per head (Qwen3)
+  bool embeddingScaleInWeightDtype = false; // the embedding multiplier rounded to the stored
+                                            // embedding dtype first (Gemma's embed_scale)
   bool operator==(const BlockRecipe& o) const;
 };
 
@@ -80,6 +84,10 @@ struct ModelConfig {
   double attentionScale = 0.0;        // scores' scale (Granite's attention_multiplier); 0: 1/sqrt(d)
   double residualMultiplier = 1.0;    // Granite: each sublayer's output, before the residual add
   double logitsDivisor = 1.0;         // Granite: logits_scaling
+  double attnLogitSoftcap = 0.0;      // Gemma 2: scores -> tanh(scores / cap) * cap before the
+                                      // mask (attn_logit_softcapping); 0: none
+  double finalLogitSoftcap = 0.0;     // Gemma 2: logits -> tanh(logits / cap) * cap
+                                      // (final_logit_softcapping); 0: none
   bool scaleAttnByInverseLayerIdx = false;  // GPT-2 option
   int64_t slidingWindow = 0;          // 0: no sliding window anywhere
   std::vector<bool> slidingLayers;    // per layer: true where the window applies

@@ -142,27 +142,39 @@ std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& i
 std::unique_ptr<ReferenceRun> ReferenceSet::positioned(
     const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
     const std::map<int64_t, std::vector<int64_t>>& layerPositions, uint64_t version) {
+  PassHypothesis change;
+  change.layerPositions = layerPositions;
+  return hypothesis(ids, positions, change, version);
+}
+
+std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t>& ids,
+                                                       const std::vector<int64_t>& positions,
+                                                       const PassHypothesis& change,
+                                                       uint64_t version) {
   if (!model_ || ids.empty() || positions.size() != ids.size()) return nullptr;
   const Model* m = modelFor(version);
   if (!m) return nullptr;
   const auto T = static_cast<int64_t>(ids.size());
   m->checkReferenceMemory(T);
   try {
-    return guardAllocations("the uncached pass at other positions", [&] {
+    return guardAllocations("the uncached pass of an audit hypothesis", [&] {
       torch::InferenceMode guard;
       const KvQuantizer rounding(trace_->kvCache);
       UncachedAttention attention(torch::ones({1, T}, torch::kBool), m->impl().layerWindows,
                                   &rounding);
-      for (const auto& [layer, own] : layerPositions)
+      for (const auto& [layer, own] : change.layerPositions)
         if (own.size() == ids.size())
           attention.setLayerPositions(layer, torch::tensor(own, torch::kLong).view({1, T}));
-      KvTapCollector taps;
+      for (const auto& [layer, from] : change.uncappedFrom) attention.setUncappedQueries(layer, from);
+      KvTapCollector taps(/*withLogits=*/true);
       m->impl().forward(torch::tensor(ids, torch::kLong).view({1, T}),
                         torch::tensor(positions, torch::kLong).view({1, T}), attention, &taps);
       auto run = std::make_unique<ReferenceRun>();
       run->ids = ids;
+      run->weightsVersion = version;
       for (const auto& k : taps.keys) run->keys.push_back(toFloatTensor(k.contiguous()));
       for (const auto& v : taps.values) run->values.push_back(toFloatTensor(v.contiguous()));
+      if (taps.logits.defined()) run->logits = toFloatTensor(taps.logits.contiguous());
       return run;
     });
   } catch (const UsageError&) {

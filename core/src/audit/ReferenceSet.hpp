@@ -15,6 +15,14 @@
 
 namespace kvscope::detail {
 
+/// What an audit hypothesis changes in an uncached pass (ReferenceSet::hypothesis).
+struct PassHypothesis {
+  /// Layers rotating their queries and keys at other position ids (one per id).
+  std::map<int64_t, std::vector<int64_t>> layerPositions;
+  /// Layers computing their scores without the soft-cap from this query index on.
+  std::map<int64_t, int64_t> uncappedFrom;
+};
+
 class ReferenceSet {
  public:
   /// Model mode. Versions > 0 come from `weightsDirectories` (version -> checkpoint
@@ -49,6 +57,12 @@ class ReferenceSet {
   std::unique_ptr<ReferenceRun> positioned(
       const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
       const std::map<int64_t, std::vector<int64_t>>& layerPositions, uint64_t version);
+  /// Model mode only: the K/V records and logits of an uncached pass over `ids` at
+  /// `positions` with `change` applied, rounded as the trace's cache is; nullptr otherwise
+  /// (also when a position is beyond the context).
+  std::unique_ptr<ReferenceRun> hypothesis(const std::vector<int64_t>& ids,
+                                           const std::vector<int64_t>& positions,
+                                           const PassHypothesis& change, uint64_t version);
 
  private:
   const Model* modelFor(uint64_t version);

@@ -73,6 +73,11 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "with a 0, as SmolLM3 has); every layer of this " +
                      architectureName(cfg.architecture) + " checkpoint rotates, so there is no "
                      "list to read inverted");
+  if (faults.dropsSoftcap() && !(cfg.attnLogitSoftcap > 0))
+    throw UsageError("fault 'softcap_dropped' needs a checkpoint with an attention soft-cap "
+                     "(attn_logit_softcapping, as Gemma 2 has); this " +
+                     architectureName(cfg.architecture) + " checkpoint has none, so there is "
+                     "no soft-cap to drop");
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&

@@ -37,7 +37,8 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
-    } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope") {
+    } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
+               f.name == "softcap_dropped") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -210,7 +211,14 @@ double FaultPlan::quantizationScaleFactor(int64_t request, int64_t step, int64_t
 bool FaultPlan::needsQuantizedCache() const { return find("kv_quantization") != nullptr; }
 
 bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer) const {
-  for (const auto* f : all("rope_scaling"))
+  return fromStepAtLayer("rope_scaling", request, step, layer);
+}
+
+bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
+
+bool FaultPlan::fromStepAtLayer(const char* name, int64_t request, int64_t step,
+                                int64_t layer) const {
+  for (const auto* f : all(name))
     if (matches(*f, request) && step >= f->get("step") &&
         (f->get("layer") < 0 || f->get("layer") == layer)) {
       note(f, request, step, layer);
@@ -219,31 +227,23 @@ bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer)
   return false;
 }
 
-bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
-
 bool FaultPlan::qkNormAfterRope(int64_t request, int64_t step, int64_t layer) const {
-  for (const auto* f : all("qk_norm_order"))
-    if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer)) {
-      note(f, request, step, layer);
-      return true;
-    }
-  return false;
+  return fromStepAtLayer("qk_norm_order", request, step, layer);
 }
 
 bool FaultPlan::swapsQkNormOrder() const { return find("qk_norm_order") != nullptr; }
 
 bool FaultPlan::ropeFlipped(int64_t request, int64_t step, int64_t layer) const {
-  for (const auto* f : all("nope_layer_rope"))
-    if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer)) {
-      note(f, request, step, layer);
-      return true;
-    }
-  return false;
+  return fromStepAtLayer("nope_layer_rope", request, step, layer);
 }
 
 bool FaultPlan::flipsNopeLayers() const { return find("nope_layer_rope") != nullptr; }
+
+bool FaultPlan::softcapDropped(int64_t request, int64_t step, int64_t layer) const {
+  return fromStepAtLayer("softcap_dropped", request, step, layer);
+}
+
+bool FaultPlan::dropsSoftcap() const { return find("softcap_dropped") != nullptr; }
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))

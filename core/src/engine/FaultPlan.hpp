@@ -62,6 +62,9 @@ class FaultPlan {
   /// nope_layer_rope: (request, step, layer) reads its no_rope_layers entry inverted.
   bool ropeFlipped(int64_t request, int64_t step, int64_t layer) const;
   bool flipsNopeLayers() const;
+  /// softcap_dropped: (request, step, layer) computes its scores without the soft-cap.
+  bool softcapDropped(int64_t request, int64_t step, int64_t layer) const;
+  bool dropsSoftcap() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;
@@ -104,6 +107,9 @@ class FaultPlan {
   const FaultSpec* find(const char* name) const;
   std::vector<const FaultSpec*> all(const char* name) const;
   static bool matches(const FaultSpec& f, int64_t request);
+  /// A fault `name` matching `request` from its `step` on, at its `layer` (-1: every layer);
+  /// notes the firing.
+  bool fromStepAtLayer(const char* name, int64_t request, int64_t step, int64_t layer) const;
   void note(const FaultSpec* f, int64_t request, int64_t step, int64_t layer) const;
   std::vector<FaultSpec> faults_;
   mutable std::vector<FaultFiring> fired_;  // [faults_]: the first firing of each

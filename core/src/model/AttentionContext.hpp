@@ -52,6 +52,20 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` of this forward computes `layer`'s attention scores without the
+  /// checkpoint's soft-cap (the softcap_dropped fault: a kernel path without Gemma 2's
+  /// attn_logit_softcapping). Only checkpoints with a soft-cap have one to drop.
+  virtual bool dropsSoftcap(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
+  /// The query rows of `layer` ([B, 1, s, 1] bool) whose scores skip the soft-cap: the rows
+  /// dropsSoftcap() names and the queries setUncappedQueries() set; undefined when none.
+  torch::Tensor uncappedQueries(int64_t layer, int64_t B, int64_t s) const;
+  /// An audit hypothesis: from query index `fromQuery` on (of a one-row pass), `layer`
+  /// computes its scores without the soft-cap.
+  void setUncappedQueries(int64_t layer, int64_t fromQuery);
   /// In how many parts batch row `row` sums `layer`'s q/k/v projection over the hidden
   /// dimension (the batch_variance fault: a split-K kernel chosen by the batch size); 1 = one
   /// reduction, as every correct path does.
@@ -69,6 +83,7 @@ class AttentionContext {
 
  private:
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
+  std::vector<int64_t> uncappedFrom_;          // [layer] first uncapped query index, -1: none
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&

@@ -12,13 +12,22 @@ namespace kvscope::detail {
 
 class KvTapCollector : public TorchTapSink {
  public:
+  /// `withLogits`: the logits of row 0 too.
+  explicit KvTapCollector(bool withLogits = false) : withLogits_(withLogits) {}
   bool wants(const std::string& name) const override {
-    return name == "k_proj" || name == "v_proj";
+    return name == "k_proj" || name == "v_proj" || (withLogits_ && name == "logits");
   }
   void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
-    (name == "k_proj" ? keys : values).push_back(t.select(0, 0));
+    if (name == "logits")
+      logits = t.select(0, 0);
+    else
+      (name == "k_proj" ? keys : values).push_back(t.select(0, 0));
   }
   std::vector<torch::Tensor> keys, values;  // [layer][h, T, d]
+  torch::Tensor logits;                     // [T, V] (withLogits)
+
+ private:
+  bool withLogits_;
 };
 
 }  // namespace kvscope::detail

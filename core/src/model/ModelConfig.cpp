@@ -32,7 +32,8 @@ std::string supportedModelTypes() {
 bool BlockRecipe::operator==(const BlockRecipe& o) const {
   return norm == o.norm && positions == o.positions && layout == o.layout &&
          fusedQkv == o.fusedQkv && mlp == o.mlp && divideScoresBySqrtD == o.divideScoresBySqrtD &&
-         qkNormOverHeads == o.qkNormOverHeads && fusedGateUp == o.fusedGateUp;
+         qkNormOverHeads == o.qkNormOverHeads && fusedGateUp == o.fusedGateUp &&
+         embeddingScaleInWeightDtype == o.embeddingScaleInWeightDtype;
 }
 
 bool ModelConfig::ropeOn(int64_t layer) const {

@@ -39,7 +39,13 @@ torch::Tensor ModelImpl::norm(const torch::Tensor& x, const torch::Tensor& w,
                               const torch::Tensor& b) const {
   if (config.recipe.norm == BlockRecipe::Norm::LayerNorm)
     return detail::layerNorm(x, w, b, config.normEps);
-  return detail::rmsNorm(x, w, config.normEps);
+  return detail::rmsNorm(x, rmsWeight(w), config.normEps);
+}
+
+torch::Tensor ModelImpl::rmsWeight(const torch::Tensor& w) const {
+  // Gemma: (1 + w) in float32, as transformers' Gemma RMSNorm computes it.
+  if (config.recipe.norm == BlockRecipe::Norm::RmsNormPlusOne) return w.to(torch::kFloat) + 1.0;
+  return w;
 }
 
 torch::Tensor ModelImpl::project(const torch::Tensor& x, const torch::Tensor& w,
@@ -49,10 +55,10 @@ torch::Tensor ModelImpl::project(const torch::Tensor& x, const torch::Tensor& w,
 
 torch::Tensor ModelImpl::headNorm(const torch::Tensor& x, const torch::Tensor& w) const {
   if (!w.defined()) return x;
-  if (!config.recipe.qkNormOverHeads) return detail::rmsNorm(x, w, config.normEps);
+  if (!config.recipe.qkNormOverHeads) return detail::rmsNorm(x, rmsWeight(w), config.normEps);
   const int64_t B = x.size(0), h = x.size(1), s = x.size(2), d = x.size(3);
   auto flat = x.transpose(1, 2).reshape({B, s, h * d});  // the projection as computed
-  return detail::rmsNorm(flat, w, config.normEps).view({B, s, h, d}).transpose(1, 2);
+  return detail::rmsNorm(flat, rmsWeight(w), config.normEps).view({B, s, h, d}).transpose(1, 2);
 }
 
 void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const {
@@ -143,6 +149,14 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   else
     scores = scores * (1.0f / std::sqrt(static_cast<float>(d)));
   if (config.scaleAttnByInverseLayerIdx) scores = scores / static_cast<float>(layer + 1);
+  if (config.attnLogitSoftcap > 0) {
+    // Gemma 2's soft-cap, before the mask; query rows a path runs without it (the
+    // softcap_dropped fault, or the audit's hypothesis) keep the raw scores.
+    const auto cap = static_cast<float>(config.attnLogitSoftcap);
+    const torch::Tensor capped = torch::tanh(scores / cap) * cap;
+    const torch::Tensor raw = attention.uncappedQueries(layer, B, s);  // [B, 1, s, 1] or undefined
+    scores = raw.defined() ? torch::where(raw, scores, capped) : capped;
+  }
   // Finite minimum like transformers, so fully masked (padding) rows stay finite.
   scores = scores.masked_fill(kv.allowed.logical_not(), std::numeric_limits<float>::lowest());
   auto probs = torch::softmax(scores, -1);
@@ -170,7 +184,7 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   auto positions = torch::arange(count, torch::kLong);
   auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
   const int64_t d = config.headDim, nh = config.numHeads, nkv = config.numKvHeads;
-  if (config.embeddingMultiplier != 1.0) h = h * config.embeddingMultiplier;
+  if (embedScale != 1.0) h = h * embedScale;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions);
   const auto x = w.attnNormW.defined() ? norm(h, w.attnNormW, w.attnNormB) : h;
   torch::Tensor k = config.recipe.fusedQkv
@@ -190,7 +204,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   torch::InferenceMode guard;
   checkInputs(ids, positions);  // before any embedding or position row is read
   torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
-  if (config.embeddingMultiplier != 1.0) h = h * config.embeddingMultiplier;
+  if (embedScale != 1.0) h = h * embedScale;
   torch::Tensor cos, sin;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
   if (config.usesRope()) std::tie(cos, sin) = rope->cosSin(positions);
@@ -240,6 +254,10 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   tap(taps, config.numLayers, "final", h);
   auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
   if (config.logitsDivisor != 1.0) logits = logits / config.logitsDivisor;
+  if (config.finalLogitSoftcap > 0) {
+    const auto cap = static_cast<float>(config.finalLogitSoftcap);
+    logits = torch::tanh(logits / cap) * cap;
+  }
   tap(taps, config.numLayers, "logits", logits);
   return logits;
 }

@@ -40,6 +40,8 @@ struct ModelImpl {
   torch::Tensor lmHead;          // [V, H] (the embedding when tied)
   std::unique_ptr<detail::RotaryEmbedding> rope;
   std::vector<int64_t> layerWindows;  // per layer: sliding window, 0 = full attention
+  double embedScale = 1.0;  // config.embeddingMultiplier, in the embedding's dtype where the
+                            // recipe rounds it (recipe.embeddingScaleInWeightDtype)
   uint64_t weightsVersion = 0;
   std::map<std::string, torch::Tensor*> byName;  // checkpoint name -> member (for updates)
 
@@ -69,6 +71,8 @@ struct ModelImpl {
   /// x [.., in] times a weight in the recipe's layout, + b.
   torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
+  /// The weight an RMSNorm multiplies by: w, or (1 + w) in float32 (Gemma).
+  torch::Tensor rmsWeight(const torch::Tensor& w) const;
   /// q/k RMSNorm of x [B, h, s, d]: per head over d, or over all h * d of a position
   /// (recipe.qkNormOverHeads); x itself when w is undefined.
   torch::Tensor headNorm(const torch::Tensor& x, const torch::Tensor& w) const;

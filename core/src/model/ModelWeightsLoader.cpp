@@ -185,6 +185,14 @@ void ModelImpl::loadWeights() {
     lmHead = L.loadRows(n.lmHead, c.vocabSize, H);  // throws naming the file when missing
     track(n.lmHead, lmHead);
   }
+  // Gemma: torch.tensor(hidden_size ** 0.5).to(embed dtype), so bf16 weights scale by the
+  // bf16 rounding of the multiplier.
+  embedScale = recipe.embeddingScaleInWeightDtype
+                   ? torch::tensor(static_cast<float>(c.embeddingMultiplier))
+                         .to(embed.scalar_type())
+                         .to(torch::kDouble)
+                         .item<double>()
+                   : c.embeddingMultiplier;
   if (recipe.positions == BlockRecipe::Positions::Rope)
     rope = std::make_unique<detail::RotaryEmbedding>(c);
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);

@@ -36,6 +36,14 @@ struct StepAnalysis;
 using Evidence = std::map<std::string, double>;
 using RequestAnalyses = std::map<int64_t, std::vector<StepAnalysis>>;
 
+/// The parameters of a fault that changes a computation from a step on, at one layer or at
+/// every layer, for one request or all (FaultPlan's from-step-at-layer faults).
+inline std::vector<FaultParameter> fromStepAtLayerParameters() {
+  return {{"step", "first step affected (0 = prefill)", "0"},
+          {"layer", "layer affected (-1 = all)", "-1"},
+          {"request", "request affected (-1 = all)", "-1"}};
+}
+
 /// What a row is, as the user reads it (the matrix, docs/audit.md, --help).
 struct RowSpec {
   const char* id = "";      // the stable finding id (kvscope::finding)

@@ -29,6 +29,9 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // its own hypothesis, so the two never claim one run. Before rope_scaling for the
       // same reason as qk_norm_order.
       &rows::nopeLayerRope(),
+      // A dropped attention soft-cap: a layer's records exact, the next one's keys and values
+      // wrong; claimed only when an uncached pass without the cap reproduces every record.
+      &rows::softcapDropped(),
       // Keys rotated with another RoPE scaling: before the position probe, which reads a
       // dropped linear factor f as the right key at f x the position.
       &rows::ropeScaling(),

@@ -26,5 +26,6 @@ const FailureRow& prefixReuse();
 const FailureRow& windowWrap();
 const FailureRow& qkNormOrder();
 const FailureRow& nopeLayerRope();
+const FailureRow& softcapDropped();
 
 }  // namespace kvscope::detail::rows

@@ -14,5 +14,6 @@ const ModelFamily& olmo2Family();
 const ModelFamily& graniteFamily();
 const ModelFamily& smolLm3Family();
 const ModelFamily& phi3Family();
+const ModelFamily& gemma2Family();
 
 }  // namespace kvscope

@@ -30,9 +30,7 @@ class NopeLayerRopeRow final : public FailureRow {
           "(-1 = every layer): a NoPE layer rotates, a rotary one does not; needs a checkpoint "
           "with NoPE layers (smollm3)",
           "keys wrong from position 1 on, exact at position 0, values exact",
-          {{"step", "first step affected (0 = prefill)", "0"},
-           {"layer", "layer affected (-1 = all)", "-1"},
-           {"request", "request affected (-1 = all)", "-1"}}}},
+          fromStepAtLayerParameters()}},
         {},
         true};
     return s;

@@ -30,9 +30,7 @@ class QkNormOrderRow final : public FailureRow {
           "RoPE instead of before it (-1 = every layer); needs a checkpoint with q_norm/k_norm "
           "weights (qwen3)",
           "keys wrong from position 1 on, exact at position 0, values exact",
-          {{"step", "first step affected (0 = prefill)", "0"},
-           {"layer", "layer affected (-1 = all)", "-1"},
-           {"request", "request affected (-1 = all)", "-1"}}}},
+          fromStepAtLayerParameters()}},
         {},
         true};
     return s;

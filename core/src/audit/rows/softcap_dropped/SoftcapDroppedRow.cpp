@@ -1,0 +1,78 @@
+// `softcap_dropped` (KV Scope's): on a checkpoint with an attention soft-cap (Gemma 2's
+// attn_logit_softcapping), the cached path computes a layer's scores without it, as attention
+// kernel paths without soft-capping did (vllm-project/vllm#7022, sgl-project/sglang#33915).
+// Every K/V record of that layer matches; what differs is its attention output, so the
+// records of the layers after it (or only the logits).
+#include "audit/ReferenceSet.hpp"
+#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/Rows.hpp"
+#include "audit/rows/softcap_dropped/SoftcapDroppedEvidence.hpp"
+
+namespace kvscope::detail::rows {
+namespace {
+
+class SoftcapDroppedRow final : public FailureRow {
+ public:
+  const RowSpec& spec() const override {
+    static const RowSpec s{
+        finding::SoftcapDropped,
+        "a layer's K/V records exact, the next layer's keys and values wrong from position 1 "
+        "on (or only the logits), on a checkpoint with an attention soft-cap; an uncached pass "
+        "without the cap on that layer reproduces them",
+        "whether the attention kernel applies attn_logit_softcapping (tanh(s / cap) * cap "
+        "before the mask) on every path",
+        MatrixOrigin::KvScope,
+        112,
+        AuditStage::Numerics,
+        {},
+        {"Gemma 2's attention soft-cap dropped by a kernel path (vllm-project/vllm#7022, "
+         "sgl-project/sglang#33915; docs/audit.md)"},
+        {{"softcap_dropped",
+          "from step `step` on, the cached path computes `layer`'s attention scores without "
+          "the soft-cap (-1 = every layer); needs a checkpoint with attn_logit_softcapping "
+          "(gemma2)",
+          "the next layer's keys and values wrong from position 1 on, the layer's own exact",
+          fromStepAtLayerParameters()}},
+        {},
+        true};
+    return s;
+  }
+
+  bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
+                      const RequestReference&, const Evidence& ev) const override {
+    return explain(ctx, r, a, ev, false);
+  }
+
+  bool explainLogits(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
+                     const Evidence& ev) const override {
+    return explain(ctx, r, a, ev, true);
+  }
+
+  std::optional<TimelineMarker> marker(const Finding& f) const override {
+    return TimelineMarker{f.step, "softcap_dropped",
+                          "layer " + std::to_string(f.layer) + " soft-cap dropped", true};
+  }
+
+ private:
+  static bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
+                      bool logitsOnly) {
+    const ModelConfig* config = ctx.refs.modelConfig();
+    if (!config || !(config->attnLogitSoftcap > 0)) return false;
+    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
+    for (const auto& s : ctx.analyses.at(r))
+      if (&s == &a || !from.empty()) from.push_back(&s);
+    const auto m = SoftcapDroppedEvidence(ctx.trace, ctx.refs, ctx.tol).explain(from, logitsOnly);
+    if (!m) return false;
+    ctx.add(SoftcapDroppedEvidence::finding(a, *m, config->attnLogitSoftcap, ev), a);
+    return true;
+  }
+};
+
+}  // namespace
+
+const FailureRow& softcapDropped() {
+  static const SoftcapDroppedRow row;
+  return row;
+}
+
+}  // namespace kvscope::detail::rows
