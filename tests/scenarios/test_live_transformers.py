@@ -89,9 +89,18 @@ def v4_readable(root: str, family: str) -> str:
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
         cfg = json.load(f)
+    params = cfg["rope_parameters"]
+    if "full_attention" in params:  # keyed by layer type (Gemma 3): 4.x's three keys
+        full, local = params["full_attention"], params.get("sliding_attention", {})
+        cfg["rope_theta"] = full["rope_theta"]
+        scaling = {k: v for k, v in full.items() if k != "rope_theta"}
+        cfg["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
+        if "rope_theta" in local:
+            cfg["rope_local_base_freq"] = local["rope_theta"]
+        params = {}
     for key in ("rope_theta", "partial_rotary_factor"):  # the keys 4.x reads at the top
-        if key in cfg["rope_parameters"]:
-            cfg[key] = cfg["rope_parameters"][key]
+        if key in params:
+            cfg[key] = params[key]
     with open(os.path.join(dst, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return dst
@@ -109,7 +118,8 @@ class EveryFamilyTest(unittest.TestCase):
             "gpt2": os.path.join(hf, "gpt2"),
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
-            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3", "gemma2")},
+            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3", "gemma2",
+                                                             "gemma3_text")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",
@@ -136,7 +146,7 @@ class EveryFamilyTest(unittest.TestCase):
                     r = subprocess.run([fr.cli_path(), "audit", "--model", model, "--trace", out,
                                         "--json"], capture_output=True, text=True)
                     rep = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
-                    rows.append(f"{family:8} {'sampled' if policy else 'greedy':8} exit {r.returncode} "
+                    rows.append(f"{family:11} {'sampled' if policy else 'greedy':8} exit {r.returncode} "
                                 f"{[f['id'] for f in rep.get('findings', [])]}")
                     self.assertEqual(r.returncode, 0, r.stderr + json.dumps(rep.get("findings"), indent=1))
                     policy_stage = next(s for s in rep["stages"] if s["id"] == "policy")
@@ -283,6 +293,79 @@ class RecordingAroundGenerateTest(unittest.TestCase):
                 self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
         print(f"\nGemma 2's attention soft-cap dropped, transformers {transformers.__version__}:\n  " +
               "\n  ".join(rows))
+
+    def test_sliding_layers_rotated_with_the_global_rope_in_transformers_are_found(self):
+        # Gemma 3 rotates its sliding layers with rope_local_base_freq, unscaled; one RoPE for
+        # both layer types puts the global theta and linear scaling on them (the regression of
+        # vllm-project/vllm#28542, fixed by #29111). Patched on the loaded model: under 5.x the
+        # rotary module answers every layer type with the full-attention table, under 4.x the
+        # local rotary module is the global one.
+        gemma3 = v4_readable(self.tmp.name, "gemma3_text")
+        from kvscope_trace import recording
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gemma3, dtype=torch.float32, attn_implementation="eager").eval()
+        if hasattr(model.model, "rotary_emb_local"):
+            model.model.rotary_emb_local = model.model.rotary_emb
+        else:
+            rotary = model.model.rotary_emb
+            forward = rotary.forward
+            rotary.forward = lambda x, position_ids, layer_type=None: forward(
+                x, position_ids, "full_attention")
+        path = os.path.join(self.tmp.name, "gemma3-one-rope.kvtrace")
+        with recording(model, path):
+            model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]), max_new_tokens=6,
+                           do_sample=False)
+        rc, rep = self.audit(gemma3, path)
+        self.assertEqual(rc, 1)
+        ids = [f["id"] for f in rep["findings"]]
+        self.assertEqual(ids, ["layer_rope_theta"], json.dumps(rep["findings"], indent=1))
+        f = rep["findings"][0]
+        w = f["where"]
+        print(f"\nGemma 3's sliding layers with the global RoPE, transformers "
+              f"{transformers.__version__}: layer_rope_theta at request {w['request']} step "
+              f"{w['step']} layer {w['layer']} position {w['position']}")
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+        self.assertEqual(f["evidence"]["used_rope_theta"], 1e6)
+
+    def test_partial_rotary_turned_over_the_whole_head_in_transformers_is_found(self):
+        # Phi-3 turns 6 of each head's 12 features (pairs (i, i + 3), theta^(-2i/6)). Three
+        # ways ports turned the whole head instead, patched into the loaded model by giving its
+        # rotary module d/2 frequencies (apply_rotary_pos_emb then turns cos.shape[-1] = 12
+        # features, pairs (i, i + 6)): 1. the factor ignored; 2. the head width's frequencies
+        # on the first 3 pairs only (pie-project/pie#603); 3. the rotary frequencies
+        # zero-padded (labscommunity/cascadia#69).
+        phi3 = v4_readable(self.tmp.name, "phi3")
+        from kvscope_trace import recording
+        rows = []
+        for hypothesis in (1, 2, 3):
+            with self.subTest(hypothesis=hypothesis):
+                model = transformers.AutoModelForCausalLM.from_pretrained(
+                    phi3, dtype=torch.float32).eval()
+                rotary = model.model.rotary_emb
+                d = model.config.hidden_size // model.config.num_attention_heads
+                right = rotary.inv_freq.clone()  # [r/2]
+                head = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float) / d))
+                pad = torch.zeros(d // 2 - right.numel())
+                rotary.inv_freq = {1: head,
+                                   2: torch.cat([head[:right.numel()], pad]),
+                                   3: torch.cat([right, pad])}[hypothesis]
+                path = os.path.join(self.tmp.name, f"partial-{hypothesis}.kvtrace")
+                with recording(model, path):
+                    model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
+                                   max_new_tokens=6, do_sample=False)
+                rc, rep = self.audit(phi3, path)
+                ids = [f["id"] for f in rep["findings"]]
+                f = rep["findings"][0] if ids else {"where": {}, "evidence": {}}
+                w = f["where"]
+                rows.append(f"hypothesis {hypothesis}: exit {rc} {ids} at request {w.get('request')} "
+                            f"step {w.get('step')} layer {w.get('layer')} position {w.get('position')}"
+                            f", named hypothesis {f['evidence'].get('hypothesis')}")
+                self.assertEqual(rc, 1)
+                self.assertEqual(ids, ["partial_rotary"], json.dumps(rep["findings"], indent=1))
+                self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
+                self.assertEqual(f["evidence"]["hypothesis"], hypothesis)
+        print(f"\nPhi-3's partial rotary turned over the whole head, transformers "
+              f"{transformers.__version__}:\n  " + "\n  ".join(rows))
 
     def test_a_mask_that_is_not_left_padding_is_refused_with_the_reason(self):
         from kvscope_trace import recording

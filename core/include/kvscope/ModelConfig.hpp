@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -72,7 +72,10 @@ struct ModelConfig {
   double normEps = 1e-5;              // layer_norm_epsilon / rms_norm_eps
   std::string activation;             // gelu_new | gelu | silu | ...
   BlockRecipe recipe;                 // which kit pieces the family's block uses
-  RopeConfig rope;                    // unused with learned positions
+  RopeConfig rope;                    // unused with learned positions; the full-attention
+                                      // layers' where the sliding ones have their own
+  std::optional<RopeConfig> slidingRope;  // the sliding layers' RoPE where it differs (Gemma 3:
+                                      // rope_local_base_freq / rope_parameters.sliding_attention)
   bool tieWordEmbeddings = false;
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj
@@ -108,6 +111,8 @@ struct ModelConfig {
   bool isSlidingLayer(int64_t layer) const;
   /// Whether `layer` rotates its queries and keys (a RoPE model, not a NoPE layer).
   bool ropeOn(int64_t layer) const;
+  /// The RoPE `layer` rotates with: slidingRope on a sliding layer where the config has one.
+  const RopeConfig& ropeFor(int64_t layer) const;
 };
 
 }  // namespace kvscope

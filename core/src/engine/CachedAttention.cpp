@@ -55,6 +55,16 @@ bool CachedAttention::flipsRope(int64_t layer, int64_t row) const {
   return faults_.ropeFlipped(r.id, r.step, layer);
 }
 
+bool CachedAttention::swapsLayerRope(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.layerRopeSwapped(r.id, r.step, layer);
+}
+
+bool CachedAttention::rotatesWholeHead(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.wholeHeadRotated(r.id, r.step, layer);
+}
+
 bool CachedAttention::dropsSoftcap(int64_t layer, int64_t row) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
   return faults_.softcapDropped(r.id, r.step, layer);

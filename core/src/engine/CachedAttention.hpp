@@ -29,6 +29,8 @@ class CachedAttention : public AttentionContext {
   bool normsAfterRope(int64_t layer, int64_t row) const override;
   bool flipsRope(int64_t layer, int64_t row) const override;
   bool dropsSoftcap(int64_t layer, int64_t row) const override;
+  bool swapsLayerRope(int64_t layer, int64_t row) const override;
+  bool rotatesWholeHead(int64_t layer, int64_t row) const override;
   int64_t projectionSplits(int64_t layer, int64_t row) const override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }

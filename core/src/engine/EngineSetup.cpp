@@ -73,6 +73,18 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "with a 0, as SmolLM3 has); every layer of this " +
                      architectureName(cfg.architecture) + " checkpoint rotates, so there is no "
                      "list to read inverted");
+  if (faults.swapsLayerRopes() && (!cfg.slidingRope || *cfg.slidingRope == cfg.rope))
+    throw UsageError("fault 'layer_rope_theta' needs a checkpoint whose sliding layers rotate "
+                     "with a RoPE of their own (rope_local_base_freq or "
+                     "rope_parameters.sliding_attention, as Gemma 3 has); every layer of this " +
+                     architectureName(cfg.architecture) + " checkpoint rotates with one RoPE, "
+                     "so there is no other theta to use");
+  if (faults.rotatesWholeHeads() && (!cfg.usesRope() || cfg.rope.partialRotaryFactor >= 1.0))
+    throw UsageError("fault 'partial_rotary' needs a partial-rotary checkpoint "
+                     "(partial_rotary_factor below 1, as Phi-3 and Phi-4-mini have); this " +
+                     architectureName(cfg.architecture) + " checkpoint " +
+                     (cfg.usesRope() ? "rotates the whole of each head" : "has no RoPE") +
+                     ", so there is no unrotated part to rotate");
   if (faults.dropsSoftcap() && !(cfg.attnLogitSoftcap > 0))
     throw UsageError("fault 'softcap_dropped' needs a checkpoint with an attention soft-cap "
                      "(attn_logit_softcapping, as Gemma 2 has); this " +

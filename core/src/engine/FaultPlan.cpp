@@ -38,7 +38,8 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
     } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
-               f.name == "softcap_dropped") {
+               f.name == "softcap_dropped" || f.name == "layer_rope_theta" ||
+               f.name == "partial_rotary") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -238,6 +239,18 @@ bool FaultPlan::ropeFlipped(int64_t request, int64_t step, int64_t layer) const 
 }
 
 bool FaultPlan::flipsNopeLayers() const { return find("nope_layer_rope") != nullptr; }
+
+bool FaultPlan::layerRopeSwapped(int64_t request, int64_t step, int64_t layer) const {
+  return fromStepAtLayer("layer_rope_theta", request, step, layer);
+}
+
+bool FaultPlan::swapsLayerRopes() const { return find("layer_rope_theta") != nullptr; }
+
+bool FaultPlan::wholeHeadRotated(int64_t request, int64_t step, int64_t layer) const {
+  return fromStepAtLayer("partial_rotary", request, step, layer);
+}
+
+bool FaultPlan::rotatesWholeHeads() const { return find("partial_rotary") != nullptr; }
 
 bool FaultPlan::softcapDropped(int64_t request, int64_t step, int64_t layer) const {
   return fromStepAtLayer("softcap_dropped", request, step, layer);

@@ -64,6 +64,12 @@ class FaultPlan {
   bool flipsNopeLayers() const;
   /// softcap_dropped: (request, step, layer) computes its scores without the soft-cap.
   bool softcapDropped(int64_t request, int64_t step, int64_t layer) const;
+  /// layer_rope_theta: (request, step, layer) rotates with the other layer type's RoPE.
+  bool layerRopeSwapped(int64_t request, int64_t step, int64_t layer) const;
+  bool swapsLayerRopes() const;
+  /// partial_rotary: (request, step, layer) rotates the whole head of each attention head.
+  bool wholeHeadRotated(int64_t request, int64_t step, int64_t layer) const;
+  bool rotatesWholeHeads() const;
   bool dropsSoftcap() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).

@@ -52,6 +52,23 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` of this forward rotates the whole of each head on a
+  /// partial-rotary checkpoint (the partial_rotary fault: partial_rotary_factor ignored, the
+  /// frequencies and pairs taken over head_dim).
+  virtual bool rotatesWholeHead(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
+  /// Whether batch row `row` of this forward rotates `layer` with the other layer type's RoPE
+  /// (the layer_rope_theta fault): a sliding layer with the full-attention layers' theta and
+  /// scaling, a full-attention layer with the sliding ones'. Only checkpoints whose sliding
+  /// layers have a RoPE of their own (Gemma 3) have two to mix up.
+  virtual bool swapsLayerRope(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
   /// Whether batch row `row` of this forward computes `layer`'s attention scores without the
   /// checkpoint's soft-cap (the softcap_dropped fault: a kernel path without Gemma 2's
   /// attn_logit_softcapping). Only checkpoints with a soft-cap have one to drop.

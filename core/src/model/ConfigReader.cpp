@@ -87,48 +87,24 @@ int64_t ConfigReader::asInt(const json& v, const std::string& key) const {
   throw InputError(file_, key, "expected an integer, found " + jsonPreview(v));
 }
 
-// rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
-RopeConfig readRope(const ConfigReader& r) {
-  RopeConfig rope;
-  const json* params = nullptr;
-  std::string where;
-  if (r.has("rope_parameters")) {
-    params = &r.doc()["rope_parameters"];
-    where = "rope_parameters";
-  } else if (r.has("rope_scaling")) {
-    params = &r.doc()["rope_scaling"];
-    where = "rope_scaling";
-  }
-  rope.theta = r.doubleOr("rope_theta", 10000.0);
-  rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", 1.0);
-  // A non-positive base makes every inverse frequency NaN (silently NaN logits).
-  auto checkTheta = [&](const std::string& field) {
-    if (!(rope.theta > 0) || !std::isfinite(rope.theta))
-      throw InputError(r.file(), field, "must be a positive number, found " + std::to_string(rope.theta));
-  };
-  if (!params) {
-    checkTheta("rope_theta");
-    return rope;
-  }
-  if (!params->is_object()) throw InputError(r.file(), where, "expected an object");
-  // transformers 5 may key rope_parameters by layer type; use the full-attention entry.
-  const json* p = params;
-  if (!p->contains("rope_type") && !p->contains("type") && !p->contains("rope_theta") &&
-      p->contains("full_attention")) {
-    p = &(*params)["full_attention"];
-    where += ".full_attention";
-  }
+namespace {
+
+// One RoPE object (a rope_scaling / rope_parameters entry) at `where` over `rope`'s defaults.
+RopeConfig readRopeObject(const ConfigReader& r, const json& p, const std::string& where, RopeConfig rope) {
+  if (!p.is_object()) throw InputError(r.file(), where, "expected an object");
   auto num = [&](const char* key, double fallback) {
-    if (!p->contains(key) || (*p)[key].is_null()) return fallback;
-    if (!(*p)[key].is_number()) throw InputError(r.file(), where + "." + key, "expected a number");
-    return (*p)[key].get<double>();
+    if (!p.contains(key) || p[key].is_null()) return fallback;
+    if (!p[key].is_number()) throw InputError(r.file(), where + "." + key, "expected a number");
+    return p[key].get<double>();
   };
-  if (p->contains("rope_type") && (*p)["rope_type"].is_string())
-    rope.type = (*p)["rope_type"].get<std::string>();
-  else if (p->contains("type") && (*p)["type"].is_string())
-    rope.type = (*p)["type"].get<std::string>();
+  if (p.contains("rope_type") && p["rope_type"].is_string())
+    rope.type = p["rope_type"].get<std::string>();
+  else if (p.contains("type") && p["type"].is_string())
+    rope.type = p["type"].get<std::string>();
   rope.theta = num("rope_theta", rope.theta);
-  checkTheta(p->contains("rope_theta") ? where + ".rope_theta" : std::string("rope_theta"));
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta))  // NaN inverse frequencies otherwise
+    throw InputError(r.file(), p.contains("rope_theta") ? where + ".rope_theta" : std::string("rope_theta"),
+                     "must be a positive number, found " + std::to_string(rope.theta));
   rope.factor = num("factor", 1.0);
   rope.lowFreqFactor = num("low_freq_factor", 1.0);
   rope.highFreqFactor = num("high_freq_factor", 4.0);
@@ -160,5 +136,46 @@ RopeConfig readRope(const ConfigReader& r) {
   return rope;
 }
 
+// rope_parameters keyed by layer type (transformers 5: {"full_attention": {...}, ...}).
+bool keyedByLayerType(const json& p) {
+  return p.is_object() && !p.contains("rope_type") && !p.contains("type") && !p.contains("rope_theta") &&
+         (p.contains("full_attention") || p.contains("sliding_attention"));
+}
+
+}  // namespace
+
+// rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
+RopeConfig readRope(const ConfigReader& r, double defaultTheta) {
+  RopeConfig rope;
+  rope.theta = r.doubleOr("rope_theta", defaultTheta);
+  rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", 1.0);
+  if (r.has("rope_parameters")) {
+    const json& params = r.doc()["rope_parameters"];
+    if (keyedByLayerType(params)) {  // the full-attention entry is the model's RoPE
+      if (!params.contains("full_attention") || params["full_attention"].is_null())
+        return readRopeObject(r, json::object(), "rope_parameters.full_attention", rope);
+      return readRopeObject(r, params["full_attention"], "rope_parameters.full_attention", rope);
+    }
+    return readRopeObject(r, params, "rope_parameters", rope);
+  }
+  if (r.has("rope_scaling")) return readRopeObject(r, r.doc()["rope_scaling"], "rope_scaling", rope);
+  return readRopeObject(r, json::object(), "rope_theta", rope);
+}
+
+std::optional<RopeConfig> readLayerTypeRope(const ConfigReader& r, const std::string& layerType,
+                                            const RopeConfig& defaults) {
+  if (!r.has("rope_parameters") || !keyedByLayerType(r.doc()["rope_parameters"])) return std::nullopt;
+  const json& params = r.doc()["rope_parameters"];
+  if (!params.contains(layerType) || params[layerType].is_null()) return std::nullopt;
+  return readRopeObject(r, params[layerType], "rope_parameters." + layerType, defaults);
+}
+
+RopeConfig readRopeTheta(const ConfigReader& r, const char* key, const RopeConfig& defaults) {
+  RopeConfig rope = defaults;
+  rope.theta = r.doubleOr(key, defaults.theta);
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta))
+    throw InputError(r.file(), key, "must be a positive number, found " + std::to_string(rope.theta));
+  return rope;
+}
 
 }  // namespace kvscope

@@ -45,7 +45,16 @@ class ConfigReader {
 
 /// rope_parameters (transformers 5, also keyed by layer type: the full-attention entry) or
 /// rope_theta + rope_scaling (transformers 4, `type` or `rope_type`), and
-/// partial_rotary_factor. Throws InputError naming the field.
-RopeConfig readRope(const ConfigReader& r);
+/// partial_rotary_factor. `defaultTheta`: rope_theta when the config names none (the family's
+/// config class default). Throws InputError naming the field.
+RopeConfig readRope(const ConfigReader& r, double defaultTheta = 10000.0);
+/// rope_parameters' entry for `layerType` ("sliding_attention") when rope_parameters is keyed
+/// by layer type (transformers 5, Gemma 3); nullopt otherwise. Keys it leaves out keep
+/// `defaults` (type, theta, partial rotary).
+std::optional<RopeConfig> readLayerTypeRope(const ConfigReader& r, const std::string& layerType,
+                                            const RopeConfig& defaults);
+/// `defaults` with its theta from `key` where the config has it (transformers 4's
+/// rope_local_base_freq); InputError naming `key` for a base that is not a positive number.
+RopeConfig readRopeTheta(const ConfigReader& r, const char* key, const RopeConfig& defaults);
 
 }  // namespace kvscope

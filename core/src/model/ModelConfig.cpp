@@ -42,6 +42,10 @@ bool ModelConfig::ropeOn(int64_t layer) const {
          ropeLayers[static_cast<size_t>(layer)];
 }
 
+const RopeConfig& ModelConfig::ropeFor(int64_t layer) const {
+  return slidingRope && isSlidingLayer(layer) ? *slidingRope : rope;
+}
+
 bool RopeConfig::operator==(const RopeConfig& o) const {
   return type == o.type && theta == o.theta && factor == o.factor &&
          lowFreqFactor == o.lowFreqFactor && highFreqFactor == o.highFreqFactor &&

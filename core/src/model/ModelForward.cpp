@@ -2,6 +2,7 @@
 // (ModelConfig::recipe: norm, positions, weight layout, fused or separate q/k/v, MLP kind),
 // eager attention, float32. Nothing here asks which family a model is.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kvscope/Error.hpp"
@@ -43,9 +44,7 @@ torch::Tensor ModelImpl::norm(const torch::Tensor& x, const torch::Tensor& w,
 }
 
 torch::Tensor ModelImpl::rmsWeight(const torch::Tensor& w) const {
-  // Gemma: (1 + w) in float32, as transformers' Gemma RMSNorm computes it.
-  if (config.recipe.norm == BlockRecipe::Norm::RmsNormPlusOne) return w.to(torch::kFloat) + 1.0;
-  return w;
+  return detail::rmsMultiplier(w, config.recipe.norm);
 }
 
 torch::Tensor ModelImpl::project(const torch::Tensor& x, const torch::Tensor& w,
@@ -76,6 +75,7 @@ void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& posit
 
 torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
                                         const torch::Tensor& cos, const torch::Tensor& sin,
+                                        const torch::Tensor& wholeCos, const torch::Tensor& wholeSin,
                                         detail::AttentionContext& attention,
                                         detail::TorchTapSink* taps) const {
   const auto& w = layers[static_cast<size_t>(layer)];
@@ -123,6 +123,13 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
         k = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(kRaw, cos, sin), w.kNormW), k);
       }
     }
+  }
+  if (wholeCos.defined()) {  // rows that rotate the whole head (partial_rotary)
+    std::vector<int64_t> whole(static_cast<size_t>(B), 0);
+    for (int64_t b = 0; b < B; ++b) whole[static_cast<size_t>(b)] = attention.rotatesWholeHead(layer, b) ? 1 : 0;
+    auto rows = torch::tensor(whole, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+    q = torch::where(rows, detail::RotaryEmbedding::apply(qPlain, wholeCos, wholeSin), q);
+    k = torch::where(rows, detail::RotaryEmbedding::apply(kPlain, wholeCos, wholeSin), k);
   }
   if (std::find(flipped.begin(), flipped.end(), 1) != flipped.end()) {
     auto rows = torch::tensor(flipped, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
@@ -178,6 +185,25 @@ torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
                  w.downW, w.downB);
 }
 
+const detail::RotaryEmbedding& ModelImpl::ropeOf(int64_t layer) const {
+  return slidingRope && config.isSlidingLayer(layer) ? *slidingRope : *rope;
+}
+
+void ModelImpl::swapLayerRope(int64_t layer, const torch::Tensor& ids, const torch::Tensor& positions,
+                              const detail::AttentionContext& attention, torch::Tensor& cos,
+                              torch::Tensor& sin) const {
+  std::vector<int64_t> swapped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row swaps
+  for (int64_t b = 0; b < ids.size(0); ++b)
+    swapped[static_cast<size_t>(b)] = attention.swapsLayerRope(layer, b) ? 1 : 0;
+  if (std::find(swapped.begin(), swapped.end(), 1) == swapped.end()) return;
+  const detail::RotaryEmbedding& other = &ropeOf(layer) == rope.get() ? *slidingRope : *rope;
+  const torch::Tensor& own = attention.layerPositions(layer);
+  auto [otherCos, otherSin] = other.cosSin(own.defined() ? own : positions);
+  auto rows = torch::tensor(swapped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
+  cos = torch::where(rows, otherCos, cos);
+  sin = torch::where(rows, otherSin, sin);
+}
+
 torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   torch::InferenceMode guard;
   const auto& w = layers.at(0);
@@ -192,7 +218,7 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
                         : project(x, w.kW, w.kB);
   k = headNorm(k.reshape({count, 1, nkv, d}).transpose(1, 2), w.kNormW);  // [count, h_kv, 1, d]
   if (config.ropeOn(0)) {
-    auto [cos, sin] = rope->cosSin(positions.view({count, 1}));
+    auto [cos, sin] = ropeOf(0).cosSin(positions.view({count, 1}));
     k = detail::RotaryEmbedding::apply(k, cos, sin);
   }
   return k.select(2, 0);  // [count, h_kv, d]
@@ -205,34 +231,55 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   checkInputs(ids, positions);  // before any embedding or position row is read
   torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
   if (embedScale != 1.0) h = h * embedScale;
-  torch::Tensor cos, sin;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);
-  if (config.usesRope()) std::tie(cos, sin) = rope->cosSin(positions);
+  // Per RoPE (0: the full-attention layers', 1: the sliding layers' where they have their own):
+  // cos/sin at the forward's positions, and the unscaled ones once a row drops rope_scaling.
+  struct Tables { torch::Tensor cos, sin, cosUnscaled, sinUnscaled; };
+  std::array<Tables, 2> tables;
+  if (config.usesRope()) {
+    std::tie(tables[0].cos, tables[0].sin) = rope->cosSin(positions);
+    if (slidingRope) std::tie(tables[1].cos, tables[1].sin) = slidingRope->cosSin(positions);
+  }
   tap(taps, -1, "embed", h);
-  torch::Tensor cosUnscaled, sinUnscaled;  // [B, s, d], only when a row drops rope_scaling
   for (int64_t i = 0; i < config.numLayers; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
-    torch::Tensor layerCos = cos, layerSin = sin;
-    if (cos.defined()) {
+    const detail::RotaryEmbedding* layerRope = config.usesRope() ? &ropeOf(i) : nullptr;
+    Tables& t = tables[layerRope == slidingRope.get() ? 1 : 0];
+    torch::Tensor layerCos = t.cos, layerSin = t.sin;
+    if (layerRope) {
       // A layer rotated at other positions than the forward's (chunk_position).
       const torch::Tensor& own = attention.layerPositions(i);
       if (own.defined()) {
         checkInputs(ids, own);
-        std::tie(layerCos, layerSin) = rope->cosSin(own);
+        std::tie(layerCos, layerSin) = layerRope->cosSin(own);
       }
       std::vector<int64_t> dropped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row drops it
       for (int64_t b = 0; b < ids.size(0); ++b)
         dropped[static_cast<size_t>(b)] = attention.dropsRopeScaling(i, b) ? 1 : 0;
       if (std::find(dropped.begin(), dropped.end(), 1) != dropped.end()) {
+        torch::Tensor cosUnscaled, sinUnscaled;
         if (own.defined()) {
-          std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(own);
-        } else if (!cosUnscaled.defined()) {
-          std::tie(cosUnscaled, sinUnscaled) = rope->cosSinUnscaled(positions);
+          std::tie(cosUnscaled, sinUnscaled) = layerRope->cosSinUnscaled(own);
+        } else {
+          if (!t.cosUnscaled.defined()) std::tie(t.cosUnscaled, t.sinUnscaled) = layerRope->cosSinUnscaled(positions);
+          cosUnscaled = t.cosUnscaled;
+          sinUnscaled = t.sinUnscaled;
         }
         auto rows = torch::tensor(dropped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
         layerCos = torch::where(rows, cosUnscaled, layerCos);
         layerSin = torch::where(rows, sinUnscaled, layerSin);
-        if (own.defined()) cosUnscaled = sinUnscaled = torch::Tensor();
+      }
+      if (slidingRope) swapLayerRope(i, ids, positions, attention, layerCos, layerSin);
+    }
+    // The whole head's rotation, for rows that ignore partial rotary (partial_rotary).
+    torch::Tensor wholeCos, wholeSin;
+    if (layerRope && config.ropeOn(i) && layerCos.size(-1) < config.headDim) {
+      bool any = false;
+      for (int64_t b = 0; b < ids.size(0) && !any; ++b) any = attention.rotatesWholeHead(i, b);
+      if (any) {
+        const torch::Tensor& own = attention.layerPositions(i);
+        std::tie(wholeCos, wholeSin) =
+            detail::RotaryEmbedding::wholeHead(config, i).cosSin(own.defined() ? own : positions);
       }
     }
     // Pre-norms where the family has them, post-norms of the sublayer outputs where it has
@@ -245,7 +292,8 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     auto in = [&](const torch::Tensor& nw, const torch::Tensor& nb) {
       return nw.defined() ? norm(h, nw, nb) : h;
     };
-    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), layerCos, layerSin, attention, taps),
+    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), layerCos, layerSin, wholeCos,
+                                    wholeSin, attention, taps),
                      w.postAttnNormW);
     h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB)), w.postMlpNormW);
     tap(taps, i, "hidden", h);

@@ -38,7 +38,8 @@ struct ModelImpl {
   std::vector<LayerWeights> layers;
   torch::Tensor finalW, finalB;  // [H]
   torch::Tensor lmHead;          // [V, H] (the embedding when tied)
-  std::unique_ptr<detail::RotaryEmbedding> rope;
+  std::unique_ptr<detail::RotaryEmbedding> rope;         // the full-attention layers'
+  std::unique_ptr<detail::RotaryEmbedding> slidingRope;  // the sliding layers' (config.slidingRope)
   std::vector<int64_t> layerWindows;  // per layer: sliding window, 0 = full attention
   double embedScale = 1.0;  // config.embeddingMultiplier, in the embedding's dtype where the
                             // recipe rounds it (recipe.embeddingScaleInWeightDtype)
@@ -46,6 +47,13 @@ struct ModelImpl {
   std::map<std::string, torch::Tensor*> byName;  // checkpoint name -> member (for updates)
 
   void loadWeights();
+  /// The RoPE `layer` rotates with (config.ropeFor): slidingRope on a sliding layer that has one.
+  const detail::RotaryEmbedding& ropeOf(int64_t layer) const;
+  /// cos/sin of the rows whose attention swaps `layer`'s RoPE for the other layer type's
+  /// (the layer_rope_theta fault) replaced by that RoPE's.
+  void swapLayerRope(int64_t layer, const torch::Tensor& ids, const torch::Tensor& positions,
+                     const detail::AttentionContext& attention, torch::Tensor& cos,
+                     torch::Tensor& sin) const;
   /// The forward pass. ids, positions: [B, s] int64. Returns logits [B, s, V].
   /// Throws ContextLimitError before reading a position row that does not exist, and
   /// UsageError for ids outside the embedding.
@@ -64,8 +72,11 @@ struct ModelImpl {
   void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
 
  private:
+  /// wholeCos/wholeSin: the layer's RoPE over the whole head, defined only when a row of the
+  /// forward rotates the whole head of a partial-rotary checkpoint (the partial_rotary fault).
   torch::Tensor attentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
-                               const torch::Tensor& sin, detail::AttentionContext& attention,
+                               const torch::Tensor& sin, const torch::Tensor& wholeCos,
+                               const torch::Tensor& wholeSin, detail::AttentionContext& attention,
                                detail::TorchTapSink* taps) const;
   torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
   /// x [.., in] times a weight in the recipe's layout, + b.

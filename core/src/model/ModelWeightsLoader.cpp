@@ -193,8 +193,11 @@ void ModelImpl::loadWeights() {
                          .to(torch::kDouble)
                          .item<double>()
                    : c.embeddingMultiplier;
-  if (recipe.positions == BlockRecipe::Positions::Rope)
+  if (recipe.positions == BlockRecipe::Positions::Rope) {
     rope = std::make_unique<detail::RotaryEmbedding>(c);
+    if (c.slidingRope)
+      slidingRope = std::make_unique<detail::RotaryEmbedding>(*c.slidingRope, c.headDim, c.maxPositions);
+  }
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)
     if (c.isSlidingLayer(i)) layerWindows[static_cast<size_t>(i)] = c.slidingWindow;

@@ -5,7 +5,16 @@
 
 #include <torch/torch.h>
 
+#include "kvscope/ModelConfig.hpp"
+
 namespace kvscope::detail {
+
+/// What an RMSNorm of `kind` multiplies by, from its stored weight: the weight, or Gemma's
+/// (1 + w) in float32 as transformers' Gemma RMSNorm computes it.
+inline torch::Tensor rmsMultiplier(const torch::Tensor& w, BlockRecipe::Norm kind) {
+  if (kind == BlockRecipe::Norm::RmsNormPlusOne) return w.to(torch::kFloat) + 1.0;
+  return w;
+}
 
 /// weight * (x / sqrt(mean(x^2 over the last dim) + eps)).
 inline torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {

@@ -25,14 +25,31 @@ torch::Tensor RotaryEmbedding::scaled(const RopeConfig& rope, const torch::Tenso
   return torch::where(medium, smoothed, scaledFreq).to(torch::kFloat);
 }
 
-int64_t RotaryEmbedding::rotaryDim(const ModelConfig& config) {
+int64_t RotaryEmbedding::rotaryDim(const RopeConfig& rope, int64_t headDim) {
   // transformers: int(head_dim * partial_rotary_factor)
-  return static_cast<int64_t>(static_cast<double>(config.headDim) * config.rope.partialRotaryFactor);
+  return static_cast<int64_t>(static_cast<double>(headDim) * rope.partialRotaryFactor);
+}
+
+int64_t RotaryEmbedding::rotaryDim(const ModelConfig& config) {
+  return rotaryDim(config.rope, config.headDim);
+}
+
+RotaryEmbedding::RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_t maxPositions)
+    : rope_(rope), dim_(rotaryDim(rope, headDim)), maxPositions_(maxPositions) {
+  invFreq_ = scaled(rope_, defaultInvFreq(rope_.theta, dim_));
 }
 
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config)
-    : rope_(config.rope), dim_(rotaryDim(config)), maxPositions_(config.maxPositions) {
-  invFreq_ = scaled(rope_, defaultInvFreq(rope_.theta, dim_));
+    : RotaryEmbedding(config.rope, config.headDim, config.maxPositions) {}
+
+RotaryEmbedding RotaryEmbedding::forLayer(const ModelConfig& config, int64_t layer) {
+  return RotaryEmbedding(config.ropeFor(layer), config.headDim, config.maxPositions);
+}
+
+RotaryEmbedding RotaryEmbedding::wholeHead(const ModelConfig& config, int64_t layer) {
+  RopeConfig rope = config.ropeFor(layer);
+  rope.partialRotaryFactor = 1.0;
+  return RotaryEmbedding(rope, config.headDim, config.maxPositions);
 }
 
 torch::Tensor RotaryEmbedding::invFreqFor(int64_t seqLen) const {

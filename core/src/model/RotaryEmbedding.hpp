@@ -10,7 +10,12 @@ namespace kvscope::detail {
 
 class RotaryEmbedding {
  public:
+  /// The RoPE of `config`'s full-attention layers (config.rope).
   explicit RotaryEmbedding(const ModelConfig& config);
+  /// `rope` over heads of `headDim` features.
+  RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_t maxPositions);
+  /// The RoPE `layer` rotates with (config.ropeFor(layer)).
+  static RotaryEmbedding forLayer(const ModelConfig& config, int64_t layer);
   /// cos, sin: [B, s, r] (r: rotaryDim) for position ids [B, s].
   std::pair<torch::Tensor, torch::Tensor> cosSin(const torch::Tensor& positions) const;
   /// The same with the unscaled (default) inverse frequencies of rope_theta: what a path
@@ -18,6 +23,7 @@ class RotaryEmbedding {
   std::pair<torch::Tensor, torch::Tensor> cosSinUnscaled(const torch::Tensor& positions) const;
   /// The rotated features of a head: int(head_dim * partial_rotary_factor).
   static int64_t rotaryDim(const ModelConfig& config);
+  static int64_t rotaryDim(const RopeConfig& rope, int64_t headDim);
   /// x: [B, h, s, d]; cos/sin [B, s, r] with r <= d: the first r features of each head turn
   /// (half-split pairs within them), the others pass unchanged (partial rotary).
   static torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& cos,
@@ -28,11 +34,16 @@ class RotaryEmbedding {
   /// `invFreq` [dim/2] with `rope`'s linear or llama3 rule applied once (default and
   /// dynamic: unchanged; dynamic scales with the sequence length, see cosSin).
   static torch::Tensor scaled(const RopeConfig& rope, const torch::Tensor& invFreq);
+  /// cos, sin [B, s, 2k] of positions [B, s] turned by the frequencies invFreq [k] (the
+  /// half-split layout: feature i pairs with i + k).
+  static std::pair<torch::Tensor, torch::Tensor> rotation(const torch::Tensor& positions,
+                                                          const torch::Tensor& invFreq);
+  /// The RoPE of `layer` over the whole head (partial_rotary_factor 1): what a path that
+  /// ignores partial rotary turns (the partial_rotary fault).
+  static RotaryEmbedding wholeHead(const ModelConfig& config, int64_t layer);
 
  private:
   torch::Tensor invFreqFor(int64_t seqLen) const;
-  static std::pair<torch::Tensor, torch::Tensor> rotation(const torch::Tensor& positions,
-                                                          const torch::Tensor& invFreq);
   RopeConfig rope_;
   int64_t dim_;
   int64_t maxPositions_;

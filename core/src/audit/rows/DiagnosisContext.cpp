@@ -6,6 +6,13 @@
 
 namespace kvscope::detail {
 
+std::vector<const StepAnalysis*> DiagnosisContext::stepsFrom(int64_t request, const StepAnalysis& a) const {
+  std::vector<const StepAnalysis*> from;
+  for (const auto& s : analyses.at(request))
+    if (&s == &a || !from.empty()) from.push_back(&s);
+  return from;
+}
+
 void DiagnosisContext::add(const FindingDraft& draft, const StepAnalysis& a) {
   Finding f = draft.finish();
   for (const FailureRow* root : RowRegistry::rows()) {

@@ -37,6 +37,9 @@ class DiagnosisContext {
   /// Adds a finding about step `a`, linked to its root when a row that declares it among its
   /// consequences already has a finding for the request and explains it (RowSpec::causes).
   void add(const FindingDraft& draft, const StepAnalysis& a);
+  /// Request `request`'s analyses from `a` on (a first): what a row re-deriving the run from
+  /// its first divergence compares.
+  std::vector<const StepAnalysis*> stepsFrom(int64_t request, const StepAnalysis& a) const;
   bool hasFor(const char* id, int64_t request) const { return findings_.hasFor(id, request); }
 
   /// The signature search at `a`'s first bad record (asked by several rows, run once).

@@ -29,6 +29,14 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // its own hypothesis, so the two never claim one run. Before rope_scaling for the
       // same reason as qk_norm_order.
       &rows::nopeLayerRope(),
+      // A layer rotated with the other layer type's RoPE (Gemma 3's local / global): the
+      // same signature again, its own re-derivation (the reference key unrotated with the
+      // layer's RoPE, rotated with the other).
+      &rows::layerRopeTheta(),
+      // Partial rotary turned over the whole head: the same signature, three re-derivations
+      // (the whole head, the head width's frequencies on the rotary pairs, the rotary
+      // frequencies on the head width's pairs).
+      &rows::partialRotary(),
       // A dropped attention soft-cap: a layer's records exact, the next one's keys and values
       // wrong; claimed only when an uncached pass without the cap reproduces every record.
       &rows::softcapDropped(),

@@ -27,5 +27,7 @@ const FailureRow& windowWrap();
 const FailureRow& qkNormOrder();
 const FailureRow& nopeLayerRope();
 const FailureRow& softcapDropped();
+const FailureRow& layerRopeTheta();
+const FailureRow& partialRotary();
 
 }  // namespace kvscope::detail::rows

@@ -15,5 +15,6 @@ const ModelFamily& graniteFamily();
 const ModelFamily& smolLm3Family();
 const ModelFamily& phi3Family();
 const ModelFamily& gemma2Family();
+const ModelFamily& gemma3Family();
 
 }  // namespace kvscope

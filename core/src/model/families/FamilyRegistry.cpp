@@ -8,7 +8,7 @@ namespace kvscope {
 const std::vector<const ModelFamily*>& modelFamilies() {
   static const std::vector<const ModelFamily*> all = {
       &gpt2Family(), &llamaFamily(), &mistralFamily(), &qwen2Family(), &qwen3Family(),
-      &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(),
+      &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(), &gemma3Family(),
   };
   return all;
 }

@@ -1,29 +1,13 @@
-// Gemma 2 (`gemma2`): the Llama block with Gemma's RMSNorm ((1 + w), in float32) in a
-// sandwich: input_layernorm before attention, post_attention_layernorm on its output,
-// pre_feedforward_layernorm before the MLP, post_feedforward_layernorm on its output; the
-// embeddings scaled by sqrt(hidden_size) rounded to the embedding dtype; GeGLU
-// (hidden_activation, gelu_pytorch_tanh); scores scaled by query_pre_attn_scalar^-0.5 and
-// soft-capped (tanh(s / cap) * cap, attn_logit_softcapping) before the mask; the logits
-// soft-capped too (final_logit_softcapping); sliding and full layers alternating (layer_types,
-// else every even layer slides); tied embeddings. transformers: models/gemma2/modeling_gemma2.py.
-//
-// A key absent from config.json takes Gemma2Config's default (save_pretrained leaves out
-// what equals the base config's default, tie_word_embeddings among them).
-#include <cmath>
-
+// Gemma 2 (`gemma2`): the Gemma block (GemmaKit.hpp) with both soft-caps on by default
+// (attention 50, logits 30) and sliding and full layers alternating (layer_types, else every
+// even layer slides). transformers: models/gemma2/modeling_gemma2.py.
 #include "model/ConfigReader.hpp"
 #include "model/families/Families.hpp"
-#include "model/families/HfDecoderKit.hpp"
+#include "model/families/GemmaKit.hpp"
 
 namespace kvscope {
 
 namespace {
-
-// A soft-cap: a positive number, or null / absent-with-default.
-double softcap(const ConfigReader& r, const char* key, double fallback) {
-  if (r.doc().contains(key) && r.doc()[key].is_null()) return 0.0;  // null: no soft-cap
-  return positiveNumber(r, key, fallback);
-}
 
 class Gemma2Family final : public ModelFamily {
  public:
@@ -32,25 +16,8 @@ class Gemma2Family final : public ModelFamily {
   const char* layerCountKey() const override { return "num_hidden_layers"; }
 
   void readConfig(const ConfigReader& r, ModelConfig& c) const override {
-    readDecoderConfig(r, c);
-    if (!r.has("num_key_value_heads")) c.numKvHeads = 4;  // Gemma2Config's default
-    if (!r.has("head_dim")) c.headDim = 256;
-    if (c.numHeads % c.numKvHeads != 0)
-      throw InputError(r.file(), "num_key_value_heads",
-                       std::to_string(c.numKvHeads) + " does not divide num_attention_heads " +
-                           std::to_string(c.numHeads));
-    c.activation = r.activation("hidden_activation", "gelu_pytorch_tanh");
-    c.qkvBias = c.outputProjBias = r.boolOr("attention_bias", false);
-    c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", true);
-    c.recipe.norm = BlockRecipe::Norm::RmsNormPlusOne;
-    c.recipe.embeddingScaleInWeightDtype = true;
-    c.embeddingMultiplier = std::sqrt(static_cast<double>(c.hiddenSize));
-    c.attentionScale = 1.0 / std::sqrt(positiveNumber(r, "query_pre_attn_scalar", 256.0));
-    c.attnLogitSoftcap = softcap(r, "attn_logit_softcapping", 50.0);
-    c.finalLogitSoftcap = softcap(r, "final_logit_softcapping", 30.0);
-    const bool nullWindow = r.doc().contains("sliding_window") && r.doc()["sliding_window"].is_null();
-    const int64_t window = nullWindow ? 0 : r.intOr("sliding_window", 4096);
-    if (window < 0) throw InputError(r.file(), "sliding_window", "must be >= 0");
+    readGemmaConfig(r, c, GemmaDefaults{10000.0, 50.0, 30.0});
+    const int64_t window = readGemmaWindow(r);
     if (window == 0) return;
     if (!readLayerTypes(r, c, window)) {  // transformers' default: layers 0, 2, 4, ... slide
       c.slidingWindow = window;
@@ -58,30 +25,12 @@ class Gemma2Family final : public ModelFamily {
     }
   }
 
-  const WeightNames& weightNames() const override {
-    static const WeightNames n = [] {
-      WeightNames w = hfDecoderWeightNames();
-      w.postAttnNorm = "post_attention_layernorm.weight";
-      w.mlpNorm = "pre_feedforward_layernorm.weight";
-      w.postMlpNorm = "post_feedforward_layernorm.weight";
-      w.gateBias = w.upBias = w.downBias = "";
-      return w;
-    }();
-    return n;
-  }
+  const WeightNames& weightNames() const override { return gemmaWeightNames(); }
 
   nlohmann::json demoConfig(const CheckpointSpec& s) const override {
-    nlohmann::json c = hfDecoderDemoConfig(s);
-    c["architectures"] = nlohmann::json::array({"Gemma2ForCausalLM"});
-    c["model_type"] = "gemma2";
-    c.erase("hidden_act");
-    c["hidden_activation"] = "gelu_pytorch_tanh";
-    c["attention_bias"] = false;
-    c["head_dim"] = s.resolvedHeadDim();
-    c["query_pre_attn_scalar"] = s.resolvedHeadDim();
+    nlohmann::json c = gemmaDemoConfig(s, "Gemma2ForCausalLM", "gemma2");
     c["attn_logit_softcapping"] = 50.0;
     c["final_logit_softcapping"] = 30.0;
-    c["sliding_window"] = s.slidingWindow > 0 ? nlohmann::json(s.slidingWindow) : nlohmann::json(nullptr);
     // With a window, layers 0, 2, ... slide (Gemma 2's pattern); without one, none does
     // (transformers cannot build a sliding layer's cache without a window).
     nlohmann::json types = nlohmann::json::array();
@@ -95,18 +44,8 @@ class Gemma2Family final : public ModelFamily {
     return hfDecoderDemoTensors(s, weightNames(), false, false, false, false);
   }
 
-  void adjustDemoSpec(CheckpointSpec& s) const override {
-    s.attentionBias = false;
-    s.useSlidingWindow = false;
-    s.maxWindowLayers = 0;
-  }
-
-  void validateDemoSpec(const CheckpointSpec& s) const override {
-    validateHfDecoderDemoSpec(s);
-    require(!s.attentionBias, "attention_bias", "only Llama has the attention_bias option");
-    require(!s.useSlidingWindow, "use_sliding_window", "only Qwen2 and Qwen3 have this switch");
-    require(s.maxWindowLayers == 0, "max_window_layers", "only Qwen2 and Qwen3 have this option");
-  }
+  void adjustDemoSpec(CheckpointSpec& s) const override { adjustGemmaDemoSpec(s); }
+  void validateDemoSpec(const CheckpointSpec& s) const override { validateGemmaDemoSpec(s); }
 };
 
 }  // namespace

@@ -46,20 +46,20 @@ void addRope(json& c, const CheckpointSpec& s) {
 
 }  // namespace
 
-void readDecoderConfig(const ConfigReader& r, ModelConfig& c) {
+void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefaults& defaults) {
   const std::string& file = r.file();
   c.hiddenSize = r.requireSize("hidden_size", limits::kHiddenSize);
   c.numHeads = r.requireSize("num_attention_heads", limits::kHeads);
   c.numLayers = r.requireSize("num_hidden_layers", limits::kLayers);
   c.intermediateSize = r.requireSize("intermediate_size", limits::kIntermediateSize);
   c.maxPositions = r.requireSize("max_position_embeddings", limits::kPositions);
-  c.numKvHeads = r.intOr("num_key_value_heads", c.numHeads);
+  c.numKvHeads = r.intOr("num_key_value_heads", defaults.numKvHeads > 0 ? defaults.numKvHeads : c.numHeads);
   r.checkSize("num_key_value_heads", c.numKvHeads, limits::kHeads);
   if (c.numHeads % c.numKvHeads != 0)
     throw InputError(file, "num_key_value_heads",
                      std::to_string(c.numKvHeads) + " does not divide num_attention_heads " +
                          std::to_string(c.numHeads));
-  c.headDim = r.intOr("head_dim", 0);
+  c.headDim = r.intOr("head_dim", defaults.headDim);
   if (c.headDim == 0) {
     if (c.hiddenSize % c.numHeads != 0)
       throw InputError(file, "head_dim", "absent and hidden_size is not divisible by heads");
@@ -68,7 +68,7 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c) {
   r.checkSize("head_dim", c.headDim, limits::kHeadDim);
   c.normEps = r.doubleOr("rms_norm_eps", 1e-6);
   c.activation = r.activation("hidden_act", "silu");
-  c.rope = readRope(r);
+  c.rope = readRope(r, defaults.ropeTheta);
   const double partial = c.rope.partialRotaryFactor;
   if (!(partial > 0) || partial > 1)
     throw InputError(file, "partial_rotary_factor", "must be in (0, 1], found " + std::to_string(partial));

@@ -10,11 +10,20 @@ namespace kvscope {
 
 class ConfigReader;
 
+/// What a family's config class puts in place of an absent key (save_pretrained leaves out
+/// what equals the class default). 0: the generic default (num_attention_heads for the KV
+/// heads, hidden_size / num_attention_heads for head_dim).
+struct DecoderDefaults {
+  int64_t numKvHeads = 0;
+  int64_t headDim = 0;
+  double ropeTheta = 10000.0;
+};
+
 /// hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
 /// max_position_embeddings, num_key_value_heads, head_dim (explicit or hidden/heads),
 /// rms_norm_eps, hidden_act, RoPE (rope_parameters / rope_theta + rope_scaling), mlp_bias,
 /// tie_word_embeddings, and the Llama-style recipe (RMSNorm, RoPE, Linear, gated MLP).
-void readDecoderConfig(const ConfigReader& r, ModelConfig& c);
+void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefaults& defaults = {});
 
 /// `layer_types` (transformers 5's per-layer list): where present it decides which layers
 /// slide, with `sliding_window` as the window. Returns false when the key is absent.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "audit/FindingBuilder.hpp"
+#include "audit/KeyRecordHypothesis.hpp"
 #include "audit/StepAnalysis.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/AuditResult.hpp"
@@ -18,16 +19,8 @@
 namespace kvscope::detail {
 
 struct NopeLayerRopeMatch {
-  int64_t layer = -1;
+  KeyRecordMatch keys;        // hypothesis: the reference key with the rotation toggled
   bool layerRotates = false;  // the checkpoint says the layer rotates (the path did not)
-  double toggledError = 0;    // max |record - reference key with the rotation toggled|
-  double tolerance = 0;       // the largest record tolerance among them
-  double ownError = 0;        // max |record key - reference key|
-  int64_t records = 0, diverged = 0;
-  int64_t firstPosition = -1, lastPosition = -1;
-  double firstKeyError = 0, lastKeyError = 0;
-  double valueError = 0;
-  bool positionZeroExact = false;
 };
 
 class NopeLayerRopeEvidence {

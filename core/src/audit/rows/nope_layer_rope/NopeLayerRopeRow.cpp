@@ -40,9 +40,7 @@ class NopeLayerRopeRow final : public FailureRow {
                       const RequestReference& own, const Evidence& ev) const override {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || config->ropeLayers.empty() || a.firstBadLayer < 0) return false;
-    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
-    for (const auto& s : ctx.analyses.at(r))
-      if (&s == &a || !from.empty()) from.push_back(&s);
+    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
     const auto m = NopeLayerRopeEvidence(*config, ctx.tol).explain(from, own);
     if (!m) return false;
     ctx.add(NopeLayerRopeEvidence::finding(a, *m, ev), a);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "audit/FindingBuilder.hpp"
+#include "audit/KeyRecordHypothesis.hpp"
 #include "audit/StepAnalysis.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/AuditResult.hpp"
@@ -21,17 +22,8 @@
 namespace kvscope::detail {
 
 struct QkNormOrderMatch {
-  int64_t layer = -1;
-  double swappedError = 0;    // max |record - swapped-order key| over every record compared
-  double tolerance = 0;       // the largest record tolerance among them
-  double ownError = 0;        // max |record key - reference key|
-  int64_t records = 0;        // key records compared (every real column of the steps)
-  int64_t diverged = 0;       // among them, those outside tolerance of the reference
-  int64_t firstPosition = -1, lastPosition = -1;  // first and last diverged stream positions
-  double firstKeyError = 0, lastKeyError = 0;
-  double valueError = 0;      // max value error of the layer over the compared steps
+  KeyRecordMatch keys;        // hypothesis: the reference key with k_norm after RoPE
   double weightSpread = 0;    // max |w| / min |w|: 1 would make the two orders equal
-  bool positionZeroExact = false;  // a record at position 0 was compared and is right
 };
 
 class QkNormOrderEvidence {

@@ -41,9 +41,7 @@ class QkNormOrderRow final : public FailureRow {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || !config->qkNorm || a.firstBadLayer < 0) return false;
     const FloatTensor weight = ctx.refs.keyNormWeight(a.firstBadLayer, a.version);
-    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
-    for (const auto& s : ctx.analyses.at(r))
-      if (&s == &a || !from.empty()) from.push_back(&s);
+    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
     const auto m = QkNormOrderEvidence(*config, ctx.tol).explain(from, own, weight);
     if (!m) return false;
     ctx.add(QkNormOrderEvidence::finding(a, *m, ev), a);

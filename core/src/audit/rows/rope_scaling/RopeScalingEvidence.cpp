@@ -105,6 +105,9 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
            a.valueError[0] <= a.valueTol[0];
   };
   if (!valuesExact(first) || first.keyError[l] <= first.keyTol[l]) return std::nullopt;
+  // rope_scaling is the full-attention layers' RoPE: a sliding layer with its own (Gemma 3's
+  // local RoPE) is not what this row models.
+  if (!(config_.ropeFor(first.firstBadLayer) == config_.rope)) return std::nullopt;
 
   const RopeConfig& rope = config_.rope;
   const auto base = RotaryEmbedding::defaultInvFreq(rope.theta, config_.headDim);

@@ -38,9 +38,7 @@ class RopeScalingRow final : public FailureRow {
                       const RequestReference& own, const Evidence& ev) const override {
     auto rope = RopeScalingEvidence::forAudit(ctx.refs.modelConfig(), ctx.trace.model, ctx.tol);
     if (!rope) return false;
-    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
-    for (const auto& s : ctx.analyses.at(r))
-      if (&s == &a || !from.empty()) from.push_back(&s);
+    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
     const auto m = rope->explain(from, own);
     if (!m) return false;
     ctx.add(rope->finding(a, *m, ev), a);

@@ -58,9 +58,7 @@ class SoftcapDroppedRow final : public FailureRow {
                       bool logitsOnly) {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || !(config->attnLogitSoftcap > 0)) return false;
-    std::vector<const StepAnalysis*> from;  // the request's steps from this one on
-    for (const auto& s : ctx.analyses.at(r))
-      if (&s == &a || !from.empty()) from.push_back(&s);
+    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
     const auto m = SoftcapDroppedEvidence(ctx.trace, ctx.refs, ctx.tol).explain(from, logitsOnly);
     if (!m) return false;
     ctx.add(SoftcapDroppedEvidence::finding(a, *m, config->attnLogitSoftcap, ev), a);
