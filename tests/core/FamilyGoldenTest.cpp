@@ -96,8 +96,8 @@ TEST_P(FamilyGolden, CachedGreedyContinuationMatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
-                         ::testing::Values("qwen3", "olmo2", "granite", "smollm3", "phi3", "gemma2",
-                                           "gemma3_text"));
+                         ::testing::Values("qwen3", "qwen3_moe", "olmo2", "granite", "smollm3", "phi3",
+                                           "gemma2", "gemma3_text"));
 
 TEST(FamilyConfig, Qwen3ReadsQkNormHeadDimWindowsAndTiedHead) {
   const ModelConfig c = ModelConfig::load(familyModel("qwen3") + "/config.json");

@@ -89,6 +89,8 @@ def v4_readable(root: str, family: str) -> str:
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
         cfg = json.load(f)
+    if "num_local_experts" in cfg and "num_experts" not in cfg:  # 5.x's name for it
+        cfg["num_experts"] = cfg["num_local_experts"]
     params = cfg["rope_parameters"]
     if "full_attention" in params:  # keyed by layer type (Gemma 3): 4.x's three keys
         full, local = params["full_attention"], params.get("sliding_attention", {})
@@ -118,7 +120,7 @@ class EveryFamilyTest(unittest.TestCase):
             "gpt2": os.path.join(hf, "gpt2"),
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
-            **{f: v4_readable(cls.tmp.name, f) for f in ("olmo2", "granite", "smollm3", "phi3", "gemma2",
+            **{f: v4_readable(cls.tmp.name, f) for f in ("qwen3_moe", "olmo2", "granite", "smollm3", "phi3", "gemma2",
                                                              "gemma3_text")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),

@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -57,6 +57,16 @@ struct BlockRecipe {
   bool operator==(const BlockRecipe& o) const;
 };
 
+/// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a router picks `topK` of
+/// `numExperts` gated MLPs per token by softmax probability.
+struct MoeConfig {
+  int64_t numExperts = 0;        // 0: no MoE layer
+  int64_t topK = 0;              // num_experts_per_tok
+  int64_t intermediateSize = 0;  // each expert's (moe_intermediate_size)
+  bool normTopK = false;         // norm_topk_prob: the chosen probabilities renormalised to 1
+  std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
+};
+
 struct ModelConfig {
   std::string sourceFile;             // path of the config.json this came from
   Architecture architecture = Architecture::Llama;
@@ -74,7 +84,8 @@ struct ModelConfig {
   BlockRecipe recipe;                 // which kit pieces the family's block uses
   RopeConfig rope;                    // unused with learned positions; the full-attention
                                       // layers' where the sliding ones have their own
-  std::optional<RopeConfig> slidingRope;  // the sliding layers' RoPE where it differs (Gemma 3:
+  std::optional<RopeConfig> slidingRope;
+  MoeConfig moe;                      // the MoE MLP where the family has one  // the sliding layers' RoPE where it differs (Gemma 3:
                                       // rope_local_base_freq / rope_parameters.sliding_attention)
   bool tieWordEmbeddings = false;
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
@@ -111,6 +122,8 @@ struct ModelConfig {
   bool isSlidingLayer(int64_t layer) const;
   /// Whether `layer` rotates its queries and keys (a RoPE model, not a NoPE layer).
   bool ropeOn(int64_t layer) const;
+  /// Whether `layer`'s MLP is the mixture of experts (moe.layers).
+  bool isMoeLayer(int64_t layer) const;
   /// The RoPE `layer` rotates with: slidingRope on a sliding layer where the config has one.
   const RopeConfig& ropeFor(int64_t layer) const;
 };

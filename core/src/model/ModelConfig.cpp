@@ -42,6 +42,11 @@ bool ModelConfig::ropeOn(int64_t layer) const {
          ropeLayers[static_cast<size_t>(layer)];
 }
 
+bool ModelConfig::isMoeLayer(int64_t layer) const {
+  return moe.numExperts > 0 && layer >= 0 && layer < static_cast<int64_t>(moe.layers.size()) &&
+         moe.layers[static_cast<size_t>(layer)];
+}
+
 const RopeConfig& ModelConfig::ropeFor(int64_t layer) const {
   return slidingRope && isSlidingLayer(layer) ? *slidingRope : rope;
 }

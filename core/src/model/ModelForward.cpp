@@ -173,7 +173,32 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   return out;
 }
 
+torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
+  const auto& w = layers[static_cast<size_t>(layer)];
+  const int64_t H = x.size(-1);
+  const auto flat = x.reshape({-1, H});  // [N, H]
+  const auto probs = torch::softmax(project(flat, w.routerW, torch::Tensor()).to(torch::kFloat), -1);
+  auto [topW, topE] = torch::topk(probs, config.moe.topK, -1);  // [N, k]
+  if (config.moe.normTopK) topW = topW / topW.sum(-1, true);
+  topW = topW.to(flat.scalar_type());
+  auto out = torch::zeros_like(flat);
+  for (int64_t e = 0; e < config.moe.numExperts; ++e) {
+    const auto hit = topE.eq(e).nonzero();  // [m, 2]: (token, slot)
+    if (hit.size(0) == 0) continue;
+    const auto tokens = hit.select(1, 0), slots = hit.select(1, 1);
+    const auto ue = static_cast<size_t>(e);
+    const auto xe = flat.index_select(0, tokens);
+    auto ye = project(activation(config.activation, project(xe, w.expertGateW[ue], torch::Tensor())) *
+                          project(xe, w.expertUpW[ue], torch::Tensor()),
+                      w.expertDownW[ue], torch::Tensor());
+    ye = ye * topW.index({tokens, slots}).unsqueeze(-1);
+    out.index_add_(0, tokens, ye);
+  }
+  return out.view_as(x);
+}
+
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
+  if (config.isMoeLayer(layer)) return moeBlock(layer, x);
   const auto& w = layers[static_cast<size_t>(layer)];
   if (config.recipe.fusedGateUp) {  // gate | up in one product, split in halves
     auto parts = project(x, w.gateUpW, torch::Tensor()).chunk(2, -1);

@@ -28,6 +28,8 @@ struct LayerWeights {
                                  // [h * d] over the projection (recipe.qkNormOverHeads)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
   torch::Tensor gateUpW;                 // fused gate|up (recipe.fusedGateUp): [2I, H] as Linear
+  torch::Tensor routerW;                 // a MoE layer's router [E, H]
+  std::vector<torch::Tensor> expertGateW, expertUpW, expertDownW;  // per expert [Im, H], [H, Im]
 };
 
 struct ModelImpl {
@@ -79,6 +81,9 @@ struct ModelImpl {
                                const torch::Tensor& wholeSin, detail::AttentionContext& attention,
                                detail::TorchTapSink* taps) const;
   torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
+  /// The MoE MLP: softmax router, top-k experts (renormalised with moe.normTopK), each
+  /// expert's gated MLP over the tokens routed to it, summed in expert order.
+  torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x) const;
   /// x [.., in] times a weight in the recipe's layout, + b.
   torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;

@@ -4,6 +4,7 @@
 // and are converted to float32.
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "kvscope/Error.hpp"
 #include "kvscope/FloatTensor.hpp"
@@ -164,11 +165,35 @@ void ModelImpl::loadWeights() {
       items.push_back({n.gate, &w.gateW, matrix(I, H), true});
       items.push_back({n.gateBias, &w.gateB, {I}, c.mlpBias});
     }
+    const bool moe = c.isMoeLayer(i);
     for (auto& it : items) {
       if (it.suffix.empty()) continue;
+      const bool denseMlp = it.t == &w.gateW || it.t == &w.gateB || it.t == &w.upW || it.t == &w.upB ||
+                            it.t == &w.downW || it.t == &w.downB || it.t == &w.gateUpW;
+      if (moe && denseMlp) continue;  // the experts stand in its place
       const std::string name = n.layer(i, it.suffix);
       *it.t = it.required ? L.load(name, it.shape) : L.optional(name, it.shape);
       track(name, *it.t);
+    }
+  }
+  for (int64_t i = 0; i < c.numLayers; ++i) {
+    if (!c.isMoeLayer(i)) continue;
+    auto& w = layers[static_cast<size_t>(i)];
+    const int64_t E = c.moe.numExperts, Im = c.moe.intermediateSize;
+    w.routerW = L.load(n.layer(i, n.router), matrix(E, H));
+    track(n.layer(i, n.router), w.routerW);
+    w.expertGateW.resize(static_cast<size_t>(E));
+    w.expertUpW.resize(static_cast<size_t>(E));
+    w.expertDownW.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      const auto ue = static_cast<size_t>(e);
+      for (auto [suffix, t, shape] : {std::tuple{&n.expertGate, &w.expertGateW[ue], matrix(Im, H)},
+                                      std::tuple{&n.expertUp, &w.expertUpW[ue], matrix(Im, H)},
+                                      std::tuple{&n.expertDown, &w.expertDownW[ue], matrix(H, Im)}}) {
+        const std::string name = n.expert(i, e, *suffix);
+        *t = L.load(name, shape);
+        track(name, *t);
+      }
     }
   }
   finalW = L.load(n.finalNorm, {H});

@@ -27,6 +27,8 @@ constexpr int64_t kHeadDim = 4096;
 constexpr int64_t kHiddenSize = int64_t{1} << 20;
 /// intermediate_size / n_inner.
 constexpr int64_t kIntermediateSize = int64_t{1} << 22;
+/// num_experts of a mixture-of-experts MLP (the largest released models have a few hundred).
+constexpr int64_t kExperts = 4096;
 /// vocab_size, and one more than the largest token id a tokenizer may name.
 constexpr int64_t kVocab = int64_t{1} << 24;
 /// max_position_embeddings / n_positions, and a trace's max_positions.

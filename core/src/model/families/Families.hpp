@@ -10,6 +10,7 @@ const ModelFamily& llamaFamily();
 const ModelFamily& mistralFamily();
 const ModelFamily& qwen2Family();
 const ModelFamily& qwen3Family();
+const ModelFamily& qwen3MoeFamily();
 const ModelFamily& olmo2Family();
 const ModelFamily& graniteFamily();
 const ModelFamily& smolLm3Family();

@@ -7,7 +7,7 @@ namespace kvscope {
 
 const std::vector<const ModelFamily*>& modelFamilies() {
   static const std::vector<const ModelFamily*> all = {
-      &gpt2Family(), &llamaFamily(), &mistralFamily(), &qwen2Family(), &qwen3Family(),
+      &gpt2Family(), &llamaFamily(), &mistralFamily(), &qwen2Family(), &qwen3Family(), &qwen3MoeFamily(),
       &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(), &gemma3Family(),
   };
   return all;

@@ -33,6 +33,12 @@ struct WeightNames {
   std::string qNorm, kNorm;                 // q/k RMSNorm weights (config.qkNorm)
   std::string gate, gateBias, up, upBias, down, downBias;
   std::string gateUp;                       // a fused gate|up projection (recipe.fusedGateUp)
+  // A MoE layer (config.moe): the router [E, H], and expert e's gated MLP under
+  // expertPrefix + e + "." + expertGate / expertUp / expertDown.
+  std::string router, expertPrefix, expertGate, expertUp, expertDown;
+  std::string expert(int64_t layer, int64_t e, const std::string& suffix) const {
+    return this->layer(layer, expertPrefix + std::to_string(e) + "." + suffix);
+  }
   /// layerPrefix + layer + "." + suffix.
   std::string layer(int64_t layer, const std::string& suffix) const {
     return layerPrefix + std::to_string(layer) + "." + suffix;

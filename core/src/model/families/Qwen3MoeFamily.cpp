@@ -1,0 +1,146 @@
+// Qwen3-MoE (`qwen3_moe`): the Qwen3 block (per-head q/k RMSNorm before RoPE) whose MLP is a
+// sparse mixture of experts on the layers decoder_sparse_step picks (every layer by default)
+// outside mlp_only_layers: a router (mlp.gate) with softmax over num_experts, the
+// num_experts_per_tok most probable experts (renormalised with norm_topk_prob), each a gated
+// MLP of moe_intermediate_size (mlp.experts.E.{gate,up,down}_proj). use_sliding_window puts
+// the window on every layer. Absent keys take Qwen3MoeConfig's defaults.
+// transformers: models/qwen3_moe/modeling_qwen3_moe.py.
+#include <algorithm>
+
+#include "model/ConfigReader.hpp"
+#include "model/families/Families.hpp"
+#include "model/families/HfDecoderKit.hpp"
+#include "util/InputLimits.hpp"
+
+namespace kvscope {
+
+namespace {
+
+constexpr int64_t kDemoExperts = 4, kDemoTopK = 2;
+
+class Qwen3MoeFamily final : public ModelFamily {
+ public:
+  Architecture architecture() const override { return Architecture::Qwen3Moe; }
+  std::string modelType() const override { return "qwen3_moe"; }
+  const char* layerCountKey() const override { return "num_hidden_layers"; }
+
+  void readConfig(const ConfigReader& r, ModelConfig& c) const override {
+    readDecoderConfig(r, c, DecoderDefaults{4, 0, 10000.0});
+    c.qkvBias = c.outputProjBias = r.boolOr("attention_bias", false);
+    c.qkNorm = true;
+    const int64_t window = r.intOr("sliding_window", 0);
+    if (r.boolOr("use_sliding_window", false) && window > 0) {
+      c.slidingWindow = window;
+      c.slidingLayers.assign(static_cast<size_t>(c.numLayers), true);
+    }
+    MoeConfig& m = c.moe;
+    // transformers 5 writes num_local_experts (its attribute_map name); the Hub's configs
+    // and transformers 4 name it num_experts.
+    const char* expertsKey = r.has("num_experts") || !r.has("num_local_experts") ? "num_experts" : "num_local_experts";
+    m.numExperts = r.intOr(expertsKey, 128);
+    if (m.numExperts < 0 || m.numExperts > limits::kExperts)
+      throw InputError(r.file(), expertsKey, "must be in [0, " + std::to_string(limits::kExperts) + "]");
+    m.layers.assign(static_cast<size_t>(c.numLayers), false);
+    if (m.numExperts == 0) return;  // every layer dense
+    m.topK = r.intOr("num_experts_per_tok", 8);
+    if (m.topK < 1 || m.topK > m.numExperts)
+      throw InputError(r.file(), "num_experts_per_tok",
+                       std::to_string(m.topK) + " is not in [1, num_experts = " +
+                           std::to_string(m.numExperts) + "]");
+    m.intermediateSize = r.intOr("moe_intermediate_size", 768);
+    r.checkSize("moe_intermediate_size", m.intermediateSize, limits::kIntermediateSize);
+    m.normTopK = r.boolOr("norm_topk_prob", false);
+    const int64_t step = r.intOr("decoder_sparse_step", 1);
+    if (step < 1) throw InputError(r.file(), "decoder_sparse_step", "must be >= 1");
+    for (int64_t i = 0; i < c.numLayers; ++i) m.layers[static_cast<size_t>(i)] = (i + 1) % step == 0;
+    for (int64_t i : r.intList("mlp_only_layers")) {
+      if (i < 0 || i >= c.numLayers)
+        throw InputError(r.file(), "mlp_only_layers",
+                         "layer " + std::to_string(i) + " is not in [0, " + std::to_string(c.numLayers) + ")");
+      m.layers[static_cast<size_t>(i)] = false;
+    }
+  }
+
+  const WeightNames& weightNames() const override {
+    static const WeightNames n = [] {
+      WeightNames w = hfDecoderWeightNames();
+      w.router = "mlp.gate.weight";
+      w.expertPrefix = "mlp.experts.";
+      w.expertGate = "gate_proj.weight";
+      w.expertUp = "up_proj.weight";
+      w.expertDown = "down_proj.weight";
+      return w;
+    }();
+    return n;
+  }
+
+  // make-demo: 4 experts, 2 per token, renormalised, each half the dense MLP's width; the
+  // last layer dense (mlp_only_layers), so both kinds are in the file.
+  nlohmann::json demoConfig(const CheckpointSpec& s) const override {
+    nlohmann::json c = hfDecoderDemoConfig(s);
+    c["architectures"] = nlohmann::json::array({"Qwen3MoeForCausalLM"});
+    c["model_type"] = "qwen3_moe";
+    c["attention_bias"] = false;
+    c["head_dim"] = s.resolvedHeadDim();
+    c["num_experts"] = kDemoExperts;
+    c["num_experts_per_tok"] = kDemoTopK;
+    c["moe_intermediate_size"] = demoExpertWidth(s);
+    c["norm_topk_prob"] = true;
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = nlohmann::json::array({s.numLayers - 1});
+    c["use_sliding_window"] = s.slidingWindow > 0;
+    c["sliding_window"] = s.slidingWindow > 0 ? nlohmann::json(s.slidingWindow) : nlohmann::json(nullptr);
+    return c;
+  }
+
+  std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
+    using Init = CheckpointWriter::Init;
+    const WeightNames& n = weightNames();
+    const int64_t H = s.hiddenSize, Im = demoExpertWidth(s);
+    std::vector<CheckpointWriter::TensorPlan> p;
+    for (auto& t : hfDecoderDemoTensors(s, n, false, false, true, false)) {
+      // On the MoE layers (all but the last) the dense gate/up/down become router + experts.
+      bool dense = false;
+      for (int64_t i = 0; i + 1 < s.numLayers; ++i) {
+        if (t.name == n.layer(i, n.gate)) {
+          p.push_back({n.layer(i, n.router), {kDemoExperts, H}, Init::Normal, s.initStd});
+          for (int64_t e = 0; e < kDemoExperts; ++e) {
+            p.push_back({n.expert(i, e, n.expertGate), {Im, H}, Init::Normal, s.initStd});
+            p.push_back({n.expert(i, e, n.expertUp), {Im, H}, Init::Normal, s.initStd});
+            p.push_back({n.expert(i, e, n.expertDown), {H, Im}, Init::Normal, s.initStd});
+          }
+        }
+        dense = dense || t.name == n.layer(i, n.gate) || t.name == n.layer(i, n.up) ||
+                t.name == n.layer(i, n.down);
+      }
+      if (!dense) p.push_back(t);
+    }
+    return p;
+  }
+
+  void adjustDemoSpec(CheckpointSpec& s) const override {
+    s.attentionBias = false;
+    s.useSlidingWindow = false;
+    s.maxWindowLayers = 0;
+  }
+
+  void validateDemoSpec(const CheckpointSpec& s) const override {
+    validateHfDecoderDemoSpec(s);
+    require(!s.attentionBias, "attention_bias", "only Llama has the attention_bias option");
+    require(!s.useSlidingWindow, "use_sliding_window", "qwen3_moe's demo sets it from --sliding-window");
+    require(s.maxWindowLayers == 0, "max_window_layers", "Qwen3-MoE's window is on every layer");
+    require(s.numLayers >= 2, "num_layers", "the demo has MoE layers and one dense layer: at least 2");
+  }
+
+ private:
+  static int64_t demoExpertWidth(const CheckpointSpec& s) { return std::max<int64_t>(2, s.intermediateSize / 2); }
+};
+
+}  // namespace
+
+const ModelFamily& qwen3MoeFamily() {
+  static const Qwen3MoeFamily f;
+  return f;
+}
+
+}  // namespace kvscope
