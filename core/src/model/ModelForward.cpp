@@ -1,9 +1,9 @@
 // ModelImpl::forward: the decoder block composed from the kit by the family's recipe
 // (ModelConfig::recipe: norm, positions, weight layout, fused or separate q/k/v, MLP kind),
 // eager attention, float32. Nothing here asks which family a model is.
-#include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
 
 #include "kvscope/Error.hpp"
 #include "model/ModelImpl.hpp"
@@ -33,6 +33,20 @@ torch::Tensor activation(const std::string& name, const torch::Tensor& x) {
 
 void tap(detail::TorchTapSink* taps, int64_t layer, const char* name, const torch::Tensor& t) {
   if (taps && taps->wants(name)) taps->onTensor(layer, name, t);
+}
+
+// The batch rows for which `holds(row)` is true (a fault's rows), as a bool tensor [B];
+// undefined when no row is, so a forward without faults selects nothing.
+template <class Holds>
+torch::Tensor rowsWhere(int64_t B, Holds holds) {
+  std::vector<int64_t> on(static_cast<size_t>(B), 0);
+  bool any = false;
+  for (int64_t b = 0; b < B; ++b) {
+    if (!holds(b)) continue;
+    on[static_cast<size_t>(b)] = 1;
+    any = true;
+  }
+  return any ? torch::tensor(on, torch::kLong).to(torch::kBool) : torch::Tensor();
 }
 }  // namespace
 
@@ -106,33 +120,29 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
   torch::Tensor q = headNorm(qRaw, w.qNormW), k = headNorm(kRaw, w.kNormW);
   // Rows that read the layer's no_rope_layers entry inverted (nope_layer_rope) turn where
   // the layer does not, and the other way round.
-  std::vector<int64_t> flipped(static_cast<size_t>(B), 0);
-  if (cos.defined())
-    for (int64_t b = 0; b < B; ++b) flipped[static_cast<size_t>(b)] = attention.flipsRope(layer, b) ? 1 : 0;
+  const torch::Tensor flipped =
+      cos.defined() ? rowsWhere(B, [&](int64_t b) { return attention.flipsRope(layer, b); }) : torch::Tensor();
   torch::Tensor qPlain = q, kPlain = k;  // before any rotation
   if (config.ropeOn(layer)) {
     q = detail::RotaryEmbedding::apply(q, cos, sin);
     k = detail::RotaryEmbedding::apply(k, cos, sin);
     if (w.kNormW.defined()) {
-      std::vector<int64_t> late(static_cast<size_t>(B), 0);  // 1: this row norms after RoPE
-      for (int64_t b = 0; b < B; ++b)
-        late[static_cast<size_t>(b)] = attention.normsAfterRope(layer, b) ? 1 : 0;
-      if (std::find(late.begin(), late.end(), 1) != late.end()) {
-        auto rows = torch::tensor(late, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+      // Rows that norm after RoPE (qk_norm_order).
+      const auto late = rowsWhere(B, [&](int64_t b) { return attention.normsAfterRope(layer, b); });
+      if (late.defined()) {
+        auto rows = late.view({-1, 1, 1, 1});
         q = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(qRaw, cos, sin), w.qNormW), q);
         k = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(kRaw, cos, sin), w.kNormW), k);
       }
     }
   }
   if (wholeCos.defined()) {  // rows that rotate the whole head (partial_rotary)
-    std::vector<int64_t> whole(static_cast<size_t>(B), 0);
-    for (int64_t b = 0; b < B; ++b) whole[static_cast<size_t>(b)] = attention.rotatesWholeHead(layer, b) ? 1 : 0;
-    auto rows = torch::tensor(whole, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+    auto rows = rowsWhere(B, [&](int64_t b) { return attention.rotatesWholeHead(layer, b); }).view({-1, 1, 1, 1});
     q = torch::where(rows, detail::RotaryEmbedding::apply(qPlain, wholeCos, wholeSin), q);
     k = torch::where(rows, detail::RotaryEmbedding::apply(kPlain, wholeCos, wholeSin), k);
   }
-  if (std::find(flipped.begin(), flipped.end(), 1) != flipped.end()) {
-    auto rows = torch::tensor(flipped, torch::kLong).to(torch::kBool).view({-1, 1, 1, 1});
+  if (flipped.defined()) {
+    auto rows = flipped.view({-1, 1, 1, 1});
     const bool turns = config.ropeOn(layer);
     q = torch::where(rows, turns ? qPlain : detail::RotaryEmbedding::apply(qPlain, cos, sin), q);
     k = torch::where(rows, turns ? kPlain : detail::RotaryEmbedding::apply(kPlain, cos, sin), k);
@@ -217,14 +227,12 @@ const detail::RotaryEmbedding& ModelImpl::ropeOf(int64_t layer) const {
 void ModelImpl::swapLayerRope(int64_t layer, const torch::Tensor& ids, const torch::Tensor& positions,
                               const detail::AttentionContext& attention, torch::Tensor& cos,
                               torch::Tensor& sin) const {
-  std::vector<int64_t> swapped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row swaps
-  for (int64_t b = 0; b < ids.size(0); ++b)
-    swapped[static_cast<size_t>(b)] = attention.swapsLayerRope(layer, b) ? 1 : 0;
-  if (std::find(swapped.begin(), swapped.end(), 1) == swapped.end()) return;
+  const auto swapped = rowsWhere(ids.size(0), [&](int64_t b) { return attention.swapsLayerRope(layer, b); });
+  if (!swapped.defined()) return;
   const detail::RotaryEmbedding& other = &ropeOf(layer) == rope.get() ? *slidingRope : *rope;
   const torch::Tensor& own = attention.layerPositions(layer);
   auto [otherCos, otherSin] = other.cosSin(own.defined() ? own : positions);
-  auto rows = torch::tensor(swapped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
+  auto rows = swapped.view({-1, 1, 1});
   cos = torch::where(rows, otherCos, cos);
   sin = torch::where(rows, otherSin, sin);
 }
@@ -269,7 +277,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   for (int64_t i = 0; i < config.numLayers; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
     const detail::RotaryEmbedding* layerRope = config.usesRope() ? &ropeOf(i) : nullptr;
-    Tables& t = tables[layerRope == slidingRope.get() ? 1 : 0];
+    Tables& t = tables[layerRope && layerRope == slidingRope.get() ? 1 : 0];
     torch::Tensor layerCos = t.cos, layerSin = t.sin;
     if (layerRope) {
       // A layer rotated at other positions than the forward's (chunk_position).
@@ -278,10 +286,9 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
         checkInputs(ids, own);
         std::tie(layerCos, layerSin) = layerRope->cosSin(own);
       }
-      std::vector<int64_t> dropped(static_cast<size_t>(ids.size(0)), 0);  // 1: this row drops it
-      for (int64_t b = 0; b < ids.size(0); ++b)
-        dropped[static_cast<size_t>(b)] = attention.dropsRopeScaling(i, b) ? 1 : 0;
-      if (std::find(dropped.begin(), dropped.end(), 1) != dropped.end()) {
+      // Rows that drop rope_scaling (the rope_scaling fault).
+      const auto dropped = rowsWhere(ids.size(0), [&](int64_t b) { return attention.dropsRopeScaling(i, b); });
+      if (dropped.defined()) {
         torch::Tensor cosUnscaled, sinUnscaled;
         if (own.defined()) {
           std::tie(cosUnscaled, sinUnscaled) = layerRope->cosSinUnscaled(own);
@@ -290,7 +297,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
           cosUnscaled = t.cosUnscaled;
           sinUnscaled = t.sinUnscaled;
         }
-        auto rows = torch::tensor(dropped, torch::kLong).to(torch::kBool).view({-1, 1, 1});
+        auto rows = dropped.view({-1, 1, 1});
         layerCos = torch::where(rows, cosUnscaled, layerCos);
         layerSin = torch::where(rows, sinUnscaled, layerSin);
       }
@@ -299,9 +306,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     // The whole head's rotation, for rows that ignore partial rotary (partial_rotary).
     torch::Tensor wholeCos, wholeSin;
     if (layerRope && config.ropeOn(i) && layerCos.size(-1) < config.headDim) {
-      bool any = false;
-      for (int64_t b = 0; b < ids.size(0) && !any; ++b) any = attention.rotatesWholeHead(i, b);
-      if (any) {
+      if (rowsWhere(ids.size(0), [&](int64_t b) { return attention.rotatesWholeHead(i, b); }).defined()) {
         const torch::Tensor& own = attention.layerPositions(i);
         std::tie(wholeCos, wholeSin) =
             detail::RotaryEmbedding::wholeHead(config, i).cosSin(own.defined() ? own : positions);

@@ -4,7 +4,6 @@
 // and are converted to float32.
 #include <algorithm>
 #include <cstdint>
-#include <tuple>
 
 #include "kvscope/Error.hpp"
 #include "kvscope/FloatTensor.hpp"
@@ -135,15 +134,37 @@ void ModelImpl::loadWeights() {
   for (int64_t i = 0; i < c.numLayers; ++i) {
     auto& w = layers[static_cast<size_t>(i)];
     // (suffix, member, shape, required): a suffix the family does not name is skipped.
-    struct Item { const std::string& suffix; torch::Tensor* t; std::vector<int64_t> shape; bool required; };
+    struct Item { std::string suffix; torch::Tensor* t; std::vector<int64_t> shape; bool required; };
     std::vector<Item> items = {
         {n.attnNorm, &w.attnNormW, {H}, true}, {n.attnNormBias, &w.attnNormB, {H}, layerNorm},
         {n.mlpNorm, &w.mlpNormW, {H}, true}, {n.mlpNormBias, &w.mlpNormB, {H}, layerNorm},
         {n.postAttnNorm, &w.postAttnNormW, {H}, true}, {n.postMlpNorm, &w.postMlpNormW, {H}, true},
-        {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias},
-        {n.down, &w.downW, matrix(H, I), true}, {n.downBias, &w.downB, {H}, c.mlpBias},
-        {n.up, &w.upW, matrix(I, H), true}, {n.upBias, &w.upB, {I}, c.mlpBias},
-        {n.gateUp, &w.gateUpW, matrix(2 * I, H), true}};
+        {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias}};
+    const bool moe = c.isMoeLayer(i);  // its experts stand in the dense MLP's place
+    if (!moe) {
+      items.push_back({n.down, &w.downW, matrix(H, I), true});
+      items.push_back({n.downBias, &w.downB, {H}, c.mlpBias});
+      items.push_back({n.up, &w.upW, matrix(I, H), true});
+      items.push_back({n.upBias, &w.upB, {I}, c.mlpBias});
+      items.push_back({n.gateUp, &w.gateUpW, matrix(2 * I, H), true});
+      if (recipe.mlp == BlockRecipe::Mlp::Gated) {
+        items.push_back({n.gate, &w.gateW, matrix(I, H), true});
+        items.push_back({n.gateBias, &w.gateB, {I}, c.mlpBias});
+      }
+    } else {  // the router [E, H] and each expert's gate/up [Im, H], down [H, Im]
+      const int64_t E = c.moe.numExperts, Im = c.moe.intermediateSize;
+      items.push_back({n.router, &w.routerW, matrix(E, H), true});
+      w.expertGateW.resize(static_cast<size_t>(E));
+      w.expertUpW.resize(static_cast<size_t>(E));
+      w.expertDownW.resize(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) {
+        const auto ue = static_cast<size_t>(e);
+        const std::string expert = n.expertPrefix + std::to_string(e) + ".";
+        items.push_back({expert + n.expertGate, &w.expertGateW[ue], matrix(Im, H), true});
+        items.push_back({expert + n.expertUp, &w.expertUpW[ue], matrix(Im, H), true});
+        items.push_back({expert + n.expertDown, &w.expertDownW[ue], matrix(H, Im), true});
+      }
+    }
     if (recipe.fusedQkv) {
       const int64_t qkv = (nh + 2 * nkv) * d;
       items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
@@ -161,39 +182,11 @@ void ModelImpl::loadWeights() {
       items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});
       items.push_back({n.kNorm, &w.kNormW, {whole ? nkv * d : d}, true});
     }
-    if (recipe.mlp == BlockRecipe::Mlp::Gated) {
-      items.push_back({n.gate, &w.gateW, matrix(I, H), true});
-      items.push_back({n.gateBias, &w.gateB, {I}, c.mlpBias});
-    }
-    const bool moe = c.isMoeLayer(i);
     for (auto& it : items) {
       if (it.suffix.empty()) continue;
-      const bool denseMlp = it.t == &w.gateW || it.t == &w.gateB || it.t == &w.upW || it.t == &w.upB ||
-                            it.t == &w.downW || it.t == &w.downB || it.t == &w.gateUpW;
-      if (moe && denseMlp) continue;  // the experts stand in its place
       const std::string name = n.layer(i, it.suffix);
       *it.t = it.required ? L.load(name, it.shape) : L.optional(name, it.shape);
       track(name, *it.t);
-    }
-  }
-  for (int64_t i = 0; i < c.numLayers; ++i) {
-    if (!c.isMoeLayer(i)) continue;
-    auto& w = layers[static_cast<size_t>(i)];
-    const int64_t E = c.moe.numExperts, Im = c.moe.intermediateSize;
-    w.routerW = L.load(n.layer(i, n.router), matrix(E, H));
-    track(n.layer(i, n.router), w.routerW);
-    w.expertGateW.resize(static_cast<size_t>(E));
-    w.expertUpW.resize(static_cast<size_t>(E));
-    w.expertDownW.resize(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      const auto ue = static_cast<size_t>(e);
-      for (auto [suffix, t, shape] : {std::tuple{&n.expertGate, &w.expertGateW[ue], matrix(Im, H)},
-                                      std::tuple{&n.expertUp, &w.expertUpW[ue], matrix(Im, H)},
-                                      std::tuple{&n.expertDown, &w.expertDownW[ue], matrix(H, Im)}}) {
-        const std::string name = n.expert(i, e, *suffix);
-        *t = L.load(name, shape);
-        track(name, *t);
-      }
     }
   }
   finalW = L.load(n.finalNorm, {H});

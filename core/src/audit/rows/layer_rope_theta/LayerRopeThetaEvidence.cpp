@@ -29,7 +29,7 @@ std::optional<LayerRopeThetaMatch> LayerRopeThetaEvidence::explain(
   m.slidingLayer = config_.isSlidingLayer(layer);
   m.own = config_.ropeFor(layer);
   m.other = m.slidingLayer ? config_.rope : *config_.slidingRope;
-  const RotaryEmbedding mine(m.own, config_.headDim, config_.maxPositions);
+  const RotaryEmbedding mine = RotaryEmbedding::forLayer(config_, layer);
   const RotaryEmbedding other(m.other, config_.headDim, config_.maxPositions);
   auto rotatedOtherwise = [&](const torch::Tensor& refCols, const torch::Tensor& p) {
     auto [cos, sin] = mine.cosSin(p.view({1, -1}));

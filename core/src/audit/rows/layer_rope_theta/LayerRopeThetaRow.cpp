@@ -3,8 +3,7 @@
 // rope_theta 1e6 and linear scaling), the cached path rotates a layer with the other layer
 // type's RoPE, as vLLM's Gemma 3 did after a RoPE refactor (vllm-project/vllm#29111). Only the
 // rotation differs: keys exact at position 0, wrong after it, values exact.
-#include "audit/ReferenceSet.hpp"
-#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/KeyRecordRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/layer_rope_theta/LayerRopeThetaEvidence.hpp"
 
@@ -41,15 +40,7 @@ class LayerRopeThetaRow final : public FailureRow {
 
   bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
                       const RequestReference& own, const Evidence& ev) const override {
-    const ModelConfig* config = ctx.refs.modelConfig();
-    if (!config || a.firstBadLayer < 0) return false;
-    const LayerRopeThetaEvidence evidence(*config, ctx.tol);
-    if (!evidence.applies()) return false;
-    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
-    const auto m = evidence.explain(from, own);
-    if (!m) return false;
-    ctx.add(LayerRopeThetaEvidence::finding(a, *m, ev), a);
-    return true;
+    return explainKeyRecords<LayerRopeThetaEvidence>(ctx, r, a, own, ev);
   }
 
   std::optional<TimelineMarker> marker(const Finding& f) const override {

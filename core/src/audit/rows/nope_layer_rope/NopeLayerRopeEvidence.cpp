@@ -8,11 +8,14 @@
 
 namespace kvscope::detail {
 
+bool NopeLayerRopeEvidence::applies() const {
+  return config_.usesRope() &&
+         std::find(config_.ropeLayers.begin(), config_.ropeLayers.end(), false) != config_.ropeLayers.end();
+}
+
 std::optional<NopeLayerRopeMatch> NopeLayerRopeEvidence::explain(
     const std::vector<const StepAnalysis*>& steps, const RequestReference& own) const {
-  if (steps.empty() || !config_.usesRope() || config_.ropeLayers.empty()) return std::nullopt;
-  if (std::find(config_.ropeLayers.begin(), config_.ropeLayers.end(), false) == config_.ropeLayers.end())
-    return std::nullopt;  // no NoPE layer: no list to read inverted
+  if (steps.empty() || !applies()) return std::nullopt;
   const int64_t layer = steps.front()->firstBadLayer;
   if (layer < 0) return std::nullopt;
   const RotaryEmbedding rope = RotaryEmbedding::forLayer(config_, layer);

@@ -26,6 +26,8 @@ struct NopeLayerRopeMatch {
 class NopeLayerRopeEvidence {
  public:
   NopeLayerRopeEvidence(const ModelConfig& config, const Tolerance& tol) : config_(config), tol_(tol) {}
+  /// Whether the checkpoint has NoPE layers (a no_rope_layers list with a 0 to read inverted).
+  bool applies() const;
   /// `steps`: the request's analyses from its first divergence on (the first one first).
   std::optional<NopeLayerRopeMatch> explain(const std::vector<const StepAnalysis*>& steps,
                                             const RequestReference& own) const;

@@ -2,8 +2,7 @@
 // Llama 4's every fourth layer), the cached path reads the list inverted: the NoPE layers
 // rotate and the rotary ones do not (transformers issue 43756). Only the rotation differs, so
 // the keys at position 0 (where RoPE is the identity) and every value are right.
-#include "audit/ReferenceSet.hpp"
-#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/KeyRecordRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/nope_layer_rope/NopeLayerRopeEvidence.hpp"
 
@@ -38,13 +37,7 @@ class NopeLayerRopeRow final : public FailureRow {
 
   bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
                       const RequestReference& own, const Evidence& ev) const override {
-    const ModelConfig* config = ctx.refs.modelConfig();
-    if (!config || config->ropeLayers.empty() || a.firstBadLayer < 0) return false;
-    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
-    const auto m = NopeLayerRopeEvidence(*config, ctx.tol).explain(from, own);
-    if (!m) return false;
-    ctx.add(NopeLayerRopeEvidence::finding(a, *m, ev), a);
-    return true;
+    return explainKeyRecords<NopeLayerRopeEvidence>(ctx, r, a, own, ev);
   }
 
   std::optional<TimelineMarker> marker(const Finding& f) const override {

@@ -3,8 +3,7 @@
 // head: the factor ignored, or the rotary width's pairs or frequencies taken over head_dim
 // (pie-project/pie#603, labscommunity/cascadia#69). Only the rotation differs: keys exact at
 // position 0, wrong after it, values exact.
-#include "audit/ReferenceSet.hpp"
-#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/KeyRecordRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/partial_rotary/PartialRotaryEvidence.hpp"
 
@@ -40,15 +39,7 @@ class PartialRotaryRow final : public FailureRow {
 
   bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
                       const RequestReference& own, const Evidence& ev) const override {
-    const ModelConfig* config = ctx.refs.modelConfig();
-    if (!config || a.firstBadLayer < 0) return false;
-    const PartialRotaryEvidence evidence(*config, ctx.tol);
-    if (!evidence.applies()) return false;
-    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
-    const auto m = evidence.explain(from, own);
-    if (!m) return false;
-    ctx.add(PartialRotaryEvidence::finding(a, *m, ev), a);
-    return true;
+    return explainKeyRecords<PartialRotaryEvidence>(ctx, r, a, own, ev);
   }
 
   std::optional<TimelineMarker> marker(const Finding& f) const override {
