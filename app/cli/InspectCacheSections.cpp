@@ -148,6 +148,8 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
                            width));
   else
     appendLines(out, wrapText(st.bold(heading), width, ""));
+  if (!v.layerKind.empty() && !f.compact)
+    appendLines(out, wrapText("layer " + std::to_string(p.layer) + ": " + v.layerKind, width, "  "));
 
   const int64_t t = std::max(v.cachedPositions, v.referencePositions);
   const int64_t newLast = v.appendedCount > 0 ? v.appendedFirst + v.appendedCount - 1 : -1;

@@ -339,3 +339,37 @@ TEST(Inspector, ArrivalsOfATraceWithoutArrivalEventsComeFromTheFirstRecords) {
       << other.front().second;
   EXPECT_EQ(markers(theirs.timeline(0), "other_arrival"), other);
 }
+
+namespace {
+
+// What each layer is travels with the inspection: a front end names sliding and NoPE layers,
+// sinks, soft-caps and experts beside the shown layer, from the checkpoint's config.
+std::shared_ptr<const AuditJobOutput> familyAudit(const std::string& family) {
+  AuditJobSpec spec;
+  spec.modelDir = test::fixture("families/models/" + family);
+  spec.promptIds = {{5, 17, 300, 41, 99, 7, 12, 250, 3, 64}};
+  spec.maxNewTokens = 3;
+  return std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+}
+
+std::string kindAt(Inspector& insp, int64_t layer) {
+  InspectionPoint p;
+  p.layer = layer;
+  return insp.view(p).layerKind;
+}
+
+TEST(Inspector, EachLayerSaysWhatKindItIs) {
+  Inspector gemma2(familyAudit("gemma2"));
+  EXPECT_EQ(kindAt(gemma2, 0), "sliding window 6, RoPE, soft-cap 3");
+  EXPECT_EQ(kindAt(gemma2, 1), "full attention, RoPE, soft-cap 3");
+  Inspector smollm3(familyAudit("smollm3"));
+  EXPECT_EQ(kindAt(smollm3, 1), "full attention, NoPE");
+  EXPECT_EQ(kindAt(smollm3, 0), "full attention, RoPE");
+  Inspector gptOss(familyAudit("gpt_oss"));
+  EXPECT_EQ(kindAt(gptOss, 0), "sliding window 6, yarn RoPE x32, sinks, MoE 2 of 4 experts");
+  Inspector gemma3(familyAudit("gemma3_text"));
+  EXPECT_EQ(kindAt(gemma3, 2), "full attention, linear RoPE x8 theta 1e+06");
+  EXPECT_EQ(kindAt(gemma3, 0), "sliding window 6, RoPE theta 10000");
+}
+
+}  // namespace

@@ -76,6 +76,10 @@ def demo_checkpoint(root: str, arch: str, *extra: str) -> str:
     return out
 
 
+# Families transformers 4.57 does not have: their live tests run under 5.x only.
+V5_ONLY = ("ministral3",)
+
+
 def v4_readable(root: str, family: str) -> str:
     """The family fixture (written by transformers 5: rope_parameters only) for the running
     transformers: under 4.x a copy that also states rope_theta, the key 4.x reads (it would
@@ -84,14 +88,27 @@ def v4_readable(root: str, family: str) -> str:
     src = os.path.join(REPO, "tests", "fixtures", "families", "models", family)
     if int(transformers.__version__.split(".")[0]) >= 5:
         return src
+    with open(os.path.join(src, "config.json")) as f:
+        if json.load(f)["model_type"] in V5_ONLY:
+            return None
     import shutil
     dst = os.path.join(root, family + "-v4")
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
         cfg = json.load(f)
+    for c in (cfg, cfg.get("text_config")):  # a multimodal config: its language model's too
+        if c is not None:
+            v4_keys(c)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return dst
+
+
+def v4_keys(cfg: dict) -> None:
+    """transformers 5's keys of one config rewritten as 4.x reads them."""
     if "num_local_experts" in cfg and "num_experts" not in cfg:  # 5.x's name for it
         cfg["num_experts"] = cfg["num_local_experts"]
-    params = cfg["rope_parameters"]
+    params = cfg.get("rope_parameters") or {}
     if "full_attention" in params:  # keyed by layer type (Gemma 3): 4.x's three keys
         full, local = params["full_attention"], params.get("sliding_attention", {})
         cfg["rope_theta"] = full["rope_theta"]
@@ -103,9 +120,11 @@ def v4_readable(root: str, family: str) -> str:
     for key in ("rope_theta", "partial_rotary_factor"):  # the keys 4.x reads at the top
         if key in params:
             cfg[key] = params[key]
-    with open(os.path.join(dst, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    return dst
+    if params.get("rope_type", "default") == "longrope":  # 4.x's Phi-3 wants exactly three keys
+        cfg["rope_scaling"] = {"type": "longrope", "short_factor": params["short_factor"],
+                               "long_factor": params["long_factor"]}
+    elif params.get("rope_type", "default") != "default":  # yarn: 4.x's rope_scaling
+        cfg["rope_scaling"] = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
 
 
 class EveryFamilyTest(unittest.TestCase):
@@ -121,12 +140,15 @@ class EveryFamilyTest(unittest.TestCase):
             "llama": os.path.join(hf, "llama"),
             "qwen3": QWEN3,
             **{f: v4_readable(cls.tmp.name, f) for f in ("qwen3_moe", "olmo2", "granite", "smollm3", "phi3", "gemma2",
-                                                             "gemma3_text")},
+                                                             "gemma3_text", "gpt_oss", "phi3_longrope", "mixtral",
+                                                             "olmo3", "glm4", "ministral3", "gemma3")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",
                                      "--max-window-layers", "1"),
         }
+
+        cls.models = {f: m for f, m in cls.models.items() if m is not None}
 
     @classmethod
     def tearDownClass(cls):
@@ -141,7 +163,11 @@ class EveryFamilyTest(unittest.TestCase):
                     # Gemma 2 with eager attention: transformers' sdpa path ignores its
                     # attention soft-cap (test_attention_softcap_dropped_... finds that).
                     attn = ["--attn-implementation", "eager"] if family == "gemma2" else []
-                    rc = hf_trace.main(["--model", model, "--prompt-ids", PROMPT, "--max-new", "8",
+                    # LongRoPE switches factors past its original context (12 here): the prompt
+                    # starts beyond it (a cache that crosses it is recomputed by transformers'
+                    # generate and refused by KV Scope's engine).
+                    prompt = PROMPT + ",8,9,10,11" if family == "phi3_longrope" else PROMPT
+                    rc = hf_trace.main(["--model", model, "--prompt-ids", prompt, "--max-new", "8",
                                         "--ignore-eos", "--no-fingerprint", "--out", out, *policy,
                                         *attn])
                     self.assertEqual(rc, 0)
@@ -295,6 +321,68 @@ class RecordingAroundGenerateTest(unittest.TestCase):
                 self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 1))
         print(f"\nGemma 2's attention soft-cap dropped, transformers {transformers.__version__}:\n  " +
               "\n  ".join(rows))
+
+    def test_attention_sinks_dropped_in_transformers_are_found(self):
+        # GPT-OSS's eager attention puts each head's learned sink logit into every softmax. An
+        # attention backend without sinks (vllm-project/vllm#52156) runs a plain softmax: the
+        # modeling module's eager_attention_forward replaced by one without the sink column.
+        gpt_oss = v4_readable(self.tmp.name, "gpt_oss")
+        from transformers.models.gpt_oss import modeling_gpt_oss as mg
+        from kvscope_trace import recording
+
+        def sinkless(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+            k = mg.repeat_kv(key, module.num_key_value_groups)
+            v = mg.repeat_kv(value, module.num_key_value_groups)
+            w = torch.matmul(query, k.transpose(2, 3)) * scaling
+            if attention_mask is not None:
+                w = w + attention_mask[:, :, :, : k.shape[-2]]
+            p = torch.softmax(w, dim=-1)
+            return torch.matmul(p, v).transpose(1, 2).contiguous(), p
+
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gpt_oss, dtype=torch.float32, attn_implementation="eager").eval()
+        original, mg.eager_attention_forward = mg.eager_attention_forward, sinkless
+        try:
+            path = os.path.join(self.tmp.name, "sinkless.kvtrace")
+            with recording(model, path):
+                model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
+                               max_new_tokens=6, do_sample=False)
+        finally:
+            mg.eager_attention_forward = original
+        rc, rep = self.audit(gpt_oss, path)
+        ids = [f["id"] for f in rep["findings"]]
+        w = rep["findings"][0]["where"] if ids else {}
+        print(f"\nGPT-OSS's attention sinks dropped, transformers {transformers.__version__}: exit {rc} "
+              f"{ids} at request {w.get('request')} step {w.get('step')} layer {w.get('layer')} "
+              f"position {w.get('position')}")
+        self.assertEqual(rc, 1)
+        self.assertEqual(ids, ["sink_dropped"], json.dumps(rep["findings"], indent=1))
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 0))
+
+    def test_yarn_attention_factor_dropped_in_transformers_is_found(self):
+        # transformers multiplies cos and sin by YaRN's attention factor (attention_scaling);
+        # an engine that computes 1.0 instead (turboderp-org/exllamav3#259) is the rotary
+        # module's attention_scaling set to 1.
+        gpt_oss = v4_readable(self.tmp.name, "gpt_oss")
+        from kvscope_trace import recording
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            gpt_oss, dtype=torch.float32, attn_implementation="eager").eval()
+        self.assertGreater(model.model.rotary_emb.attention_scaling, 1.3)
+        model.model.rotary_emb.attention_scaling = 1.0
+        path = os.path.join(self.tmp.name, "yarn-factor.kvtrace")
+        with recording(model, path):
+            model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
+                           max_new_tokens=6, do_sample=False)
+        rc, rep = self.audit(gpt_oss, path)
+        ids = [f["id"] for f in rep["findings"]]
+        w = rep["findings"][0]["where"] if ids else {}
+        print(f"\nGPT-OSS's YaRN attention factor dropped, transformers {transformers.__version__}: exit {rc} "
+              f"{ids} at request {w.get('request')} step {w.get('step')} layer {w.get('layer')} "
+              f"position {w.get('position')}")
+        self.assertEqual(rc, 1)
+        self.assertEqual(ids, ["yarn_attention_factor"], json.dumps(rep["findings"], indent=1))
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 0, 0))
+        self.assertEqual(rep["findings"][0]["evidence"]["path_attention_factor"], 1.0)
 
     def test_sliding_layers_rotated_with_the_global_rope_in_transformers_are_found(self):
         # Gemma 3 rotates its sliding layers with rope_local_base_freq, unscaled; one RoPE for

@@ -52,6 +52,10 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
   controls->addWidget(layer_);
   controls->addWidget(head_);
   controls->addWidget(kind_);
+  layerKind_ = new QLabel(this);  // what the shown layer is: "sliding window 6, NoPE"
+  layerKind_->setTextFormat(Qt::PlainText);
+  layerKind_->hide();
+  controls->addWidget(layerKind_, 1);
   controls->addStretch(1);
   controls->addWidget(new QLabel(tr("colours"), this));
   controls->addWidget(gradient_);
@@ -168,6 +172,14 @@ void KvHeatmapPanel::paintSnapshot() {
     heading += first == last ? tr(" · new record: pos %1").arg(first)
                              : tr(" · new records: pos %1–%2").arg(first).arg(last);
   heading_->setText(heading);
+  // What the layer is (sliding, NoPE, sinks, ...), on the layer control.
+  layer_->setToolTip(snap->layerKind.empty()
+                         ? tr("Layer (also: click a bar in the layer overview)")
+                         : tr("Layer %1: %2 (also: click a bar in the layer overview)")
+                               .arg(s.layer)
+                               .arg(QString::fromStdString(snap->layerKind).toHtmlEscaped()));
+  layerKind_->setText(QString::fromStdString(snap->layerKind));
+  layerKind_->setVisible(!snap->layerKind.empty());
   const double m = std::max(1e-6, static_cast<double>(snap->valueAbsMax));
   const QCPRange valueRange(-m, m);
   if (snap->reference.empty())

@@ -48,6 +48,7 @@ class KvHeatmapPanel : public QWidget {
   QComboBox* gradient_;
   QLabel* heading_;
   QLabel* note_;
+  QLabel* layerKind_;  // what the shown layer is (StepView::layerKind)
   KvHeatmapView* reference_;
   KvHeatmapView* cached_;
   KvHeatmapView* difference_;

@@ -31,6 +31,9 @@ struct AuditJobOutput {
   std::vector<std::string> decodedText;  // per request: generated text (when a tokenizer exists)
   /// Per request, the text of each token of prompt + generated stream, for token strips.
   std::vector<std::vector<std::string>> tokenPieces;
+  /// Per layer, what kind it is (ModelConfig::layerDescription; in trace+trace mode from the
+  /// traces' layer kinds): "sliding window 6, RoPE", "full attention, NoPE", ...
+  std::vector<std::string> layerKinds;
 };
 
 /// Throws InputError / UsageError for bad input, AuditCancelled when cancelled.

@@ -57,6 +57,10 @@ class Checkpoint {
   std::string indexPath_;  // empty for a single-file checkpoint
   std::vector<std::shared_ptr<const SafetensorsFile>> files_;
   std::map<std::string, size_t> tensorFile_;  // tensor name -> index into files_
+  // A language model stored under a prefix (findLanguageModel): the name the model knows a
+  // tensor by -> the name the file stores it under.
+  std::map<std::string, std::string> storedName_;
+  void findLanguageModel();
   struct FingerprintState {
     std::atomic<bool> cancel{false};
     std::atomic<uint64_t> done{0}, total{0};

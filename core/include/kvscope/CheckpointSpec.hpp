@@ -68,6 +68,7 @@ struct CheckpointSpec {
   static CheckpointSpec llama32_1b();
   static CheckpointSpec llama31_8b();
   static CheckpointSpec qwen25_7b();
+  static CheckpointSpec qwen3_8b();
   /// Names preset() accepts, in the order help texts list them.
   static std::vector<std::string> presetNames();
   /// A preset by name (see presetNames()); throws UsageError listing the names.

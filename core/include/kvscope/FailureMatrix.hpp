@@ -33,6 +33,8 @@ inline constexpr const char* NopeLayerRope = "nope_layer_rope";
 inline constexpr const char* SoftcapDropped = "softcap_dropped";
 inline constexpr const char* LayerRopeTheta = "layer_rope_theta";
 inline constexpr const char* PartialRotary = "partial_rotary";
+inline constexpr const char* SinkDropped = "sink_dropped";
+inline constexpr const char* YarnAttentionFactor = "yarn_attention_factor";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

@@ -93,6 +93,7 @@ struct StepView {
 
   std::vector<Finding> findings;  // the report's findings at this request and step
   std::string note;               // why something is missing or shapes differ ("" = fine)
+  std::string layerKind;          // what the shown layer is (AuditJobOutput::layerKinds; "": unknown)
 };
 
 /// One fed entry of a step (pads included, marked) or a generated token never fed back.

@@ -71,8 +71,13 @@ class Model {
   /// stores it before the attention reads it: the uncached reference of a correct
   /// quantised cache (records and logits then include the rounding).
   /// `watch` reports progress and cancels between layers.
+  /// `prefill`: how many of `ids` the run fed in its first forward (-1: all of them). A RoPE
+  /// whose frequencies switch with the forward's length (LongRoPE past its original context)
+  /// turns each row as the full-prefix recompute of the step that fed it did: the prefill's
+  /// rows with the set of a forward of `prefill` tokens, each later row p with that of a
+  /// forward of p + 1.
   ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {},
-                         const PassWatch& watch = {}) const;
+                         const PassWatch& watch = {}, int64_t prefill = -1) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory.
@@ -85,7 +90,10 @@ class Model {
  private:
   Model() = default;
   ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                                  const PassWatch& watch) const;
+                                  const PassWatch& watch, int64_t prefill) const;
+  /// One uncached forward over `ids` (referenceUnchecked joins two for LongRoPE).
+  ReferenceRun onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
+                       const PassWatch& watch) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

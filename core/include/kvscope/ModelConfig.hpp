@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -24,13 +24,26 @@ std::string supportedModelTypes();
 std::vector<std::string> supportedModelTypeList();
 
 struct RopeConfig {
-  std::string type = "default";       // default | linear | dynamic | llama3
+  std::string type = "default";       // default | linear | dynamic | llama3 | yarn | longrope
   double theta = 10000.0;             // rope_theta
-  double factor = 1.0;                // rope_scaling.factor
+  double factor = 1.0;                // rope_scaling.factor; yarn, longrope: 0 when absent
+                                      // (then max_position_embeddings / original, as
+                                      // transformers derives it)
   double lowFreqFactor = 1.0;         // llama3
   double highFreqFactor = 4.0;        // llama3
-  int64_t originalMaxPositions = 0;   // original_max_position_embeddings (llama3, dynamic)
+  int64_t originalMaxPositions = 0;   // original_max_position_embeddings (llama3, dynamic,
+                                      // yarn, longrope; yarn and longrope default to
+                                      // max_position_embeddings)
   double partialRotaryFactor = 1.0;   // fraction of head_dim that is rotated
+  // yarn, longrope: cos and sin are multiplied by the attention factor (attention_factor;
+  // 0 when absent: derived from the factor, and for yarn from mscale / mscale_all_dim).
+  double attentionFactor = 0.0;
+  double betaFast = 32.0, betaSlow = 1.0;   // yarn: the ramp's rotation counts
+  double mscale = 0.0, mscaleAllDim = 0.0;  // yarn (DeepSeek): 0 when absent
+  bool truncate = true;                     // yarn: the correction range rounded outwards
+  // longrope: per-frequency divisors (rotary_dim / 2 each), short up to and long beyond the
+  // original context (chosen per forward by its largest position, as transformers does).
+  std::vector<double> shortFactor, longFactor;
   bool operator==(const RopeConfig& o) const;
 };
 
@@ -52,25 +65,41 @@ struct BlockRecipe {
   bool divideScoresBySqrtD = false;         // scores / sqrt(d) (GPT-2) vs scores * (1/sqrt(d))
   bool qkNormOverHeads = false;             // q/k RMSNorm over the whole projection (OLMo 2),
                                             // not per head (Qwen3)
+  bool ropeInterleaved = false;             // RoPE pairs features (2i, 2i + 1) (GLM-4, GPT-J)
+                                            // instead of (i, i + r/2)
   bool embeddingScaleInWeightDtype = false; // the embedding multiplier rounded to the stored
                                             // embedding dtype first (Gemma's embed_scale)
   bool operator==(const BlockRecipe& o) const;
 };
 
-/// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a router picks `topK` of
-/// `numExperts` gated MLPs per token by softmax probability.
+/// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral, GPT-OSS): a router picks `topK` of
+/// `numExperts` gated MLPs per token.
 struct MoeConfig {
   int64_t numExperts = 0;        // 0: no MoE layer
   int64_t topK = 0;              // num_experts_per_tok
   int64_t intermediateSize = 0;  // each expert's (moe_intermediate_size)
   bool normTopK = false;         // norm_topk_prob: the chosen probabilities renormalised to 1
+  // SoftmaxThenTopK: softmax over every expert in float32, the k most probable (Qwen3-MoE,
+  // Mixtral); TopKThenSoftmax: the k largest router logits, softmax over those k (GPT-OSS).
+  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax };
+  Routing routing = Routing::SoftmaxThenTopK;
+  bool routerBias = false;       // the router has a bias (GPT-OSS)
+  // Gated: down(act(gate x) * up x), one tensor per expert; ClampedGlu: GPT-OSS's experts,
+  // stacked [E, in, out] with biases, gate and up interleaved in one product (even columns
+  // gate, odd up), gate clamped above and up both sides at gluLimit, (up + 1) * gate *
+  // sigmoid(gluAlpha * gate).
+  enum class Expert { Gated, ClampedGlu };
+  Expert expert = Expert::Gated;
+  double gluAlpha = 1.702, gluLimit = 7.0;
   std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
 };
 
 struct ModelConfig {
   std::string sourceFile;             // path of the config.json this came from
   Architecture architecture = Architecture::Llama;
-  std::string modelType;              // model_type as written
+  std::string modelType;              // model_type as written (the text model's)
+  std::string wrapperModelType;       // a multimodal checkpoint's own model_type (gemma3) whose
+                                      // text_config this is; empty otherwise
   int64_t vocabSize = 0;
   int64_t hiddenSize = 0;
   int64_t numLayers = 0;
@@ -92,8 +121,11 @@ struct ModelConfig {
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj
   bool mlpBias = false;
   bool qkNorm = false;                // RMSNorm of queries and keys before RoPE (Qwen3, OLMo 2)
+  bool attentionSinks = false;        // a learned sink logit per head in each softmax (GPT-OSS)
   std::vector<bool> ropeLayers;       // per layer: false where it has no position encoding
                                       // (NoPE: no_rope_layers); empty: every layer rotates
+  double queryScaleBeta = 0.0;        // Ministral 3: rotated queries x (1 + beta ln(1 + floor(p /
+  int64_t queryScaleContext = 0;      // queryScaleContext))) (llama_4_scaling_beta); 0: none
   double embeddingMultiplier = 1.0;   // Granite: embeddings are scaled by it
   double attentionScale = 0.0;        // scores' scale (Granite's attention_multiplier); 0: 1/sqrt(d)
   double residualMultiplier = 1.0;    // Granite: each sublayer's output, before the residual add
@@ -113,6 +145,8 @@ struct ModelConfig {
   /// Parses a config document; `file` is used in error messages. Throws InputError naming
   /// the field for missing or ill-typed required fields and unsupported model types.
   static ModelConfig fromJson(const nlohmann::json& doc, const std::string& file);
+  /// A multimodal config whose language model is its text_config (Gemma 3, Mistral 3).
+  static ModelConfig fromTextConfig(const nlohmann::json& doc, const std::string& file);
   /// Reads and parses `path` (a config.json). Throws InputError.
   static ModelConfig load(const std::string& path);
   /// Adds EOS ids from a generation_config.json next to the config, when present.
@@ -126,6 +160,10 @@ struct ModelConfig {
   bool isMoeLayer(int64_t layer) const;
   /// The RoPE `layer` rotates with: slidingRope on a sliding layer where the config has one.
   const RopeConfig& ropeFor(int64_t layer) const;
+  /// What kind of layer `layer` is, in a few words for the inspector: its attention (full,
+  /// sliding window W), its positions (NoPE, the RoPE type and theta where the layer types
+  /// differ, partial rotary, interleaved pairs), sinks, soft-cap, a mixture of experts.
+  std::string layerDescription(int64_t layer) const;
 };
 
 }  // namespace kvscope

@@ -27,6 +27,17 @@ void fillText(AuditJobOutput& out, const Tokenizer* tok) {
     out.decodedText.push_back(tok ? tok->decode(r.generated) : "");
   }
 }
+// trace+trace: what the cached trace says of each layer's attention.
+std::vector<std::string> traceLayerKinds(const Trace& t) {
+  std::vector<std::string> out;
+  for (int64_t l = 0; l < t.model.numLayers; ++l) {
+    const TraceLayerKind k = t.layerKind(l);
+    std::string s = k.window > 0 ? "sliding window " + std::to_string(k.window) : "full attention";
+    if (k.ring()) s += ", a ring of " + std::to_string(k.ringSlots) + " slots";
+    out.push_back(s);
+  }
+  return out;
+}
 }  // namespace
 
 AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
@@ -38,6 +49,7 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     Trace cached = TraceFile::read(spec.traceFile);
     out.result = Auditor::auditTraces(reference, cached, spec.options);
     fillText(out, nullptr);
+    out.layerKinds = traceLayerKinds(cached);
     return out;
   }
   // Between the pieces of loading, say what comes next and let Cancel stop it.
@@ -101,6 +113,7 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   }
   out.result = Auditor::audit(*model, trace, options);
   fillText(out, tokenizer.get());
+  for (int64_t l = 0; l < model->config().numLayers; ++l) out.layerKinds.push_back(model->config().layerDescription(l));
   return out;
 }
 

@@ -23,6 +23,31 @@ namespace kvscope {
 using namespace detail;
 
 namespace {
+// LongRoPE turns each forward with short_factor while the forward is at most
+// original_max_position_embeddings positions long and with long_factor beyond (per forward,
+// as transformers does): which set each request's records were turned with, for the report.
+std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& trace) {
+  std::vector<std::string> out;
+  if (!c.usesRope() || c.rope.type != "longrope") return out;
+  const int64_t S = c.rope.originalMaxPositions;
+  for (const auto& r : trace.requests) {
+    const auto P = static_cast<int64_t>(r.promptIds.size());
+    const int64_t steps = static_cast<int64_t>(trace.stepsOf(r.id).size());
+    std::string line = "ok: LongRoPE (original context " + std::to_string(S) + "): request " + std::to_string(r.id) + "'s ";
+    if (P > S)
+      line += "records all turn with long_factor (its " + std::to_string(P) + "-token prefill already passes " +
+              std::to_string(S) + " positions)";
+    else if (S - P + 1 >= steps)
+      line += "records all turn with short_factor (no forward passes " + std::to_string(S) + " positions)";
+    else
+      line += "records turn with short_factor through step " + std::to_string(S - P) + " and with long_factor from step " +
+              std::to_string(S - P + 1) + " (position " + std::to_string(S) + ") on; a cache kept across that step holds "
+              "keys turned with the short factors (transformers' Phi-3 generate recomputes it there)";
+    out.push_back(line);
+  }
+  return out;
+}
+
 
 class AuditRun {
  public:
@@ -459,6 +484,7 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
                           " tokens, inference mode, no cache) are finite; top token " +
                           std::to_string(std::max_element(last, last + V) - last));
   }
+  for (const std::string& line : longRopeFactorSets(c, cached)) s1.checks.push_back(line);
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";

@@ -92,10 +92,12 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     const auto limit = static_cast<size_t>(m->config().maxPositions);
     if (ids.size() > limit) ids.resize(limit);  // positions beyond the context do not exist
     if (ids.empty()) return nullptr;
-    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_);
+    const TraceRequest* req = trace_->findRequest(request);
+    const int64_t prefill = req ? static_cast<int64_t>(req->promptIds.size()) : -1;
+    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill);
     ref.request = request;
     if (trace_->kvCache.quantized())
-      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_));
+      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_, prefill));
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);
@@ -165,7 +167,8 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
       for (const auto& [layer, own] : change.layerPositions)
         if (own.size() == ids.size())
           attention.setLayerPositions(layer, torch::tensor(own, torch::kLong).view({1, T}));
-      for (const auto& [layer, from] : change.uncappedFrom) attention.setUncappedQueries(layer, from);
+      for (const auto& [feature, layers] : change.droppedFrom)
+        for (const auto& [layer, from] : layers) attention.setDroppedQueries(feature, layer, from);
       KvTapCollector taps(/*withLogits=*/true);
       m->impl().forward(torch::tensor(ids, torch::kLong).view({1, T}),
                         torch::tensor(positions, torch::kLong).view({1, T}), attention, &taps);

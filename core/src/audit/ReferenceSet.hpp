@@ -12,6 +12,7 @@
 #include "kvscope/AuditResult.hpp"
 #include "kvscope/Model.hpp"
 #include "kvscope/Trace.hpp"
+#include "model/AttentionFeature.hpp"
 
 namespace kvscope::detail {
 
@@ -19,8 +20,9 @@ namespace kvscope::detail {
 struct PassHypothesis {
   /// Layers rotating their queries and keys at other position ids (one per id).
   std::map<int64_t, std::vector<int64_t>> layerPositions;
-  /// Layers computing their scores without the soft-cap from this query index on.
-  std::map<int64_t, int64_t> uncappedFrom;
+  /// Per feature (the soft-cap, the sinks): layers computing their attention without it
+  /// from this query index on.
+  std::map<AttentionFeature, std::map<int64_t, int64_t>> droppedFrom;
 };
 
 class ReferenceSet {

@@ -65,9 +65,14 @@ bool CachedAttention::rotatesWholeHead(int64_t layer, int64_t row) const {
   return faults_.wholeHeadRotated(r.id, r.step, layer);
 }
 
-bool CachedAttention::dropsSoftcap(int64_t layer, int64_t row) const {
+bool CachedAttention::dropsFeature(AttentionFeature feature, int64_t layer, int64_t row) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
-  return faults_.softcapDropped(r.id, r.step, layer);
+  return faults_.featureDropped(feature, r.id, r.step, layer);
+}
+
+bool CachedAttention::dropsAttentionFactor(int64_t layer, int64_t row) const {
+  const RequestState& r = *group_.at(static_cast<size_t>(row));
+  return faults_.attentionFactorDropped(r.id, r.step, layer);
 }
 
 int64_t CachedAttention::projectionSplits(int64_t layer, int64_t row) const {

@@ -28,7 +28,8 @@ class CachedAttention : public AttentionContext {
   bool dropsRopeScaling(int64_t layer, int64_t row) const override;
   bool normsAfterRope(int64_t layer, int64_t row) const override;
   bool flipsRope(int64_t layer, int64_t row) const override;
-  bool dropsSoftcap(int64_t layer, int64_t row) const override;
+  bool dropsFeature(AttentionFeature feature, int64_t layer, int64_t row) const override;
+  bool dropsAttentionFactor(int64_t layer, int64_t row) const override;
   bool swapsLayerRope(int64_t layer, int64_t row) const override;
   bool rotatesWholeHead(int64_t layer, int64_t row) const override;
   int64_t projectionSplits(int64_t layer, int64_t row) const override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvscope/Error.hpp"
+#include "model/RotaryEmbedding.hpp"
 #include "kvscope/Sampler.hpp"
 
 namespace kvscope::detail {
@@ -45,6 +46,26 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
           architectureName(cfg.architecture) +
           " checkpoint adds learned position embeddings once, at its input, so a wrong "
           "position reaches every layer: use layer=-1");
+  // LongRoPE: a forward whose longest position passes the original context turns with the
+  // long factors, so a cache built before that point holds keys turned with the short ones.
+  // transformers' Phi-3 generate recomputes its cache there; this engine does not, so a
+  // cached run may not cross it.
+  if (cfg.usesRope() && cfg.rope.type == "longrope" && !options.uncached) {
+    const int64_t original = cfg.rope.originalMaxPositions;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto prompt = static_cast<int64_t>(specs[i].promptIds.size());
+      const int64_t lastFed = prompt + std::max<int64_t>(specs[i].maxNewTokens, 1) - 1;  // longest forward
+      if (prompt <= original && lastFed > original)
+        throw UsageError("request " + std::to_string(i) + ": its " + std::to_string(prompt) +
+                         "-token prompt and " + std::to_string(specs[i].maxNewTokens) +
+                         " new tokens cross LongRoPE's switch from short to long factors at " +
+                         std::to_string(original) + " positions (original_max_position_embeddings); "
+                         "the cache would keep keys turned with the short factors (transformers' "
+                         "Phi-3 generate recomputes it there, this engine does not): generate at "
+                         "most " + std::to_string(original - prompt + 1) +
+                         " tokens, or start from a prompt longer than " + std::to_string(original));
+    }
+  }
   if (faults.makesBatchVariant() && options.uncached)
     throw UsageError(
         "fault 'batch_variance' needs the cached engine: the uncached reference runs every "
@@ -79,17 +100,33 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "rope_parameters.sliding_attention, as Gemma 3 has); every layer of this " +
                      architectureName(cfg.architecture) + " checkpoint rotates with one RoPE, "
                      "so there is no other theta to use");
+  if (faults.rotatesWholeHeads() && cfg.usesRope() && cfg.rope.type == "longrope")
+    throw UsageError("fault 'partial_rotary' cannot apply to a longrope checkpoint: its "
+                     "short_factor and long_factor hold one divisor per rotary pair, so there are "
+                     "no whole-head frequencies to turn with");
   if (faults.rotatesWholeHeads() && (!cfg.usesRope() || cfg.rope.partialRotaryFactor >= 1.0))
     throw UsageError("fault 'partial_rotary' needs a partial-rotary checkpoint "
                      "(partial_rotary_factor below 1, as Phi-3 and Phi-4-mini have); this " +
                      architectureName(cfg.architecture) + " checkpoint " +
                      (cfg.usesRope() ? "rotates the whole of each head" : "has no RoPE") +
                      ", so there is no unrotated part to rotate");
-  if (faults.dropsSoftcap() && !(cfg.attnLogitSoftcap > 0))
+  if (faults.dropsFeature(detail::AttentionFeature::Softcap) && !(cfg.attnLogitSoftcap > 0))
     throw UsageError("fault 'softcap_dropped' needs a checkpoint with an attention soft-cap "
                      "(attn_logit_softcapping, as Gemma 2 has); this " +
                      architectureName(cfg.architecture) + " checkpoint has none, so there is "
                      "no soft-cap to drop");
+  if (faults.dropsFeature(detail::AttentionFeature::Sinks) && !cfg.attentionSinks)
+    throw UsageError("fault 'sink_dropped' needs a checkpoint with attention sinks "
+                     "(self_attn.sinks, as GPT-OSS has); this " +
+                     architectureName(cfg.architecture) + " checkpoint has none, so there are "
+                     "no sinks to drop");
+  if (faults.dropsAttentionFactor() &&
+      (!cfg.usesRope() || detail::RotaryEmbedding::attentionFactorOf(cfg.rope) == 1.0))
+    throw UsageError("fault 'yarn_attention_factor' needs a checkpoint whose RoPE scales cos and "
+                     "sin by an attention factor other than 1 (yarn, or longrope past factor 1); "
+                     "this " + architectureName(cfg.architecture) + " checkpoint's RoPE is '" +
+                     (cfg.usesRope() ? cfg.rope.type : std::string("none")) +
+                     "', so there is no attention factor to drop");
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&

@@ -39,7 +39,8 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
     } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
                f.name == "softcap_dropped" || f.name == "layer_rope_theta" ||
-               f.name == "partial_rotary") {
+               f.name == "partial_rotary" || f.name == "sink_dropped" ||
+               f.name == "yarn_attention_factor") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -252,11 +253,24 @@ bool FaultPlan::wholeHeadRotated(int64_t request, int64_t step, int64_t layer) c
 
 bool FaultPlan::rotatesWholeHeads() const { return find("partial_rotary") != nullptr; }
 
-bool FaultPlan::softcapDropped(int64_t request, int64_t step, int64_t layer) const {
-  return fromStepAtLayer("softcap_dropped", request, step, layer);
+const char* FaultPlan::dropFaultName(AttentionFeature feature) {
+  return feature == AttentionFeature::Softcap ? "softcap_dropped" : "sink_dropped";
 }
 
-bool FaultPlan::dropsSoftcap() const { return find("softcap_dropped") != nullptr; }
+bool FaultPlan::featureDropped(AttentionFeature feature, int64_t request, int64_t step,
+                               int64_t layer) const {
+  return fromStepAtLayer(dropFaultName(feature), request, step, layer);
+}
+
+bool FaultPlan::dropsFeature(AttentionFeature feature) const {
+  return find(dropFaultName(feature)) != nullptr;
+}
+
+bool FaultPlan::attentionFactorDropped(int64_t request, int64_t step, int64_t layer) const {
+  return fromStepAtLayer("yarn_attention_factor", request, step, layer);
+}
+
+bool FaultPlan::dropsAttentionFactor() const { return find("yarn_attention_factor") != nullptr; }
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvscope/FaultSpec.hpp"
+#include "model/AttentionFeature.hpp"
 
 namespace kvscope::detail {
 
@@ -62,15 +63,21 @@ class FaultPlan {
   /// nope_layer_rope: (request, step, layer) reads its no_rope_layers entry inverted.
   bool ropeFlipped(int64_t request, int64_t step, int64_t layer) const;
   bool flipsNopeLayers() const;
-  /// softcap_dropped: (request, step, layer) computes its scores without the soft-cap.
-  bool softcapDropped(int64_t request, int64_t step, int64_t layer) const;
+  /// softcap_dropped / sink_dropped: (request, step, layer) computes its attention without
+  /// the soft-cap / the sinks.
+  bool featureDropped(AttentionFeature feature, int64_t request, int64_t step, int64_t layer) const;
+  /// The fault that drops `feature`.
+  static const char* dropFaultName(AttentionFeature feature);
   /// layer_rope_theta: (request, step, layer) rotates with the other layer type's RoPE.
   bool layerRopeSwapped(int64_t request, int64_t step, int64_t layer) const;
   bool swapsLayerRopes() const;
   /// partial_rotary: (request, step, layer) rotates the whole head of each attention head.
   bool wholeHeadRotated(int64_t request, int64_t step, int64_t layer) const;
   bool rotatesWholeHeads() const;
-  bool dropsSoftcap() const;
+  bool dropsFeature(AttentionFeature feature) const;
+  /// yarn_attention_factor: (request, step, layer) turns without YaRN's attention factor.
+  bool attentionFactorDropped(int64_t request, int64_t step, int64_t layer) const;
+  bool dropsAttentionFactor() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;

@@ -279,6 +279,8 @@ StepView Inspector::view(const InspectionPoint& requested) {
     }
   }
   v.findings = findingsAt(p.request, p.step);
+  if (p.layer >= 0 && static_cast<size_t>(p.layer) < output_->layerKinds.size())
+    v.layerKind = output_->layerKinds[static_cast<size_t>(p.layer)];
   return v;
 }
 

@@ -24,16 +24,18 @@ void AttentionContext::setLayerPositions(int64_t layer, torch::Tensor positions)
   layerPositions_[l] = std::move(positions);
 }
 
-torch::Tensor AttentionContext::uncappedQueries(int64_t layer, int64_t B, int64_t s) const {
+torch::Tensor AttentionContext::droppedQueries(AttentionFeature feature, int64_t layer, int64_t B,
+                                               int64_t s) const {
   std::vector<int64_t> rows(static_cast<size_t>(B), 0);
   bool any = false;
   for (int64_t b = 0; b < B; ++b) {
-    if (!dropsSoftcap(layer, b)) continue;
+    if (!dropsFeature(feature, layer, b)) continue;
     rows[static_cast<size_t>(b)] = 1;
     any = true;
   }
   const auto l = static_cast<size_t>(layer);
-  const int64_t from = l < uncappedFrom_.size() ? uncappedFrom_[l] : -1;
+  const auto it = droppedFrom_.find(feature);
+  const int64_t from = it != droppedFrom_.end() && l < it->second.size() ? it->second[l] : -1;
   if (!any && (from < 0 || from >= s)) return {};
   auto mask = torch::tensor(rows, torch::kLong).to(torch::kBool).view({B, 1, 1, 1}).expand({B, 1, s, 1});
   if (from >= 0 && from < s)
@@ -41,10 +43,11 @@ torch::Tensor AttentionContext::uncappedQueries(int64_t layer, int64_t B, int64_
   return mask;
 }
 
-void AttentionContext::setUncappedQueries(int64_t layer, int64_t fromQuery) {
+void AttentionContext::setDroppedQueries(AttentionFeature feature, int64_t layer, int64_t fromQuery) {
   const auto l = static_cast<size_t>(layer);
-  if (uncappedFrom_.size() <= l) uncappedFrom_.resize(l + 1, -1);
-  uncappedFrom_[l] = fromQuery;
+  auto& from = droppedFrom_[feature];
+  if (from.size() <= l) from.resize(l + 1, -1);
+  from[l] = fromQuery;
 }
 
 KvView UncachedAttention::attend(int64_t layer, const torch::Tensor& kNew,

@@ -6,8 +6,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 
 #include "cache/KvQuantizer.hpp"
+#include "model/AttentionFeature.hpp"
 
 namespace kvscope::detail {
 
@@ -60,6 +62,14 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` of this forward turns `layer`'s queries and keys without the
+  /// RoPE's attention factor (the yarn_attention_factor fault: cos and sin left unscaled on a
+  /// yarn or longrope checkpoint).
+  virtual bool dropsAttentionFactor(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
   /// Whether batch row `row` of this forward rotates `layer` with the other layer type's RoPE
   /// (the layer_rope_theta fault): a sliding layer with the full-attention layers' theta and
   /// scaling, a full-attention layer with the sliding ones'. Only checkpoints whose sliding
@@ -69,20 +79,22 @@ class AttentionContext {
     (void)row;
     return false;
   }
-  /// Whether batch row `row` of this forward computes `layer`'s attention scores without the
-  /// checkpoint's soft-cap (the softcap_dropped fault: a kernel path without Gemma 2's
-  /// attn_logit_softcapping). Only checkpoints with a soft-cap have one to drop.
-  virtual bool dropsSoftcap(int64_t layer, int64_t row) const {
+  /// Whether batch row `row` of this forward computes `layer`'s attention without the
+  /// checkpoint's `feature` (the softcap_dropped and sink_dropped faults: a kernel path
+  /// without Gemma 2's attn_logit_softcapping, or without GPT-OSS's attention sinks). Only
+  /// checkpoints with the feature have one to drop.
+  virtual bool dropsFeature(AttentionFeature feature, int64_t layer, int64_t row) const {
+    (void)feature;
     (void)layer;
     (void)row;
     return false;
   }
-  /// The query rows of `layer` ([B, 1, s, 1] bool) whose scores skip the soft-cap: the rows
-  /// dropsSoftcap() names and the queries setUncappedQueries() set; undefined when none.
-  torch::Tensor uncappedQueries(int64_t layer, int64_t B, int64_t s) const;
+  /// The query rows of `layer` ([B, 1, s, 1] bool) that run without `feature`: the rows
+  /// dropsFeature() names and the queries setDroppedQueries() set; undefined when none.
+  torch::Tensor droppedQueries(AttentionFeature feature, int64_t layer, int64_t B, int64_t s) const;
   /// An audit hypothesis: from query index `fromQuery` on (of a one-row pass), `layer`
-  /// computes its scores without the soft-cap.
-  void setUncappedQueries(int64_t layer, int64_t fromQuery);
+  /// computes its attention without `feature`.
+  void setDroppedQueries(AttentionFeature feature, int64_t layer, int64_t fromQuery);
   /// In how many parts batch row `row` sums `layer`'s q/k/v projection over the hidden
   /// dimension (the batch_variance fault: a split-K kernel chosen by the batch size); 1 = one
   /// reduction, as every correct path does.
@@ -100,7 +112,8 @@ class AttentionContext {
 
  private:
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
-  std::vector<int64_t> uncappedFrom_;          // [layer] first uncapped query index, -1: none
+  std::map<AttentionFeature, std::vector<int64_t>> droppedFrom_;  // [layer] first query without
+                                                                 // the feature, -1: none
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&

@@ -8,6 +8,7 @@
 
 #include "kvscope/Error.hpp"
 #include "model/FingerprintCache.hpp"
+#include "model/families/ModelFamily.hpp"
 #include "util/UntrustedJson.hpp"
 
 namespace kvscope {
@@ -107,9 +108,10 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
       throw InputError(dirArg, "", "no model.safetensors or model.safetensors.index.json found");
     }
   }
+  ck->findLanguageModel();
   std::set<std::string> dtypes;
   for (const auto& [name, idx] : ck->tensorFile_) {
-    auto dt = ck->files_[idx]->entry(name).dtype;
+    auto dt = ck->entry(name).dtype;
     if (dt == SafetensorsDtype::F32 || dt == SafetensorsDtype::F16 || dt == SafetensorsDtype::BF16)
       dtypes.insert(safetensorsDtypeName(dt));
   }
@@ -188,7 +190,36 @@ const SafetensorsFile& Checkpoint::fileFor(const std::string& name) const {
 }
 
 const SafetensorsEntry& Checkpoint::entry(const std::string& name) const {
-  return fileFor(name).entry(name);
+  const auto stored = storedName_.find(name);
+  return fileFor(name).entry(stored == storedName_.end() ? name : stored->second);
+}
+
+void Checkpoint::findLanguageModel() {
+  // A multimodal checkpoint (Gemma 3's, Mistral 3's) stores its language model under a
+  // prefix: language_model.model.* and language_model.lm_head (the layout transformers 4 and
+  // 5 save, the llava convention), or model.language_model.* (transformers 5's module names).
+  // The tensors under it are known by the text model's own names; the others (the vision
+  // tower, the projector) are not read.
+  const std::string embed = familyOf(config_.architecture).weightNames().embed;
+  if (embed.empty() || tensorFile_.count(embed)) return;
+  struct Layout { std::string storedPrefix, visiblePrefix; };
+  for (const Layout& l : {Layout{"language_model.", ""}, Layout{"model.language_model.", "model."}}) {
+    if (embed.rfind(l.visiblePrefix, 0) != 0 ||
+        !tensorFile_.count(l.storedPrefix + embed.substr(l.visiblePrefix.size())))
+      continue;
+    std::map<std::string, size_t> visible;
+    for (const auto& [name, idx] : tensorFile_) {
+      if (name.rfind(l.storedPrefix, 0) != 0) continue;
+      const std::string v = l.visiblePrefix + name.substr(l.storedPrefix.size());
+      visible[v] = idx;
+      storedName_[v] = name;
+    }
+    if (l.visiblePrefix == "model.")  // the head stays at the top level in this layout
+      for (const auto& [name, idx] : tensorFile_)
+        if (name.rfind("lm_head.", 0) == 0) visible[name] = idx;
+    tensorFile_ = std::move(visible);
+    return;
+  }
 }
 
 }  // namespace kvscope

@@ -114,8 +114,26 @@ CheckpointSpec CheckpointSpec::qwen25_7b() {
   return s;
 }
 
+CheckpointSpec CheckpointSpec::qwen3_8b() {
+  // Qwen/Qwen3-8B's config: q/k norm per head, head_dim 128, no sliding window, untied.
+  CheckpointSpec s = realSize();
+  s.architecture = Architecture::Qwen3;
+  s.vocabSize = 151936;
+  s.hiddenSize = 4096;
+  s.numLayers = 36;
+  s.numHeads = 32;
+  s.numKvHeads = 8;
+  s.headDim = 128;
+  s.intermediateSize = 12288;
+  s.maxPositions = 40960;
+  s.ropeTheta = 1000000.0;
+  s.tieWordEmbeddings = false;
+  s.normEps = 1e-6;
+  return s;
+}
+
 std::vector<std::string> CheckpointSpec::presetNames() {
-  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b"};
+  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b"};
 }
 
 CheckpointSpec CheckpointSpec::preset(const std::string& name) {
@@ -124,6 +142,7 @@ CheckpointSpec CheckpointSpec::preset(const std::string& name) {
   if (name == "llama-3.2-1b") return llama32_1b();
   if (name == "llama-3.1-8b") return llama31_8b();
   if (name == "qwen2.5-7b") return qwen25_7b();
+  if (name == "qwen3-8b") return qwen3_8b();
   std::string names;
   for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
   throw UsageError("unknown preset '" + name + "' (supported: " + names + ")");

@@ -89,8 +89,72 @@ int64_t ConfigReader::asInt(const json& v, const std::string& key) const {
 
 namespace {
 
+std::vector<double> factorList(const ConfigReader& r, const json& p, const std::string& where,
+                               const char* key) {
+  std::vector<double> out;
+  if (!p.contains(key) || !p[key].is_array())
+    throw InputError(r.file(), where + "." + key, "expected a list of numbers (required for longrope)");
+  if (p[key].size() > static_cast<size_t>(limits::kHeadDim))
+    throw InputError(r.file(), where + "." + key, "longer than any head");
+  for (const auto& v : p[key]) {
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      throw InputError(r.file(), where + "." + key, "expected positive numbers, found " + jsonPreview(v));
+    out.push_back(v.get<double>());
+  }
+  return out;
+}
+
+// yarn's and longrope's keys (transformers' _compute_yarn_parameters and
+// _compute_longrope_parameters). The factor and the original context are resolved as
+// transformers resolves them: an absent factor is max_position_embeddings / original, the
+// top-level original_max_position_embeddings (Phi-3's) wins over the entry's, and an absent
+// one is max_position_embeddings.
+void readYarnLongRope(const ConfigReader& r, const json& p, const std::string& where, RopeConfig& rope) {
+  auto num = [&](const char* key, double fallback) {
+    if (!p.contains(key) || p[key].is_null()) return fallback;
+    if (!p[key].is_number()) throw InputError(r.file(), where + "." + key, "expected a number");
+    return p[key].get<double>();
+  };
+  const int64_t maxPositions = r.intOr("max_position_embeddings", 0);
+  if (rope.originalMaxPositions <= 0) rope.originalMaxPositions = maxPositions;
+  if (rope.originalMaxPositions <= 0)
+    throw InputError(r.file(), where + ".original_max_position_embeddings",
+                     "required for " + rope.type + " RoPE scaling");
+  if (!p.contains("factor") || p["factor"].is_null()) {
+    if (maxPositions <= 0)
+      throw InputError(r.file(), where + ".factor", "absent, and no max_position_embeddings to derive it from");
+    rope.factor = static_cast<double>(maxPositions) / static_cast<double>(rope.originalMaxPositions);
+  }
+  rope.attentionFactor = num("attention_factor", 0.0);
+  if (rope.attentionFactor < 0 || !std::isfinite(rope.attentionFactor))
+    throw InputError(r.file(), where + ".attention_factor", "must be a positive number");
+  if (rope.type == "longrope") {
+    rope.shortFactor = factorList(r, p, where, "short_factor");
+    rope.longFactor = factorList(r, p, where, "long_factor");
+    return;
+  }
+  // `or 32` / `or 1` in transformers: a 0 or null takes the default.
+  rope.betaFast = num("beta_fast", 0.0);
+  if (rope.betaFast == 0) rope.betaFast = 32.0;
+  rope.betaSlow = num("beta_slow", 0.0);
+  if (rope.betaSlow == 0) rope.betaSlow = 1.0;
+  if (!(rope.betaFast > 0) || !(rope.betaSlow > 0) || !std::isfinite(rope.betaFast) || !std::isfinite(rope.betaSlow))
+    throw InputError(r.file(), where + ".beta_fast", "beta_fast and beta_slow must be positive numbers");
+  rope.mscale = num("mscale", 0.0);
+  rope.mscaleAllDim = num("mscale_all_dim", 0.0);
+  if (!std::isfinite(rope.mscale) || !std::isfinite(rope.mscaleAllDim))
+    throw InputError(r.file(), where + ".mscale", "must be a finite number");
+  if (p.contains("truncate") && !p["truncate"].is_null()) {
+    if (!p["truncate"].is_boolean()) throw InputError(r.file(), where + ".truncate", "expected true or false");
+    rope.truncate = p["truncate"].get<bool>();
+  }
+}
+
 // One RoPE object (a rope_scaling / rope_parameters entry) at `where` over `rope`'s defaults.
-RopeConfig readRopeObject(const ConfigReader& r, const json& p, const std::string& where, RopeConfig rope) {
+// `topOriginal`: the top-level original_max_position_embeddings yarn and longrope take over
+// the entry's (0: none; the single-entry form only, as transformers' standardize_rope_params).
+RopeConfig readRopeObject(const ConfigReader& r, const json& p, const std::string& where, RopeConfig rope,
+                          int64_t topOriginal = 0) {
   if (!p.is_object()) throw InputError(r.file(), where, "expected an object");
   auto num = [&](const char* key, double fallback) {
     if (!p.contains(key) || p[key].is_null()) return fallback;
@@ -119,10 +183,14 @@ RopeConfig readRopeObject(const ConfigReader& r, const json& p, const std::strin
   }
   rope.partialRotaryFactor = num("partial_rotary_factor", rope.partialRotaryFactor);
   if (rope.type != "default" && rope.type != "linear" && rope.type != "dynamic" &&
-      rope.type != "llama3") {
+      rope.type != "llama3" && rope.type != "yarn" && rope.type != "longrope") {
     throw InputError(r.file(), where + ".rope_type",
                      "unsupported RoPE scaling '" + rope.type +
-                         "' (supported: default, linear, dynamic, llama3)");
+                         "' (supported: default, linear, dynamic, llama3, yarn, longrope)");
+  }
+  if (rope.type == "yarn" || rope.type == "longrope") {
+    if (topOriginal > 0) rope.originalMaxPositions = topOriginal;
+    readYarnLongRope(r, p, where, rope);
   }
   if (rope.type != "default" && !(rope.factor > 0))
     throw InputError(r.file(), where + ".factor", "must be positive");
@@ -144,11 +212,34 @@ bool keyedByLayerType(const json& p) {
 
 }  // namespace
 
-// rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
-RopeConfig readRope(const ConfigReader& r, double defaultTheta) {
+namespace {
+// What every RoPE entry starts from: the top-level rope_theta and partial_rotary_factor.
+RopeConfig readRopeDefaults(const ConfigReader& r, double defaultTheta, double defaultPartialRotary) {
   RopeConfig rope;
   rope.theta = r.doubleOr("rope_theta", defaultTheta);
-  rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", 1.0);
+  rope.partialRotaryFactor = r.doubleOr("partial_rotary_factor", defaultPartialRotary);
+  return rope;
+}
+}  // namespace
+
+void checkRopeForRotaryDim(const ConfigReader& r, const RopeConfig& rope, int64_t rotaryDim,
+                           const std::string& where) {
+  if (rope.type != "longrope") return;
+  for (const auto* list : {&rope.shortFactor, &rope.longFactor})
+    if (static_cast<int64_t>(list->size()) != rotaryDim / 2)
+      throw InputError(r.file(), where + (list == &rope.shortFactor ? ".short_factor" : ".long_factor"),
+                       std::to_string(list->size()) + " entries; longrope needs one per rotary pair (" +
+                           std::to_string(rotaryDim / 2) + ")");
+}
+
+// rope_parameters (transformers 5) or rope_theta + rope_scaling (transformers 4).
+RopeConfig readRope(const ConfigReader& r, double defaultTheta, int64_t defaultOriginal,
+                    double defaultPartialRotary) {
+  RopeConfig rope = readRopeDefaults(r, defaultTheta, defaultPartialRotary);
+  const int64_t top = r.intOr("original_max_position_embeddings", defaultOriginal);
+  if (top < 0 || top > limits::kPositions)
+    throw InputError(r.file(), "original_max_position_embeddings",
+                     "expected an integer in [0, " + std::to_string(limits::kPositions) + "]");
   if (r.has("rope_parameters")) {
     const json& params = r.doc()["rope_parameters"];
     if (keyedByLayerType(params)) {  // the full-attention entry is the model's RoPE
@@ -156,9 +247,10 @@ RopeConfig readRope(const ConfigReader& r, double defaultTheta) {
         return readRopeObject(r, json::object(), "rope_parameters.full_attention", rope);
       return readRopeObject(r, params["full_attention"], "rope_parameters.full_attention", rope);
     }
-    return readRopeObject(r, params, "rope_parameters", rope);
+    return readRopeObject(r, params, "rope_parameters", rope, top);
   }
-  if (r.has("rope_scaling")) return readRopeObject(r, r.doc()["rope_scaling"], "rope_scaling", rope);
+  if (r.has("rope_scaling") && !r.doc()["rope_scaling"].is_null())
+    return readRopeObject(r, r.doc()["rope_scaling"], "rope_scaling", rope, top);
   return readRopeObject(r, json::object(), "rope_theta", rope);
 }
 

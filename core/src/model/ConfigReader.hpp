@@ -47,7 +47,15 @@ class ConfigReader {
 /// rope_theta + rope_scaling (transformers 4, `type` or `rope_type`), and
 /// partial_rotary_factor. `defaultTheta`: rope_theta when the config names none (the family's
 /// config class default). Throws InputError naming the field.
-RopeConfig readRope(const ConfigReader& r, double defaultTheta = 10000.0);
+/// `defaultOriginal`: the top-level original_max_position_embeddings the family's config class
+/// has when the file leaves it out (Phi-3: 4096; 0: none), which yarn and longrope take over
+/// their own entry, as transformers' standardize_rope_params does.
+RopeConfig readRope(const ConfigReader& r, double defaultTheta = 10000.0, int64_t defaultOriginal = 0,
+                    double defaultPartialRotary = 1.0);
+/// longrope's short_factor and long_factor must hold one divisor per rotary pair
+/// (`rotaryDim` / 2); InputError naming `where`.short_factor / long_factor otherwise.
+void checkRopeForRotaryDim(const ConfigReader& r, const RopeConfig& rope, int64_t rotaryDim,
+                           const std::string& where);
 /// rope_parameters' entry for `layerType` ("sliding_attention") when rope_parameters is keyed
 /// by layer type (transformers 5, Gemma 3); nullopt otherwise. Keys it leaves out keep
 /// `defaults` (type, theta, partial rotary).

@@ -1,5 +1,7 @@
 #include "kvscope/Model.hpp"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -156,15 +158,51 @@ void Model::checkReferenceMemory(int64_t tokens) const {
 }
 
 ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                              const PassWatch& watch) const {
+                              const PassWatch& watch, int64_t prefill) const {
   checkReferenceMemory(static_cast<int64_t>(ids.size()));
   return detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
-      [&] { return referenceUnchecked(ids, cache, watch); });
+      [&] { return referenceUnchecked(ids, cache, watch, prefill); });
 }
 
+namespace {
+// Rows [0, rows) along `axis` of `to` replaced by `from`'s (same shape but along `axis`).
+void overwriteRows(FloatTensor& to, const FloatTensor& from, size_t axis, int64_t rows) {
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < axis; ++i) outer *= to.shape[i];
+  for (size_t i = axis + 1; i < to.shape.size(); ++i) inner *= to.shape[i];
+  const int64_t tAll = to.shape[axis], tFrom = from.shape[axis];
+  for (int64_t o = 0; o < outer; ++o)
+    std::copy_n(from.data.begin() + o * tFrom * inner, rows * inner, to.data.begin() + o * tAll * inner);
+}
+}  // namespace
+
 ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                                       const PassWatch& watch) const {
+                                       const PassWatch& watch, int64_t prefill) const {
+  // LongRoPE turns a forward with its long factors once the forward's longest position passes
+  // the original context S. When the prefill fit in S, the rows fed before S were turned with
+  // the short factors by the forwards that fed them (the prefill, then one step per row): they
+  // come from a pass over the first S tokens alone; the later rows from the whole stream's.
+  const int64_t switchAt = impl_->rope ? impl_->rope->factorSwitch() : 0;
+  const auto T = static_cast<int64_t>(ids.size());
+  if (prefill < 0 || prefill > T) prefill = T;
+  ReferenceRun run = onePass(ids, cache, watch);
+  if (switchAt > 0 && T > switchAt && prefill <= switchAt) {
+    const ReferenceRun prefix =
+        onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch);
+    overwriteRows(run.logits, prefix.logits, 0, switchAt);
+    for (size_t l = 0; l < run.keys.size(); ++l) {
+      overwriteRows(run.keys[l], prefix.keys[l], 1, switchAt);
+      overwriteRows(run.values[l], prefix.values[l], 1, switchAt);
+    }
+    for (size_t h = 0; h < run.hiddenStates.size(); ++h)
+      overwriteRows(run.hiddenStates[h], prefix.hiddenStates[h], 0, switchAt);
+  }
+  return run;
+}
+
+ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
+                            const PassWatch& watch) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;

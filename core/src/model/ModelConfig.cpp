@@ -1,6 +1,7 @@
 #include "kvscope/ModelConfig.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -33,7 +34,8 @@ bool BlockRecipe::operator==(const BlockRecipe& o) const {
   return norm == o.norm && positions == o.positions && layout == o.layout &&
          fusedQkv == o.fusedQkv && mlp == o.mlp && divideScoresBySqrtD == o.divideScoresBySqrtD &&
          qkNormOverHeads == o.qkNormOverHeads && fusedGateUp == o.fusedGateUp &&
-         embeddingScaleInWeightDtype == o.embeddingScaleInWeightDtype;
+         embeddingScaleInWeightDtype == o.embeddingScaleInWeightDtype &&
+         ropeInterleaved == o.ropeInterleaved;
 }
 
 bool ModelConfig::ropeOn(int64_t layer) const {
@@ -55,12 +57,50 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
   return type == o.type && theta == o.theta && factor == o.factor &&
          lowFreqFactor == o.lowFreqFactor && highFreqFactor == o.highFreqFactor &&
          originalMaxPositions == o.originalMaxPositions &&
-         partialRotaryFactor == o.partialRotaryFactor;
+         partialRotaryFactor == o.partialRotaryFactor && attentionFactor == o.attentionFactor &&
+         betaFast == o.betaFast && betaSlow == o.betaSlow && mscale == o.mscale &&
+         mscaleAllDim == o.mscaleAllDim && truncate == o.truncate &&
+         shortFactor == o.shortFactor && longFactor == o.longFactor;
 }
 
 bool ModelConfig::isSlidingLayer(int64_t layer) const {
   return slidingWindow > 0 && layer >= 0 && layer < static_cast<int64_t>(slidingLayers.size()) &&
          slidingLayers[static_cast<size_t>(layer)];
+}
+
+namespace {
+std::string shortNumber(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+}  // namespace
+
+std::string ModelConfig::layerDescription(int64_t layer) const {
+  std::vector<std::string> parts;
+  parts.push_back(isSlidingLayer(layer) ? "sliding window " + std::to_string(slidingWindow) : "full attention");
+  if (usesRope()) {
+    if (!ropeOn(layer)) {
+      parts.push_back("NoPE");
+    } else {
+      const RopeConfig& r = ropeFor(layer);
+      std::string rope = r.type == "default" ? "RoPE" : r.type + " RoPE";
+      if (r.type != "default" && r.type != "longrope") rope += " x" + shortNumber(r.factor);
+      if (slidingRope && !(*slidingRope == this->rope)) rope += " theta " + shortNumber(r.theta);
+      if (r.partialRotaryFactor < 1.0) rope += ", partial " + shortNumber(r.partialRotaryFactor);
+      if (recipe.ropeInterleaved) rope += ", pairs (2i, 2i+1)";
+      parts.push_back(rope);
+    }
+  } else {
+    parts.push_back("learned positions");
+  }
+  if (attentionSinks) parts.push_back("sinks");
+  if (attnLogitSoftcap > 0) parts.push_back("soft-cap " + shortNumber(attnLogitSoftcap));
+  if (isMoeLayer(layer))
+    parts.push_back("MoE " + std::to_string(moe.topK) + " of " + std::to_string(moe.numExperts) + " experts");
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
 }
 
 ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
@@ -72,6 +112,8 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
   if (c.modelType.empty())
     throw InputError(file, "model_type", "missing (supported: " + supportedModelTypes() + ")");
   const ModelFamily* family = familyForModelType(c.modelType);
+  if (!family && doc.contains("text_config") && doc["text_config"].is_object())
+    return fromTextConfig(doc, file);
   if (!family)
     throw InputError(file, "model_type",
                      "unsupported model type '" + c.modelType +
@@ -88,6 +130,24 @@ ModelConfig ModelConfig::fromJson(const json& doc, const std::string& file) {
   for (int64_t id : c.eosTokenIds)
     if (id < 0 || id >= c.vocabSize)
       throw InputError(file, "eos_token_id", std::to_string(id) + " is outside the vocabulary");
+  return c;
+}
+
+ModelConfig ModelConfig::fromTextConfig(const json& doc, const std::string& file) {
+  // A multimodal checkpoint (Gemma 3's gemma3, Mistral 3's mistral3): the language model is
+  // the config under text_config; what the wrapper says at its top level (the tie of the
+  // head, the dtype, the special tokens) applies where text_config leaves it out.
+  ConfigReader r(doc, file);
+  json text = doc["text_config"];
+  for (const char* key : {"dtype", "torch_dtype", "tie_word_embeddings", "eos_token_id", "bos_token_id",
+                          "pad_token_id"})
+    if (r.has(key) && (!text.contains(key) || text[key].is_null())) text[key] = doc[key];
+  if (!text.contains("model_type"))
+    throw InputError(file, "text_config.model_type",
+                     "missing: the language model's type (supported: " + supportedModelTypes() + ")");
+  ModelConfig c = fromJson(text, file + " (text_config)");
+  c.sourceFile = file;
+  c.wrapperModelType = r.stringOr("model_type", "");
   return c;
 }
 

@@ -74,6 +74,10 @@ torch::Tensor ModelImpl::headNorm(const torch::Tensor& x, const torch::Tensor& w
   return detail::rmsNorm(flat, rmsWeight(w), config.normEps).view({B, s, h, d}).transpose(1, 2);
 }
 
+torch::Tensor ModelImpl::rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) const {
+  return detail::RotaryEmbedding::apply(x, cos, sin, config.recipe.ropeInterleaved);
+}
+
 void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const {
   if (ids.numel() == 0) throw UsageError("no input tokens");
   const int64_t rows = embed.size(0);
@@ -87,7 +91,7 @@ void ModelImpl::checkInputs(const torch::Tensor& ids, const torch::Tensor& posit
   if (positions.min().item<int64_t>() < 0) throw UsageError("negative position id");
 }
 
-torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
+torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& positions,
                                         const torch::Tensor& cos, const torch::Tensor& sin,
                                         const torch::Tensor& wholeCos, const torch::Tensor& wholeSin,
                                         detail::AttentionContext& attention,
@@ -124,28 +128,35 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
       cos.defined() ? rowsWhere(B, [&](int64_t b) { return attention.flipsRope(layer, b); }) : torch::Tensor();
   torch::Tensor qPlain = q, kPlain = k;  // before any rotation
   if (config.ropeOn(layer)) {
-    q = detail::RotaryEmbedding::apply(q, cos, sin);
-    k = detail::RotaryEmbedding::apply(k, cos, sin);
+    q = rotate(q, cos, sin);
+    k = rotate(k, cos, sin);
     if (w.kNormW.defined()) {
       // Rows that norm after RoPE (qk_norm_order).
       const auto late = rowsWhere(B, [&](int64_t b) { return attention.normsAfterRope(layer, b); });
       if (late.defined()) {
         auto rows = late.view({-1, 1, 1, 1});
-        q = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(qRaw, cos, sin), w.qNormW), q);
-        k = torch::where(rows, headNorm(detail::RotaryEmbedding::apply(kRaw, cos, sin), w.kNormW), k);
+        q = torch::where(rows, headNorm(rotate(qRaw, cos, sin), w.qNormW), q);
+        k = torch::where(rows, headNorm(rotate(kRaw, cos, sin), w.kNormW), k);
       }
     }
   }
   if (wholeCos.defined()) {  // rows that rotate the whole head (partial_rotary)
     auto rows = rowsWhere(B, [&](int64_t b) { return attention.rotatesWholeHead(layer, b); }).view({-1, 1, 1, 1});
-    q = torch::where(rows, detail::RotaryEmbedding::apply(qPlain, wholeCos, wholeSin), q);
-    k = torch::where(rows, detail::RotaryEmbedding::apply(kPlain, wholeCos, wholeSin), k);
+    q = torch::where(rows, rotate(qPlain, wholeCos, wholeSin), q);
+    k = torch::where(rows, rotate(kPlain, wholeCos, wholeSin), k);
   }
   if (flipped.defined()) {
     auto rows = flipped.view({-1, 1, 1, 1});
     const bool turns = config.ropeOn(layer);
-    q = torch::where(rows, turns ? qPlain : detail::RotaryEmbedding::apply(qPlain, cos, sin), q);
-    k = torch::where(rows, turns ? kPlain : detail::RotaryEmbedding::apply(kPlain, cos, sin), k);
+    q = torch::where(rows, turns ? qPlain : rotate(qPlain, cos, sin), q);
+    k = torch::where(rows, turns ? kPlain : rotate(kPlain, cos, sin), k);
+  }
+  if (config.queryScaleBeta > 0) {
+    // Ministral 3 (Llama 4's attention temperature): the rotated queries times
+    // 1 + beta ln(1 + floor(p / context)) at their position p; keys and values untouched.
+    const auto p = positions.to(torch::kFloat) / static_cast<float>(config.queryScaleContext);
+    const auto scale = 1 + config.queryScaleBeta * torch::log(1 + torch::floor(p));
+    q = q * scale.unsqueeze(1).unsqueeze(-1).to(q.scalar_type());  // [B, 1, s, 1]
   }
   k = k.contiguous();
   v = v.contiguous();
@@ -171,12 +182,24 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
     // softcap_dropped fault, or the audit's hypothesis) keep the raw scores.
     const auto cap = static_cast<float>(config.attnLogitSoftcap);
     const torch::Tensor capped = torch::tanh(scores / cap) * cap;
-    const torch::Tensor raw = attention.uncappedQueries(layer, B, s);  // [B, 1, s, 1] or undefined
+    const torch::Tensor raw = attention.droppedQueries(detail::AttentionFeature::Softcap, layer, B, s);
     scores = raw.defined() ? torch::where(raw, scores, capped) : capped;
   }
   // Finite minimum like transformers, so fully masked (padding) rows stay finite.
   scores = scores.masked_fill(kv.allowed.logical_not(), std::numeric_limits<float>::lowest());
-  auto probs = torch::softmax(scores, -1);
+  torch::Tensor probs = torch::softmax(scores, -1);
+  if (w.sinksW.defined()) {
+    // GPT-OSS: each head's learned sink logit joins every query's softmax (after the row's
+    // max is taken out) and is dropped after it, so the weights sum to less than 1. Query
+    // rows a path runs without the sinks (sink_dropped, or the audit's hypothesis) keep the
+    // plain softmax.
+    const int64_t t = scores.size(-1);
+    auto combined = torch::cat({scores, w.sinksW.to(scores.scalar_type()).view({1, nh, 1, 1}).expand({B, nh, s, 1})}, -1);
+    combined = combined - std::get<0>(combined.max(-1, true));
+    const torch::Tensor sunk = torch::softmax(combined, -1).narrow(-1, 0, t);
+    const torch::Tensor plain = attention.droppedQueries(detail::AttentionFeature::Sinks, layer, B, s);
+    probs = plain.defined() ? torch::where(plain, probs, sunk) : sunk;
+  }
   auto out = torch::matmul(probs, values).transpose(1, 2).reshape({B, s, nh * d});
   out = project(out, w.oW, w.oB);
   tap(taps, layer, "attn_out", out);
@@ -185,22 +208,40 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x,
 
 torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
   const auto& w = layers[static_cast<size_t>(layer)];
+  const MoeConfig& moe = config.moe;
   const int64_t H = x.size(-1);
   const auto flat = x.reshape({-1, H});  // [N, H]
-  const auto probs = torch::softmax(project(flat, w.routerW, torch::Tensor()).to(torch::kFloat), -1);
-  auto [topW, topE] = torch::topk(probs, config.moe.topK, -1);  // [N, k]
-  if (config.moe.normTopK) topW = topW / topW.sum(-1, true);
+  const auto logits = project(flat, w.routerW, w.routerB).to(torch::kFloat);  // [N, E]
+  torch::Tensor topW, topE;  // [N, k]
+  if (moe.routing == MoeConfig::Routing::TopKThenSoftmax) {
+    std::tie(topW, topE) = torch::topk(logits, moe.topK, -1);
+    topW = torch::softmax(topW, -1);
+  } else {
+    std::tie(topW, topE) = torch::topk(torch::softmax(logits, -1), moe.topK, -1);
+    if (moe.normTopK) topW = topW / topW.sum(-1, true);
+  }
   topW = topW.to(flat.scalar_type());
   auto out = torch::zeros_like(flat);
-  for (int64_t e = 0; e < config.moe.numExperts; ++e) {
+  for (int64_t e = 0; e < moe.numExperts; ++e) {
     const auto hit = topE.eq(e).nonzero();  // [m, 2]: (token, slot)
     if (hit.size(0) == 0) continue;
     const auto tokens = hit.select(1, 0), slots = hit.select(1, 1);
-    const auto ue = static_cast<size_t>(e);
-    const auto xe = flat.index_select(0, tokens);
-    auto ye = project(activation(config.activation, project(xe, w.expertGateW[ue], torch::Tensor())) *
-                          project(xe, w.expertUpW[ue], torch::Tensor()),
-                      w.expertDownW[ue], torch::Tensor());
+    const auto xe = flat.index_select(0, tokens);  // every row routed to e, in one product
+    torch::Tensor ye;
+    if (moe.expert == MoeConfig::Expert::ClampedGlu) {
+      // [in, out] per expert: the Conv1D layout's product.
+      const auto gateUp = detail::conv1dStored(xe, w.stackedGateUpW[e], w.stackedGateUpB[e]);
+      const auto lim = moe.gluLimit;
+      const auto gate = gateUp.slice(-1, 0, c10::nullopt, 2).clamp_max(lim);
+      const auto up = gateUp.slice(-1, 1, c10::nullopt, 2).clamp(-lim, lim);
+      const auto glu = gate * torch::sigmoid(gate * moe.gluAlpha);
+      ye = detail::conv1dStored((up + 1) * glu, w.stackedDownW[e], w.stackedDownB[e]);
+    } else {
+      const auto ue = static_cast<size_t>(e);
+      ye = project(activation(config.activation, project(xe, w.expertGateW[ue], torch::Tensor())) *
+                       project(xe, w.expertUpW[ue], torch::Tensor()),
+                   w.expertDownW[ue], torch::Tensor());
+    }
     ye = ye * topW.index({tokens, slots}).unsqueeze(-1);
     out.index_add_(0, tokens, ye);
   }
@@ -252,7 +293,7 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   k = headNorm(k.reshape({count, 1, nkv, d}).transpose(1, 2), w.kNormW);  // [count, h_kv, 1, d]
   if (config.ropeOn(0)) {
     auto [cos, sin] = ropeOf(0).cosSin(positions.view({count, 1}));
-    k = detail::RotaryEmbedding::apply(k, cos, sin);
+    k = rotate(k, cos, sin);
   }
   return k.select(2, 0);  // [count, h_kv, d]
 }
@@ -302,6 +343,16 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
         layerSin = torch::where(rows, sinUnscaled, layerSin);
       }
       if (slidingRope) swapLayerRope(i, ids, positions, attention, layerCos, layerSin);
+      // Rows that turn without the RoPE's attention factor (yarn_attention_factor).
+      if (layerRope->attentionFactor() != 1.0) {
+        const auto plain = rowsWhere(ids.size(0), [&](int64_t b) { return attention.dropsAttentionFactor(i, b); });
+        if (plain.defined()) {
+          auto [c, sn] = layerRope->cosSin(own.defined() ? own : positions, /*withAttentionFactor=*/false);
+          auto rows = plain.view({-1, 1, 1});
+          layerCos = torch::where(rows, c, layerCos);
+          layerSin = torch::where(rows, sn, layerSin);
+        }
+      }
     }
     // The whole head's rotation, for rows that ignore partial rotary (partial_rotary).
     torch::Tensor wholeCos, wholeSin;
@@ -322,7 +373,9 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     auto in = [&](const torch::Tensor& nw, const torch::Tensor& nb) {
       return nw.defined() ? norm(h, nw, nb) : h;
     };
-    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), layerCos, layerSin, wholeCos,
+    const torch::Tensor& ownPositions = attention.layerPositions(i);
+    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), ownPositions.defined() ? ownPositions : positions,
+                                    layerCos, layerSin, wholeCos,
                                     wholeSin, attention, taps),
                      w.postAttnNormW);
     h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB)), w.postMlpNormW);

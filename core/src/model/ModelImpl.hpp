@@ -24,12 +24,16 @@ struct LayerWeights {
   torch::Tensor qkvW, qkvB;  // fused q|k|v (recipe.fusedQkv): [(nh + 2 nkv) d, H] as Linear
   torch::Tensor qW, qB, kW, kB, vW, vB;  // q [nh*d, H], k/v [nkv*d, H] as Linear
   torch::Tensor oW, oB;                  // [H, nh*d] as Linear
+  torch::Tensor sinksW;          // learned attention sinks (config.attentionSinks): [nh]
   torch::Tensor qNormW, kNormW;  // RMSNorm before RoPE (config.qkNorm): [d] per head, or
                                  // [h * d] over the projection (recipe.qkNormOverHeads)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
   torch::Tensor gateUpW;                 // fused gate|up (recipe.fusedGateUp): [2I, H] as Linear
-  torch::Tensor routerW;                 // a MoE layer's router [E, H]
+  torch::Tensor routerW, routerB;        // a MoE layer's router [E, H] (+ bias [E])
   std::vector<torch::Tensor> expertGateW, expertUpW, expertDownW;  // per expert [Im, H], [H, Im]
+  torch::Tensor stackedGateUpW, stackedGateUpB;  // stacked experts: [E, H, 2Im] (gate/up
+                                                 // interleaved), [E, 2Im]
+  torch::Tensor stackedDownW, stackedDownB;      // [E, Im, H], [E, H]
 };
 
 struct ModelImpl {
@@ -76,7 +80,9 @@ struct ModelImpl {
  private:
   /// wholeCos/wholeSin: the layer's RoPE over the whole head, defined only when a row of the
   /// forward rotates the whole head of a partial-rotary checkpoint (the partial_rotary fault).
-  torch::Tensor attentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+  /// positions: the queries' position ids [B, s] (Ministral 3's attention temperature).
+  torch::Tensor attentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& positions,
+                               const torch::Tensor& cos,
                                const torch::Tensor& sin, const torch::Tensor& wholeCos,
                                const torch::Tensor& wholeSin, detail::AttentionContext& attention,
                                detail::TorchTapSink* taps) const;
@@ -89,6 +95,8 @@ struct ModelImpl {
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   /// The weight an RMSNorm multiplies by: w, or (1 + w) in float32 (Gemma).
   torch::Tensor rmsWeight(const torch::Tensor& w) const;
+  /// RoPE of x [B, h, s, d] by cos/sin [B, s, r] with the recipe's pairing.
+  torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) const;
   /// q/k RMSNorm of x [B, h, s, d]: per head over d, or over all h * d of a position
   /// (recipe.qkNormOverHeads); x itself when w is undefined.
   torch::Tensor headNorm(const torch::Tensor& x, const torch::Tensor& w) const;

@@ -22,7 +22,7 @@ class TensorLoader {
   // BF16/F16 matrices; vectors and F64 as float32 copies.
   torch::Tensor load(const std::string& name, const std::vector<int64_t>& expected) const {
     const SafetensorsFile& file = ck_.fileFor(name);
-    const SafetensorsEntry& e = file.entry(name);
+    const SafetensorsEntry& e = ck_.entry(name);
     if (e.shape != expected)
       throw InputError(file.path(), name,
                        "shape " + shapeString(e.shape) + " does not match the config, which needs " +
@@ -33,7 +33,7 @@ class TensorLoader {
   // Like load(), but only the first dimension may be larger (padded vocabulary rows).
   torch::Tensor loadRows(const std::string& name, int64_t minRows, int64_t cols) const {
     const SafetensorsFile& file = ck_.fileFor(name);
-    const SafetensorsEntry& e = file.entry(name);
+    const SafetensorsEntry& e = ck_.entry(name);
     if (e.shape.size() != 2 || e.shape[1] != cols || e.shape[0] < minRows)
       throw InputError(file.path(), name,
                        "shape " + shapeString(e.shape) + " does not fit the config, which needs [" +
@@ -152,8 +152,17 @@ void ModelImpl::loadWeights() {
         items.push_back({n.gateBias, &w.gateB, {I}, c.mlpBias});
       }
     } else {  // the router [E, H] and each expert's gate/up [Im, H], down [H, Im]
-      const int64_t E = c.moe.numExperts, Im = c.moe.intermediateSize;
+      int64_t E = c.moe.numExperts;
+      const int64_t Im = c.moe.intermediateSize;
       items.push_back({n.router, &w.routerW, matrix(E, H), true});
+      items.push_back({n.routerBias, &w.routerB, {E}, c.moe.routerBias});
+      if (c.moe.expert == MoeConfig::Expert::ClampedGlu) {  // stacked [E, in, out] with biases
+        items.push_back({n.stackedGateUp, &w.stackedGateUpW, {E, H, 2 * Im}, true});
+        items.push_back({n.stackedGateUpBias, &w.stackedGateUpB, {E, 2 * Im}, true});
+        items.push_back({n.stackedDown, &w.stackedDownW, {E, Im, H}, true});
+        items.push_back({n.stackedDownBias, &w.stackedDownB, {E, H}, true});
+        E = 0;  // no per-expert tensors
+      }
       w.expertGateW.resize(static_cast<size_t>(E));
       w.expertUpW.resize(static_cast<size_t>(E));
       w.expertDownW.resize(static_cast<size_t>(E));
@@ -177,6 +186,7 @@ void ModelImpl::loadWeights() {
       items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
       items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
     }
+    if (c.attentionSinks) items.push_back({n.sinks, &w.sinksW, {nh}, true});
     if (c.qkNorm) {  // per head [d], or over the whole projection [h * d]
       const bool whole = recipe.qkNormOverHeads;
       items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});

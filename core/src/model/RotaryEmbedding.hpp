@@ -1,5 +1,5 @@
 // Rotary position embedding with transformers' inverse-frequency rules: default, linear,
-// dynamic (NTK) and llama3 scaling.
+// dynamic (NTK), llama3, yarn and longrope scaling (the last two with their attention factor).
 #pragma once
 
 #include <torch/torch.h>
@@ -16,8 +16,24 @@ class RotaryEmbedding {
   RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_t maxPositions);
   /// The RoPE `layer` rotates with (config.ropeFor(layer)).
   static RotaryEmbedding forLayer(const ModelConfig& config, int64_t layer);
-  /// cos, sin: [B, s, r] (r: rotaryDim) for position ids [B, s].
-  std::pair<torch::Tensor, torch::Tensor> cosSin(const torch::Tensor& positions) const;
+  /// cos, sin: [B, s, r] (r: rotaryDim) for position ids [B, s], times the attention factor
+  /// (yarn, longrope) unless `withAttentionFactor` is false (what a path that drops it turns
+  /// with: the yarn_attention_factor fault).
+  std::pair<torch::Tensor, torch::Tensor> cosSin(const torch::Tensor& positions,
+                                                 bool withAttentionFactor = true) const;
+  /// The factor cos and sin are multiplied by (transformers' attention_scaling): yarn's
+  /// mscale, longrope's sqrt(1 + ln(factor) / ln(original)); 1 for the other types.
+  double attentionFactor() const { return attentionFactor_; }
+  static double attentionFactorOf(const RopeConfig& rope);
+  /// longrope: whether a forward whose longest sequence is `seqLen` turns with long_factor.
+  bool usesLongFactors(int64_t seqLen) const;
+  /// longrope: the sequence length up to which a forward turns with the short factors (the
+  /// original context); 0 for RoPEs whose frequencies do not switch.
+  int64_t factorSwitch() const { return rope_.type == "longrope" ? rope_.originalMaxPositions : 0; }
+  /// transformers' _compute_yarn_parameters inverse frequencies over `dim` rotary features.
+  static torch::Tensor yarnInvFreq(const RopeConfig& rope, int64_t dim);
+  /// transformers' _compute_longrope_parameters: short or long factors.
+  static torch::Tensor longRopeInvFreq(const RopeConfig& rope, int64_t dim, bool longFactors);
   /// The same with the unscaled (default) inverse frequencies of rope_theta: what a path
   /// that drops the checkpoint's rope_scaling rotates with (the rope_scaling fault).
   std::pair<torch::Tensor, torch::Tensor> cosSinUnscaled(const torch::Tensor& positions) const;
@@ -26,8 +42,10 @@ class RotaryEmbedding {
   static int64_t rotaryDim(const RopeConfig& rope, int64_t headDim);
   /// x: [B, h, s, d]; cos/sin [B, s, r] with r <= d: the first r features of each head turn
   /// (half-split pairs within them), the others pass unchanged (partial rotary).
+  /// `interleaved`: pairs (2i, 2i + 1) of the rotary features turn by frequency i (GLM-4's
+  /// rotate_half over even/odd features, cos/sin's first r/2 entries repeated twice).
   static torch::Tensor apply(const torch::Tensor& x, const torch::Tensor& cos,
-                             const torch::Tensor& sin);
+                             const torch::Tensor& sin, bool interleaved = false);
   const torch::Tensor& baseInvFreq() const { return invFreq_; }
   /// 1 / theta ** (arange(0, dim, 2) / dim) in float32, as transformers computes it.
   static torch::Tensor defaultInvFreq(double theta, int64_t dim);
@@ -47,7 +65,9 @@ class RotaryEmbedding {
   RopeConfig rope_;
   int64_t dim_;
   int64_t maxPositions_;
-  torch::Tensor invFreq_;  // [d/2] float32
+  torch::Tensor invFreq_;      // [d/2] float32 (longrope: the short factors')
+  torch::Tensor longInvFreq_;  // [d/2] float32, longrope's long factors
+  double attentionFactor_ = 1.0;
 };
 
 }  // namespace kvscope::detail

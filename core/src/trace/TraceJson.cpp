@@ -53,6 +53,19 @@ json ropeToJson(const RopeConfig& r) {
     j["high_freq_factor"] = r.highFreqFactor;
   }
   if (r.originalMaxPositions > 0) j["original_max_position_embeddings"] = r.originalMaxPositions;
+  if (r.type == "yarn" || r.type == "longrope") {
+    if (r.attentionFactor > 0) j["attention_factor"] = r.attentionFactor;
+    if (r.type == "yarn") {
+      j["beta_fast"] = r.betaFast;
+      j["beta_slow"] = r.betaSlow;
+      if (r.mscale != 0) j["mscale"] = r.mscale;
+      if (r.mscaleAllDim != 0) j["mscale_all_dim"] = r.mscaleAllDim;
+      j["truncate"] = r.truncate;
+    } else {
+      j["short_factor"] = r.shortFactor;
+      j["long_factor"] = r.longFactor;
+    }
+  }
   return j;
 }
 
@@ -63,9 +76,9 @@ std::optional<RopeConfig> ropeFromJson(const JsonFieldReader& m) {
   RopeConfig rope;
   rope.type = r.string("rope_type", "default");
   if (rope.type != "default" && rope.type != "linear" && rope.type != "llama3" &&
-      rope.type != "dynamic")
-    r.fail("rope_type",
-           "unknown RoPE type '" + rope.type + "' (known: default, linear, llama3, dynamic)");
+      rope.type != "dynamic" && rope.type != "yarn" && rope.type != "longrope")
+    r.fail("rope_type", "unknown RoPE type '" + rope.type +
+                            "' (known: default, linear, llama3, dynamic, yarn, longrope)");
   auto positive = [&](const char* k, double fallback) {
     if (r.has(k) && !r.json()[k].is_number())
       r.fail(k, "expected a number, found " + jsonPreview(r.json()[k]));
@@ -81,8 +94,41 @@ std::optional<RopeConfig> ropeFromJson(const JsonFieldReader& m) {
       r.has("original_max_position_embeddings")
           ? r.integerIn("original_max_position_embeddings", 1, limits::kPositions)
           : 0;
-  if (rope.type == "llama3" && rope.originalMaxPositions <= 0)
-    r.fail("original_max_position_embeddings", "required for llama3 RoPE scaling");
+  if ((rope.type == "llama3" || rope.type == "yarn" || rope.type == "longrope") &&
+      rope.originalMaxPositions <= 0)
+    r.fail("original_max_position_embeddings", "required for " + rope.type + " RoPE scaling");
+  if (rope.type == "yarn" || rope.type == "longrope") {
+    rope.attentionFactor = r.has("attention_factor") ? positive("attention_factor", 1.0) : 0.0;
+    rope.betaFast = positive("beta_fast", 32.0);
+    rope.betaSlow = positive("beta_slow", 1.0);
+    auto finite = [&](const char* k) {
+      if (!r.has(k)) return 0.0;
+      if (!r.json()[k].is_number() || !std::isfinite(r.json()[k].get<double>())) r.fail(k, "expected a number");
+      return r.json()[k].get<double>();
+    };
+    rope.mscale = finite("mscale");
+    rope.mscaleAllDim = finite("mscale_all_dim");
+    if (r.has("truncate")) {
+      if (!r.json()["truncate"].is_boolean()) r.fail("truncate", "expected true or false");
+      rope.truncate = r.json()["truncate"].get<bool>();
+    }
+    auto factors = [&](const char* k) {
+      std::vector<double> out;
+      if (!r.has(k)) {
+        if (rope.type == "longrope") r.fail(k, "required for longrope");
+        return out;
+      }
+      const json& a = r.json()[k];
+      if (!a.is_array() || a.size() > static_cast<size_t>(limits::kHeadDim)) r.fail(k, "expected a list of at most head_dim numbers");
+      for (const auto& v : a) {
+        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) r.fail(k, "expected positive numbers");
+        out.push_back(v.get<double>());
+      }
+      return out;
+    };
+    rope.shortFactor = factors("short_factor");
+    rope.longFactor = factors("long_factor");
+  }
   if (rope.type == "llama3" && !(rope.highFreqFactor > rope.lowFreqFactor))
     r.fail("high_freq_factor", "must exceed low_freq_factor for llama3 RoPE scaling");
   return rope;

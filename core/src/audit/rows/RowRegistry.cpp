@@ -37,9 +37,16 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // (the whole head, the head width's frequencies on the rotary pairs, the rotary
       // frequencies on the head width's pairs).
       &rows::partialRotary(),
+      // YaRN's attention factor dropped or mis-derived: keys wrong at every position (position
+      // 0 too), values exact; every record is the reference key with its rotated features
+      // scaled by one constant.
+      &rows::yarnAttentionFactor(),
       // A dropped attention soft-cap: a layer's records exact, the next one's keys and values
       // wrong; claimed only when an uncached pass without the cap reproduces every record.
       &rows::softcapDropped(),
+      // Dropped attention sinks: the same signature as a dropped soft-cap but from position 0
+      // on; claimed only when an uncached pass without the sinks reproduces every record.
+      &rows::sinkDropped(),
       // Keys rotated with another RoPE scaling: before the position probe, which reads a
       // dropped linear factor f as the right key at f x the position.
       &rows::ropeScaling(),

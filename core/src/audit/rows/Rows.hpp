@@ -29,5 +29,7 @@ const FailureRow& nopeLayerRope();
 const FailureRow& softcapDropped();
 const FailureRow& layerRopeTheta();
 const FailureRow& partialRotary();
+const FailureRow& sinkDropped();
+const FailureRow& yarnAttentionFactor();
 
 }  // namespace kvscope::detail::rows

@@ -17,5 +17,10 @@ const ModelFamily& smolLm3Family();
 const ModelFamily& phi3Family();
 const ModelFamily& gemma2Family();
 const ModelFamily& gemma3Family();
+const ModelFamily& gptOssFamily();
+const ModelFamily& mixtralFamily();
+const ModelFamily& olmo3Family();
+const ModelFamily& glm4Family();
+const ModelFamily& ministral3Family();
 
 }  // namespace kvscope

@@ -8,7 +8,8 @@ namespace kvscope {
 const std::vector<const ModelFamily*>& modelFamilies() {
   static const std::vector<const ModelFamily*> all = {
       &gpt2Family(), &llamaFamily(), &mistralFamily(), &qwen2Family(), &qwen3Family(), &qwen3MoeFamily(),
-      &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(), &gemma3Family(),
+      &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(), &gemma3Family(), &gptOssFamily(),
+      &mixtralFamily(), &olmo3Family(), &glm4Family(), &ministral3Family(),
   };
   return all;
 }

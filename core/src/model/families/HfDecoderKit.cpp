@@ -1,5 +1,6 @@
 #include "model/families/HfDecoderKit.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kvscope/Error.hpp"
@@ -68,7 +69,7 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefau
   r.checkSize("head_dim", c.headDim, limits::kHeadDim);
   c.normEps = r.doubleOr("rms_norm_eps", 1e-6);
   c.activation = r.activation("hidden_act", "silu");
-  c.rope = readRope(r, defaults.ropeTheta);
+  c.rope = readRope(r, defaults.ropeTheta, defaults.originalMaxPositions, defaults.partialRotaryFactor);
   const double partial = c.rope.partialRotaryFactor;
   if (!(partial > 0) || partial > 1)
     throw InputError(file, "partial_rotary_factor", "must be in (0, 1], found " + std::to_string(partial));
@@ -77,6 +78,7 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefau
     throw InputError(file, "partial_rotary_factor",
                      "rotates " + std::to_string(rotary) + " of head_dim " + std::to_string(c.headDim) +
                          " features; RoPE needs an even, positive number");
+  checkRopeForRotaryDim(r, c.rope, rotary, r.has("rope_parameters") ? "rope_parameters" : "rope_scaling");
   c.mlpBias = r.boolOr("mlp_bias", false);
   c.tieWordEmbeddings = r.boolOr("tie_word_embeddings", false);
   c.recipe = BlockRecipe{};  // RMSNorm, RoPE, [out, in] Linear, separate q/k/v, gated MLP
@@ -136,6 +138,7 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
   for (int64_t i = 0; i < s.numLayers; ++i) {
     const auto linear = [&](const std::string& w, const std::string& b, int64_t out, int64_t in,
                             bool withBias) {
+      if (w.empty()) return;  // the family has no such tensor (GPT-OSS: no dense MLP)
       p.push_back({n.layer(i, w), {out, in}, Init::Normal, s.initStd});  // [out, in]
       if (withBias) p.push_back({n.layer(i, b), {out}, Init::Bias, bias});
     };
@@ -149,6 +152,7 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
     }
     linear(n.gate, n.gateBias, I, H, false);
     linear(n.up, n.upBias, I, H, false);
+    linear(n.gateUp, "", 2 * I, H, false);  // a fused gate|up (GLM-4)
     linear(n.down, n.downBias, H, I, false);
     for (const std::string* norm : {&n.attnNorm, &n.mlpNorm, &n.postAttnNorm, &n.postMlpNorm})
       if (!norm->empty()) p.push_back({n.layer(i, *norm), {H}, Init::NormWeight, 0.0});
@@ -156,6 +160,46 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
   p.push_back({n.finalNorm, {H}, Init::NormWeight, 0.0});
   if (!s.tieWordEmbeddings) p.push_back({n.lmHead, {s.vocabSize, H}, Init::Normal, s.initStd});
   return p;
+}
+
+std::vector<CheckpointWriter::TensorPlan> moeDemoTensors(const CheckpointSpec& s, const WeightNames& n,
+                                                         std::vector<CheckpointWriter::TensorPlan> dense,
+                                                         int64_t experts, int64_t expertWidth,
+                                                         const std::vector<int64_t>& denseLayers) {
+  using Init = CheckpointWriter::Init;
+  const int64_t H = s.hiddenSize, Im = expertWidth;
+  auto isDense = [&](int64_t i) { return std::find(denseLayers.begin(), denseLayers.end(), i) != denseLayers.end(); };
+  std::vector<CheckpointWriter::TensorPlan> p;
+  for (auto& t : dense) {
+    bool mlp = false;
+    for (int64_t i = 0; i < s.numLayers; ++i) {
+      if (isDense(i)) continue;
+      if (t.name == n.layer(i, n.gate)) {  // the router and the experts stand where the MLP did
+        p.push_back({n.layer(i, n.router), {experts, H}, Init::Normal, s.initStd});
+        for (int64_t e = 0; e < experts; ++e) {
+          p.push_back({n.expert(i, e, n.expertGate), {Im, H}, Init::Normal, s.initStd});
+          p.push_back({n.expert(i, e, n.expertUp), {Im, H}, Init::Normal, s.initStd});
+          p.push_back({n.expert(i, e, n.expertDown), {H, Im}, Init::Normal, s.initStd});
+        }
+      }
+      mlp = mlp || t.name == n.layer(i, n.gate) || t.name == n.layer(i, n.up) || t.name == n.layer(i, n.down);
+    }
+    if (!mlp) p.push_back(t);
+  }
+  return p;
+}
+
+void readExpertCounts(const ConfigReader& r, MoeConfig& m, const char* primary, const char* alias,
+                      int64_t defaultExperts, int64_t defaultTopK) {
+  const char* key = r.has(primary) || !r.has(alias) ? primary : alias;
+  m.numExperts = r.intOr(key, defaultExperts);
+  if (m.numExperts < 0 || m.numExperts > limits::kExperts)
+    throw InputError(r.file(), key, "must be in [0, " + std::to_string(limits::kExperts) + "]");
+  if (m.numExperts == 0) return;
+  m.topK = r.intOr("num_experts_per_tok", defaultTopK);
+  if (m.topK < 1 || m.topK > m.numExperts)
+    throw InputError(r.file(), "num_experts_per_tok",
+                     std::to_string(m.topK) + " is not in [1, " + key + " = " + std::to_string(m.numExperts) + "]");
 }
 
 void validateHfDecoderDemoSpec(const CheckpointSpec& s) {

@@ -17,6 +17,8 @@ struct DecoderDefaults {
   int64_t numKvHeads = 0;
   int64_t headDim = 0;
   double ropeTheta = 10000.0;
+  int64_t originalMaxPositions = 0;  // the class's original_max_position_embeddings (Phi-3: 4096)
+  double partialRotaryFactor = 1.0;  // the class's partial_rotary_factor (GLM-4: 0.5)
 };
 
 /// hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
@@ -46,6 +48,17 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
                                                                const WeightNames& n, bool qkvBias,
                                                                bool oBias, bool qkNorm,
                                                                bool qkNormOverHeads);
+/// `dense`'s tensors with each MoE layer's dense gate/up/down (every layer but those in
+/// `denseLayers`) replaced by the router [E, H] and each expert's gate/up [Im, H] and down
+/// [H, Im], named by `n` (router, expertPrefix, expertGate/Up/Down).
+std::vector<CheckpointWriter::TensorPlan> moeDemoTensors(const CheckpointSpec& s, const WeightNames& n,
+                                                         std::vector<CheckpointWriter::TensorPlan> dense,
+                                                         int64_t experts, int64_t expertWidth,
+                                                         const std::vector<int64_t>& denseLayers);
+/// The MoE keys of a Qwen3-MoE / Mixtral config: the expert count under `primary` or its
+/// alias, num_experts_per_tok in [1, count]; InputError naming the field.
+void readExpertCounts(const ConfigReader& r, MoeConfig& m, const char* primary, const char* alias,
+                      int64_t defaultExperts, int64_t defaultTopK);
 /// `name` from the config: a positive finite number (a multiplier), else InputError.
 double positiveNumber(const ConfigReader& r, const char* name, double fallback);
 /// The rules every RoPE decoder's spec follows (an even head_dim).

@@ -31,11 +31,16 @@ struct WeightNames {
   std::string q, qBias, k, kBias, v, vBias;
   std::string o, oBias;
   std::string qNorm, kNorm;                 // q/k RMSNorm weights (config.qkNorm)
+  std::string sinks;                        // per-head attention sinks (config.attentionSinks)
   std::string gate, gateBias, up, upBias, down, downBias;
   std::string gateUp;                       // a fused gate|up projection (recipe.fusedGateUp)
   // A MoE layer (config.moe): the router [E, H], and expert e's gated MLP under
   // expertPrefix + e + "." + expertGate / expertUp / expertDown.
   std::string router, expertPrefix, expertGate, expertUp, expertDown;
+  std::string routerBias;
+  // Stacked experts (MoeConfig::Expert::ClampedGlu): one [E, in, out] tensor for every
+  // expert's interleaved gate|up product and one for the down products, each with a bias [E, out].
+  std::string stackedGateUp, stackedGateUpBias, stackedDown, stackedDownBias;
   std::string expert(int64_t layer, int64_t e, const std::string& suffix) const {
     return this->layer(layer, expertPrefix + std::to_string(e) + "." + suffix);
   }

@@ -18,6 +18,7 @@ class Olmo2Family final : public ModelFamily {
 
   void readConfig(const ConfigReader& r, ModelConfig& c) const override {
     readDecoderConfig(r, c);
+    c.normEps = r.doubleOr("rms_norm_eps", 1e-5);  // Olmo2Config's default
     c.qkvBias = c.outputProjBias = r.boolOr("attention_bias", false);
     c.qkNorm = true;
     c.recipe.qkNormOverHeads = true;

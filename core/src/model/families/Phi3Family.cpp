@@ -19,7 +19,7 @@ class Phi3Family final : public ModelFamily {
   const char* layerCountKey() const override { return "num_hidden_layers"; }
 
   void readConfig(const ConfigReader& r, ModelConfig& c) const override {
-    readDecoderConfig(r, c);
+    readDecoderConfig(r, c, DecoderDefaults{0, 0, 10000.0, 4096});  // Phi3Config's original context
     c.qkvBias = c.outputProjBias = false;
     c.recipe.fusedQkv = true;
     c.recipe.fusedGateUp = true;

@@ -36,17 +36,9 @@ class Qwen3MoeFamily final : public ModelFamily {
     MoeConfig& m = c.moe;
     // transformers 5 writes num_local_experts (its attribute_map name); the Hub's configs
     // and transformers 4 name it num_experts.
-    const char* expertsKey = r.has("num_experts") || !r.has("num_local_experts") ? "num_experts" : "num_local_experts";
-    m.numExperts = r.intOr(expertsKey, 128);
-    if (m.numExperts < 0 || m.numExperts > limits::kExperts)
-      throw InputError(r.file(), expertsKey, "must be in [0, " + std::to_string(limits::kExperts) + "]");
+    readExpertCounts(r, m, "num_experts", "num_local_experts", 128, 8);
     m.layers.assign(static_cast<size_t>(c.numLayers), false);
     if (m.numExperts == 0) return;  // every layer dense
-    m.topK = r.intOr("num_experts_per_tok", 8);
-    if (m.topK < 1 || m.topK > m.numExperts)
-      throw InputError(r.file(), "num_experts_per_tok",
-                       std::to_string(m.topK) + " is not in [1, num_experts = " +
-                           std::to_string(m.numExperts) + "]");
     m.intermediateSize = r.intOr("moe_intermediate_size", 768);
     r.checkSize("moe_intermediate_size", m.intermediateSize, limits::kIntermediateSize);
     m.normTopK = r.boolOr("norm_topk_prob", false);
@@ -94,28 +86,9 @@ class Qwen3MoeFamily final : public ModelFamily {
   }
 
   std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
-    using Init = CheckpointWriter::Init;
     const WeightNames& n = weightNames();
-    const int64_t H = s.hiddenSize, Im = demoExpertWidth(s);
-    std::vector<CheckpointWriter::TensorPlan> p;
-    for (auto& t : hfDecoderDemoTensors(s, n, false, false, true, false)) {
-      // On the MoE layers (all but the last) the dense gate/up/down become router + experts.
-      bool dense = false;
-      for (int64_t i = 0; i + 1 < s.numLayers; ++i) {
-        if (t.name == n.layer(i, n.gate)) {
-          p.push_back({n.layer(i, n.router), {kDemoExperts, H}, Init::Normal, s.initStd});
-          for (int64_t e = 0; e < kDemoExperts; ++e) {
-            p.push_back({n.expert(i, e, n.expertGate), {Im, H}, Init::Normal, s.initStd});
-            p.push_back({n.expert(i, e, n.expertUp), {Im, H}, Init::Normal, s.initStd});
-            p.push_back({n.expert(i, e, n.expertDown), {H, Im}, Init::Normal, s.initStd});
-          }
-        }
-        dense = dense || t.name == n.layer(i, n.gate) || t.name == n.layer(i, n.up) ||
-                t.name == n.layer(i, n.down);
-      }
-      if (!dense) p.push_back(t);
-    }
-    return p;
+    return moeDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false), kDemoExperts,
+                          demoExpertWidth(s), {s.numLayers - 1});
   }
 
   void adjustDemoSpec(CheckpointSpec& s) const override {

@@ -7,7 +7,9 @@
 namespace kvscope::detail {
 
 bool PartialRotaryEvidence::applies() const {
-  return config_.usesRope() && RotaryEmbedding::rotaryDim(config_) < config_.headDim;
+  // LongRoPE's factors are one per rotary pair: there is no whole-head frequency set to test.
+  return config_.usesRope() && RotaryEmbedding::rotaryDim(config_) < config_.headDim &&
+         config_.rope.type != "longrope";
 }
 
 std::string PartialRotaryEvidence::hypothesisText(int h, int64_t r, int64_t d) {

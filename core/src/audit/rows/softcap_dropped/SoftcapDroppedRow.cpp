@@ -4,7 +4,7 @@
 // Every K/V record of that layer matches; what differs is its attention output, so the
 // records of the layers after it (or only the logits).
 #include "audit/ReferenceSet.hpp"
-#include "audit/rows/DiagnosisContext.hpp"
+#include "audit/rows/DroppedFeatureRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/softcap_dropped/SoftcapDroppedEvidence.hpp"
 
@@ -58,11 +58,11 @@ class SoftcapDroppedRow final : public FailureRow {
                       bool logitsOnly) {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || !(config->attnLogitSoftcap > 0)) return false;
-    const std::vector<const StepAnalysis*> from = ctx.stepsFrom(r, a);
-    const auto m = SoftcapDroppedEvidence(ctx.trace, ctx.refs, ctx.tol).explain(from, logitsOnly);
-    if (!m) return false;
-    ctx.add(SoftcapDroppedEvidence::finding(a, *m, config->attnLogitSoftcap, ev), a);
-    return true;
+    const double cap = config->attnLogitSoftcap;
+    return explainDroppedFeature(ctx, r, a, ev, logitsOnly, AttentionFeature::Softcap,
+                                 [cap](const StepAnalysis& s, const DroppedFeatureMatch& m, const Evidence& e) {
+                                   return SoftcapDroppedEvidence::finding(s, m, cap, e);
+                                 });
   }
 };
 
