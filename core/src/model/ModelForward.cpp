@@ -7,6 +7,7 @@
 
 #include "kvscope/Error.hpp"
 #include "model/ModelImpl.hpp"
+#include "model/Mxfp4.hpp"
 #include "model/Norms.hpp"
 #include "model/WeightMatmul.hpp"
 
@@ -221,7 +222,9 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
     if (moe.normTopK) topW = topW / topW.sum(-1, true);
   }
   topW = topW.to(flat.scalar_type());
-  auto out = torch::zeros_like(flat);
+  // Each (token, slot)'s weighted expert output, summed over the k slots in their top-k order
+  // at the end, as transformers' experts do (view(N, k, H).sum(1)).
+  auto slotOut = torch::zeros({flat.size(0), moe.topK, H}, flat.options());
   for (int64_t e = 0; e < moe.numExperts; ++e) {
     const auto hit = topE.eq(e).nonzero();  // [m, 2]: (token, slot)
     if (hit.size(0) == 0) continue;
@@ -229,13 +232,19 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
     const auto xe = flat.index_select(0, tokens);  // every row routed to e, in one product
     torch::Tensor ye;
     if (moe.expert == MoeConfig::Expert::ClampedGlu) {
-      // [in, out] per expert: the Conv1D layout's product.
-      const auto gateUp = detail::conv1dStored(xe, w.stackedGateUpW[e], w.stackedGateUpB[e]);
+      // [in, out] per expert: the Conv1D layout's product; MXFP4 experts [out, in], dequantized now.
+      const bool mx = w.gateUpBlocks.defined();
+      // The product, then the bias added by itself (transformers' experts add it after the mm).
+      const auto gateUp = (mx ? detail::linearStored(xe, detail::dequantizeMxfp4(w.gateUpBlocks, w.gateUpScales, e), {})
+                              : detail::conv1dStored(xe, w.stackedGateUpW[e], {})) +
+                          w.stackedGateUpB[e];
       const auto lim = moe.gluLimit;
       const auto gate = gateUp.slice(-1, 0, c10::nullopt, 2).clamp_max(lim);
       const auto up = gateUp.slice(-1, 1, c10::nullopt, 2).clamp(-lim, lim);
       const auto glu = gate * torch::sigmoid(gate * moe.gluAlpha);
-      ye = detail::conv1dStored((up + 1) * glu, w.stackedDownW[e], w.stackedDownB[e]);
+      ye = (mx ? detail::linearStored((up + 1) * glu, detail::dequantizeMxfp4(w.downBlocks, w.downScales, e), {})
+               : detail::conv1dStored((up + 1) * glu, w.stackedDownW[e], {})) +
+           w.stackedDownB[e];
     } else {
       const auto ue = static_cast<size_t>(e);
       ye = project(activation(config.activation, project(xe, w.expertGateW[ue], torch::Tensor())) *
@@ -243,9 +252,9 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
                    w.expertDownW[ue], torch::Tensor());
     }
     ye = ye * topW.index({tokens, slots}).unsqueeze(-1);
-    out.index_add_(0, tokens, ye);
+    slotOut.index_put_({tokens, slots}, ye);
   }
-  return out.view_as(x);
+  return slotOut.sum(1).view_as(x);
 }
 
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {

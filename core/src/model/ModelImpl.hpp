@@ -34,6 +34,9 @@ struct LayerWeights {
   torch::Tensor stackedGateUpW, stackedGateUpB;  // stacked experts: [E, H, 2Im] (gate/up
                                                  // interleaved), [E, 2Im]
   torch::Tensor stackedDownW, stackedDownB;      // [E, Im, H], [E, H]
+  // The same stacked experts stored as MXFP4 (Mxfp4.hpp) instead: blocks [E, out, in/32, 16]
+  // and scales [E, out, in/32] uint8, out/in of nn.Linear's orientation (gate|up: 2Im x H).
+  torch::Tensor gateUpBlocks, gateUpScales, downBlocks, downScales;
 };
 
 struct ModelImpl {

@@ -47,6 +47,20 @@ class TensorLoader {
     return ck_.contains(name) ? load(name, expected) : torch::Tensor();
   }
 
+  // A uint8 tensor (MXFP4 blocks and scales) with the expected shape, a view of the mapping.
+  torch::Tensor loadBytes(const std::string& name, const std::vector<int64_t>& expected) const {
+    const SafetensorsFile& file = ck_.fileFor(name);
+    const SafetensorsEntry& e = ck_.entry(name);
+    if (e.dtype != SafetensorsDtype::U8)
+      throw InputError(file.path(), name, "dtype " + safetensorsDtypeName(e.dtype) + ", MXFP4 blocks and scales are U8");
+    if (e.shape != expected)
+      throw InputError(file.path(), name,
+                       "shape " + shapeString(e.shape) + " does not match the config, which needs " +
+                           shapeString(expected) + " (config: " + ck_.config().sourceFile + ")");
+    void* p = const_cast<uint8_t*>(file.bytes(e));
+    return torch::from_blob(p, e.shape, torch::TensorOptions().dtype(torch::kByte));
+  }
+
  private:
   static torch::Tensor toFloat(const SafetensorsFile& file, const SafetensorsEntry& e) {
     void* p = const_cast<uint8_t*>(file.bytes(e));
@@ -157,10 +171,23 @@ void ModelImpl::loadWeights() {
       items.push_back({n.router, &w.routerW, matrix(E, H), true});
       items.push_back({n.routerBias, &w.routerB, {E}, c.moe.routerBias});
       if (c.moe.expert == MoeConfig::Expert::ClampedGlu) {  // stacked [E, in, out] with biases
-        items.push_back({n.stackedGateUp, &w.stackedGateUpW, {E, H, 2 * Im}, true});
         items.push_back({n.stackedGateUpBias, &w.stackedGateUpB, {E, 2 * Im}, true});
-        items.push_back({n.stackedDown, &w.stackedDownW, {E, Im, H}, true});
         items.push_back({n.stackedDownBias, &w.stackedDownB, {E, H}, true});
+        if (checkpoint->contains(n.layer(i, n.stackedGateUp + "_blocks"))) {
+          // MXFP4 (GPT-OSS as released): blocks and scales, dequantized per expert when used.
+          if (H % 32 != 0 || Im % 32 != 0)
+            throw InputError(c.sourceFile, "hidden_size", "MXFP4 experts need hidden_size and intermediate_size divisible by 32");
+          const auto bytes = [&](const std::string& suffix, std::vector<int64_t> shape, torch::Tensor& t) {
+            t = L.loadBytes(n.layer(i, suffix), shape);
+          };
+          bytes(n.stackedGateUp + "_blocks", {E, 2 * Im, H / 32, 16}, w.gateUpBlocks);
+          bytes(n.stackedGateUp + "_scales", {E, 2 * Im, H / 32}, w.gateUpScales);
+          bytes(n.stackedDown + "_blocks", {E, H, Im / 32, 16}, w.downBlocks);
+          bytes(n.stackedDown + "_scales", {E, H, Im / 32}, w.downScales);
+        } else {
+          items.push_back({n.stackedGateUp, &w.stackedGateUpW, {E, H, 2 * Im}, true});
+          items.push_back({n.stackedDown, &w.stackedDownW, {E, Im, H}, true});
+        }
         E = 0;  // no per-expert tensors
       }
       w.expertGateW.resize(static_cast<size_t>(E));

@@ -293,7 +293,14 @@ std::unique_ptr<PreTokenizer> makePreTokenizer(const JsonFields& jf, const Json&
     return std::make_unique<MetaspacePre>(rep, scheme, jf.boolean(spec, path, "split", true));
   }
   if (type == "Whitespace") {
-    auto regex = compile(jf, R"(\w+|[^\w\s]+)", path);
+    // `tokenizers` runs \w+|[^\w\s]+ here with the Rust regex crate, not Oniguruma: its \w
+    // is UTS #18's (Alphabetic, marks, decimal digits, connector punctuation, Join_Control).
+    // Spelled out so that Regex's Oniguruma rewrite of \w does not apply; \p{L}, \p{M} and
+    // \p{Nd} pick up the Unicode 15-16 additions there.
+    auto regex = compile(jf,
+                         R"([\p{Alphabetic}\p{L}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+)"
+                         R"(|[^\p{Alphabetic}\p{L}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\s]+)",
+                         path);
     return std::make_unique<SplitPre>(std::move(regex), Behavior::Removed, true);
   }
   if (type == "WhitespaceSplit") {

@@ -1,5 +1,5 @@
-// A compiled PCRE2 pattern in UTF + UCP mode (\p{L}, \s and \w are Unicode-aware, as in the
-// Oniguruma/fancy-regex engines the HuggingFace tokenizers use).
+// A compiled PCRE2 pattern in UTF + UCP mode, its escapes rewritten first (fromOniguruma) so
+// that it matches what the Oniguruma engine of the HuggingFace tokenizers matches.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,11 @@ class Regex {
 
   /// Escapes `literal` so that it matches itself.
   static std::string quote(std::string_view literal);
+
+  /// `pattern` as PCRE2 must read it to match what HuggingFace `tokenizers` (Oniguruma)
+  /// matches: \s, \w, \d, \h, \uHHHH and the Unicode 15-16 members of \p{L}, \p{N}, ...
+  /// The constructor applies it; exposed for tests.
+  static std::string fromOniguruma(std::string_view pattern);
 
  private:
   struct Impl;
