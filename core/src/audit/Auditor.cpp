@@ -10,6 +10,7 @@
 #include "audit/NumberText.hpp"
 #include "audit/PolicyStage.hpp"
 #include "audit/rows/RowRegistry.hpp"
+#include "model/RotaryEmbedding.hpp"
 #include "audit/rows/reference/FirstRecords.hpp"
 #include "audit/rows/reference/ReferenceFinding.hpp"
 #include "audit/ReferenceSet.hpp"
@@ -28,8 +29,8 @@ namespace {
 // as transformers does): which set each request's records were turned with, for the report.
 std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& trace) {
   std::vector<std::string> out;
-  if (!c.usesRope() || c.rope.type != "longrope") return out;
-  const int64_t S = c.rope.originalMaxPositions;
+  const int64_t S = c.usesRope() ? detail::RotaryEmbedding::factorSwitchOf(c.rope) : 0;
+  if (S == 0) return out;
   for (const auto& r : trace.requests) {
     const auto P = static_cast<int64_t>(r.promptIds.size());
     const int64_t steps = static_cast<int64_t>(trace.stepsOf(r.id).size());

@@ -50,8 +50,8 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
   // long factors, so a cache built before that point holds keys turned with the short ones.
   // transformers' Phi-3 generate recomputes its cache there; this engine does not, so a
   // cached run may not cross it.
-  if (cfg.usesRope() && cfg.rope.type == "longrope" && !options.uncached) {
-    const int64_t original = cfg.rope.originalMaxPositions;
+  if (const int64_t original = cfg.usesRope() ? RotaryEmbedding::factorSwitchOf(cfg.rope) : 0;
+      original > 0 && !options.uncached) {
     for (size_t i = 0; i < specs.size(); ++i) {
       const auto prompt = static_cast<int64_t>(specs[i].promptIds.size());
       const int64_t lastFed = prompt + std::max<int64_t>(specs[i].maxNewTokens, 1) - 1;  // longest forward

@@ -106,7 +106,8 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_
 }
 
 bool RotaryEmbedding::usesLongFactors(int64_t seqLen) const {
-  return rope_.type == "longrope" && seqLen > rope_.originalMaxPositions;
+  const int64_t switchAt = factorSwitch();
+  return switchAt > 0 && seqLen > switchAt;
 }
 
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config)

@@ -29,7 +29,11 @@ class RotaryEmbedding {
   bool usesLongFactors(int64_t seqLen) const;
   /// longrope: the sequence length up to which a forward turns with the short factors (the
   /// original context); 0 for RoPEs whose frequencies do not switch.
-  int64_t factorSwitch() const { return rope_.type == "longrope" ? rope_.originalMaxPositions : 0; }
+  int64_t factorSwitch() const { return factorSwitchOf(rope_); }
+  /// The same rule for `rope` (the engine's refusal and the audit's report ask it too).
+  static int64_t factorSwitchOf(const RopeConfig& rope) {
+    return rope.type == "longrope" ? rope.originalMaxPositions : 0;
+  }
   /// transformers' _compute_yarn_parameters inverse frequencies over `dim` rotary features.
   static torch::Tensor yarnInvFreq(const RopeConfig& rope, int64_t dim);
   /// transformers' _compute_longrope_parameters: short or long factors.

@@ -54,14 +54,10 @@ class GptOssFamily final : public ModelFamily {
       for (int64_t i = 0; i < c.numLayers; ++i) c.slidingLayers[static_cast<size_t>(i)] = i % 2 == 0;
     }
     MoeConfig& m = c.moe;
-    const char* expertsKey = r.has("num_local_experts") || !r.has("num_experts") ? "num_local_experts" : "num_experts";
-    m.numExperts = r.intOr(expertsKey, 128);
-    r.checkSize(expertsKey, m.numExperts, limits::kExperts);
-    m.topK = r.intOr("num_experts_per_tok", 4);
-    if (m.topK < 1 || m.topK > m.numExperts)
-      throw InputError(r.file(), "num_experts_per_tok",
-                       std::to_string(m.topK) + " is not in [1, " + expertsKey + " = " +
-                           std::to_string(m.numExperts) + "]");
+    readExpertCounts(r, m, "num_local_experts", "num_experts", 128, 4);
+    if (m.numExperts == 0)
+      throw InputError(r.file(), r.has("num_local_experts") || !r.has("num_experts") ? "num_local_experts" : "num_experts",
+                       "must be positive, found 0: every GPT-OSS MLP is a mixture of experts");
     m.intermediateSize = c.intermediateSize;  // each expert is intermediate_size wide
     m.routing = MoeConfig::Routing::TopKThenSoftmax;
     m.routerBias = true;

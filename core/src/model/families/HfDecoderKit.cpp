@@ -226,4 +226,12 @@ WeightNames hfDecoderWeightNames() {
   return n;
 }
 
+WeightNames postNormDecoderWeightNames() {
+  WeightNames w = hfDecoderWeightNames();
+  w.attnNorm = w.mlpNorm = "";
+  w.postAttnNorm = "post_attention_layernorm.weight";
+  w.postMlpNorm = "post_feedforward_layernorm.weight";
+  return w;
+}
+
 }  // namespace kvscope

@@ -36,6 +36,10 @@ bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window);
 /// model.norm, lm_head.
 WeightNames hfDecoderWeightNames();
 
+/// hfDecoderWeightNames without pre-norms: each sublayer's output is normed instead
+/// (post_attention_layernorm, post_feedforward_layernorm: OLMo 2, OLMo 3).
+WeightNames postNormDecoderWeightNames();
+
 /// The config.json keys every decoder family writes (sizes, eps, RoPE in the spec's style).
 nlohmann::json hfDecoderDemoConfig(const CheckpointSpec& s);
 /// The tensors of a decoder checkpoint in transformers' order: q/k/v (+ biases), o (+ bias),

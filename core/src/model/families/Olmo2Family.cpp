@@ -25,13 +25,7 @@ class Olmo2Family final : public ModelFamily {
   }
 
   const WeightNames& weightNames() const override {
-    static const WeightNames n = [] {
-      WeightNames w = hfDecoderWeightNames();
-      w.attnNorm = w.mlpNorm = "";
-      w.postAttnNorm = "post_attention_layernorm.weight";
-      w.postMlpNorm = "post_feedforward_layernorm.weight";
-      return w;
-    }();
+    static const WeightNames n = postNormDecoderWeightNames();
     return n;
   }
 
