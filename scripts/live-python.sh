@@ -9,6 +9,12 @@
 # (tests/live/requirements-transformers4.txt, installed without dependencies) that goes first
 # on PYTHONPATH over that virtualenv: the same torch, transformers 4. Made once the same way
 # ($KVSCOPE_LIVE_VENV-transformers4, a stamp of both requirement files' hashes).
+#
+# With --llama-cpp it prints a folder holding llama.cpp's converter as
+# tests/live/requirements-llama-cpp.txt pins it: llama.cpp/ (convert_hf_to_gguf.py and its
+# gguf-py, from the llama-cpp-python source package) and site/ (sentencepiece; gguf and
+# accelerate, which transformers' own GGUF loader needs) for
+# PYTHONPATH over the virtualenv. Made once ($KVSCOPE_LIVE_VENV-llama-cpp, stamped alike).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REQ="$ROOT/tests/live/requirements.txt"
@@ -32,6 +38,39 @@ if [[ "${1:-}" == --transformers4 ]]; then
   fi
   echo "$HASH4" > "$DIR4/.kvscope-requirements"
   echo "$DIR4"
+  exit 0
+fi
+if [[ "${1:-}" == --llama-cpp ]]; then
+  PY="$(bash "${BASH_SOURCE[0]}")" || exit 1
+  REQL="$ROOT/tests/live/requirements-llama-cpp.txt"
+  DIRL="$VENV-llama-cpp"
+  HASHL="$HASH $(sha256sum "$REQL" | cut -d' ' -f1)"
+  if [[ "$(cat "$DIRL/.kvscope-requirements" 2>/dev/null)" == "$HASHL" ]]; then
+    echo "$DIRL"
+    exit 0
+  fi
+  rm -rf "$DIRL"
+  mkdir -p "$DIRL/download"
+  PIP="$(dirname "$PY")/pip"
+  SDIST="$(grep -E '^llama-cpp-python==' "$REQL")"
+  grep -vE '^(#|llama-cpp-python==|$)' "$REQL" > "$DIRL/download/site.txt"
+  # pip download prepares the source package's metadata first (a few minutes, once).
+  if ! "$PIP" download --disable-pip-version-check -q --no-deps --no-binary :all: -d "$DIRL/download" "$SDIST" >&2 ||
+     ! "$PIP" install --disable-pip-version-check -q --no-deps --target "$DIRL/site" -r "$DIRL/download/site.txt" >&2; then
+    echo "live-python: fetching $SDIST or the packages of $REQL failed (see above)" >&2
+    rm -rf "$DIRL"
+    exit 1
+  fi
+  tar -xzf "$DIRL"/download/llama_cpp_python-*.tar.gz -C "$DIRL/download"
+  mv "$DIRL"/download/llama_cpp_python-*/vendor/llama.cpp "$DIRL/llama.cpp"
+  rm -rf "$DIRL/download"
+  if [[ ! -f "$DIRL/llama.cpp/convert_hf_to_gguf.py" ]]; then
+    echo "live-python: $SDIST holds no vendor/llama.cpp/convert_hf_to_gguf.py" >&2
+    rm -rf "$DIRL"
+    exit 1
+  fi
+  echo "$HASHL" > "$DIRL/.kvscope-requirements"
+  echo "$DIRL"
   exit 0
 fi
 if [[ -x "$VENV/bin/python" && "$(cat "$VENV/.kvscope-requirements" 2>/dev/null)" == "$HASH" ]]; then

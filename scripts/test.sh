@@ -20,10 +20,17 @@ if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
       [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
       cmake -DKVSCOPE_HF4_PATH= "$BUILD_DIR" >/dev/null
     fi
+    if LLAMA_CPP_DIR="$(bash "$ROOT/scripts/live-python.sh" --llama-cpp)"; then
+      cmake -DKVSCOPE_LLAMA_CPP="$LLAMA_CPP_DIR" "$BUILD_DIR" >/dev/null
+    else
+      echo "not checked: the live GGUF tests (tests/live/requirements-llama-cpp.txt did not install, see above)" >&2
+      [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
+      cmake -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
+    fi
   else
     echo "not checked: the live transformers tests (no virtualenv with tests/live/requirements.txt, see above)" >&2
     [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
-    cmake -DKVSCOPE_HF_PYTHON= -DKVSCOPE_HF4_PATH= "$BUILD_DIR" >/dev/null
+    cmake -DKVSCOPE_HF_PYTHON= -DKVSCOPE_HF4_PATH= -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
   fi
 fi
 # With the sanitizer suite (below), which runs every core and CLI test again instrumented,
@@ -32,7 +39,7 @@ fi
 # packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"

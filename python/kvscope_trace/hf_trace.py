@@ -314,9 +314,15 @@ class TraceRecorder:
                 keys = [cache_row(appended[l][0], batch_index) for l in range(L)]
                 values = [cache_row(appended[l][1], batch_index) for l in range(L)]
             elif self.mode == "uncached":
+                # The step's own tokens are the last len(fed_ids) of the full prefix; taken from
+                # what update() was handed where it was watched, since a sliding layer keeps
+                # only its window's rows of the prefix.
                 n = len(fed_ids)
-                keys = [k[:, k.shape[1] - min(n, k.shape[1]):].copy() for k, _ in rows]
-                values = [v[:, v.shape[1] - min(n, v.shape[1]):].copy() for _, v in rows]
+                src = rows if appended is None else [
+                    (cache_row(appended[l][0], batch_index), cache_row(appended[l][1], batch_index))
+                    for l in range(L)]
+                keys = [k[:, k.shape[1] - min(n, k.shape[1]):].copy() for k, _ in src]
+                values = [v[:, v.shape[1] - min(n, v.shape[1]):].copy() for _, v in src]
             else:
                 if any(t < p for t, p in zip(lengths, prev)) and "cache_reset" not in events:
                     events.append("cache_reset")
@@ -442,7 +448,8 @@ def _policy_from_args(args) -> Dict[str, Any]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="kvscope-record", description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="version", version=f"kvscope-record (kvscope-trace {__version__})")
-    ap.add_argument("--model", required=True, help="local model directory")
+    ap.add_argument("--model", required=True,
+                    help="local model directory, or a GGUF file (loaded by transformers' GGUF loader)")
     ap.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable)")
     ap.add_argument("--prompt-ids", action="append", default=[],
                     help="comma-separated prompt token ids instead of text (repeatable)")
@@ -487,7 +494,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load_kw = {dtype_kw: dtype}
     if args.attn_implementation:
         load_kw["attn_implementation"] = args.attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(args.model, **load_kw)
+    if args.model.endswith(".gguf"):  # transformers' own GGUF loader (dequantises; needs gguf)
+        load_kw["gguf_file"] = os.path.basename(args.model)
+        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.model)), **load_kw)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(args.model, **load_kw)
     model.to(args.device).eval()
     prompts: List[Tuple[List[int], str]] = []
     if args.prompt:
@@ -518,7 +529,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     def forward(ids: List[int], positions: List[int], cache):
         dev = args.device
-        if cache is None and not args.uncached and dynamic_cache is not None:
+        if cache is None and dynamic_cache is not None:  # uncached: a fresh one every step
             cache = watch_updates(dynamic_cache(**cache_kwargs))
         begin_forward(cache)
         past = past_length(cache)

@@ -177,9 +177,11 @@ def _weight_files(directory: str) -> List[str]:
 def model_fingerprint(directory: str) -> str:
     """The fingerprint KV Scope records for a model directory (Checkpoint::fingerprint):
     sha256 over, for config.json and then every weight file sorted by path, the file name
-    followed by the file's bytes."""
+    followed by the file's bytes. A GGUF file is its own config and weights."""
     h = hashlib.sha256()
-    for path in [os.path.join(directory, "config.json")] + sorted(_weight_files(directory)):
+    paths = [directory] if _is_gguf(directory) else \
+        [os.path.join(directory, "config.json")] + sorted(_weight_files(directory))
+    for path in paths:
         h.update(os.path.basename(path).encode())
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -187,9 +189,16 @@ def model_fingerprint(directory: str) -> str:
     return h.hexdigest()
 
 
+def _is_gguf(path: str) -> bool:
+    return path.endswith(".gguf") and os.path.isfile(path)
+
+
 def model_stored_dtype(directory: str) -> str:
     """F32 / F16 / BF16 when every float weight has that dtype, "mixed" or "none"
-    otherwise (Checkpoint::storedDtype); reads the safetensors headers only."""
+    otherwise (Checkpoint::storedDtype); reads the safetensors headers only. A GGUF file:
+    "GGUF" (KV Scope names its ggml types when it opens it)."""
+    if _is_gguf(directory):
+        return "GGUF"
     found = set()
     for path in _weight_files(directory):
         with open(path, "rb") as f:

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "audit/Tolerance.hpp"
+#include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/Model.hpp"
@@ -168,6 +170,26 @@ TEST(RopeLongRope, TheEngineRefusesACachedRunThatCrossesTheSwitch) {
   }
   s.maxNewTokens = 3;  // the longest forward is 12 positions: short factors throughout
   EXPECT_NO_THROW(Engine(model).run({s}, {}));
+}
+
+// The attention factor multiplies every score by its square, and the scores' rounding noise
+// with them: the audit's bases carry that square (a bf16 run of transformers' Phi-3 with
+// LongRoPE sat at 1.2x of the unscaled bf16 bases), and the report says so.
+TEST(RopeLongRope, TheAuditToleranceCarriesTheSquareOfTheAttentionFactor) {
+  auto model = Model::load(phi3LongRopeDir());
+  const double a = RotaryEmbedding::attentionFactorOf(model->config().rope);
+  ASSERT_GT(a, 1.2);
+  RequestSpec s;
+  s.promptIds = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64};
+  s.maxNewTokens = 3;
+  const AuditReport rep = Auditor::audit(*model, Engine(model).run({s}, {})).report;
+  EXPECT_TRUE(rep.clean());
+  EXPECT_NEAR(rep.toleranceBase, kvscope::detail::Tolerance::recordBaseFor("float32") * a * a, 1e-12);
+  EXPECT_NE(rep.toleranceRule.find("the square of the RoPE attention factor"), std::string::npos)
+      << rep.toleranceRule;
+  // Below 1 (no model uses one) the bases stay as calibrated.
+  EXPECT_EQ(kvscope::detail::Tolerance("bfloat16", 1.0, "F32", 4, {}, true, 0.8).relative(),
+            kvscope::detail::Tolerance("bfloat16").relative());
 }
 
 }  // namespace

@@ -68,9 +68,34 @@ def norm_after_rope():
     return lambda: setattr(mq.Qwen3Attention, "forward", forward)
 
 
-def demo_checkpoint(root: str, arch: str, *extra: str) -> str:
+# One table for the whole module, printed at its end: engine, family and run -> the finding
+# expected and the one got, with its request, step, layer and position.
+TABLE = []
+
+
+def note(family: str, run: str, expected: str, rc: int, rep: dict) -> None:
+    """One row of the module's table (expected "clean" or a finding id)."""
+    findings = rep.get("findings") or []
+    got = ",".join(f["id"] for f in findings) or ("clean" if rc == 0 else f"exit {rc}")
+    w = findings[0]["where"] if findings else {}
+    where = "" if not findings else (f"{w.get('request')}/{w.get('step')}/{w.get('layer')}/"
+                                     f"{w.get('position')}")
+    TABLE.append((f"transformers {transformers.__version__}", family, run, expected, got, where))
+
+
+def tearDownModule():
+    if not TABLE:
+        return
+    head = ("engine", "family", "run", "expected", "got", "request/step/layer/position")
+    widths = [max(len(str(r[i])) for r in TABLE + [head]) for i in range(len(head))]
+    line = lambda r: "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+    print("\nkvscope-record on real transformers, audited:\n" + line(head) + "\n" +
+          "\n".join(line(r) for r in TABLE))
+
+
+def demo_checkpoint(root: str, arch: str, *extra: str, name: str = None) -> str:
     """A checkpoint written by `kvscope-cli make-demo` (which real transformers must load)."""
-    out = os.path.join(root, arch)
+    out = os.path.join(root, name or arch)
     subprocess.run([fr.cli_path(), "make-demo", "--arch", arch, *extra, out], check=True,
                    capture_output=True)
     return out
@@ -78,6 +103,8 @@ def demo_checkpoint(root: str, arch: str, *extra: str) -> str:
 
 # Families transformers 4.57 does not have: their live tests run under 5.x only.
 V5_ONLY = ("ministral3",)
+DEMO_ARCHES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "olmo2", "granite", "smollm3",
+               "phi3", "gemma2", "gemma3_text", "gpt_oss", "mixtral", "olmo3", "glm4", "ministral3")
 
 
 def v4_readable(root: str, family: str) -> str:
@@ -149,38 +176,58 @@ class EveryFamilyTest(unittest.TestCase):
         }
 
         cls.models = {f: m for f, m in cls.models.items() if m is not None}
+        # Every architecture make-demo writes, in the config keys of the running transformers.
+        style = "v5" if int(transformers.__version__.split(".")[0]) >= 5 else "v4"
+        cls.demos = {"make-demo " + a: demo_checkpoint(cls.tmp.name, a, "--config-style", style,
+                                                       name="demo-" + a)
+                     for a in DEMO_ARCHES if style == "v5" or a not in V5_ONLY}
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def record(self, family: str, model: str, out: str, policy: list, *extra: str) -> None:
+        # Gemma 2 with eager attention: transformers' sdpa path ignores its attention soft-cap
+        # (test_attention_softcap_dropped_... finds that).
+        attn = ["--attn-implementation", "eager"] if "gemma2" in family else []
+        # LongRoPE switches factors past its original context (12 here): the prompt starts
+        # beyond it (a cache that crosses it is recomputed by transformers' generate and
+        # refused by KV Scope's engine).
+        prompt = PROMPT + ",8,9,10,11" if family == "phi3_longrope" else PROMPT
+        rc = hf_trace.main(["--model", model, "--prompt-ids", prompt, "--max-new", "8",
+                            "--ignore-eos", "--no-fingerprint", "--out", out, *policy, *attn, *extra])
+        self.assertEqual(rc, 0)
+
+    def audit_clean(self, family: str, run: str, *args: str) -> dict:
+        r = subprocess.run([fr.cli_path(), "audit", *args, "--json"], capture_output=True, text=True)
+        rep = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+        note(family, run, "clean", r.returncode, rep)
+        self.assertEqual(r.returncode, 0, r.stderr + json.dumps(rep.get("findings"), indent=1))
+        return rep
+
     def test_greedy_and_sampled_runs_audit_clean(self):
-        rows = []
+        """Model+trace: each run against the checkpoint; trace+trace: the cached run against
+        transformers' own uncached recording of the same run (the full prefix recomputed every
+        step), no checkpoint read by KV Scope."""
         for family, model in self.models.items():
             for policy in ([], ["--temperature", "0.8", "--top-k", "20", "--seed", "3"]):
-                with self.subTest(family=family, sampled=bool(policy)):
+                run = "sampled" if policy else "greedy"
+                with self.subTest(family=family, run=run):
                     out = os.path.join(self.tmp.name, f"{family}-{len(policy)}.kvtrace")
-                    # Gemma 2 with eager attention: transformers' sdpa path ignores its
-                    # attention soft-cap (test_attention_softcap_dropped_... finds that).
-                    attn = ["--attn-implementation", "eager"] if family == "gemma2" else []
-                    # LongRoPE switches factors past its original context (12 here): the prompt
-                    # starts beyond it (a cache that crosses it is recomputed by transformers'
-                    # generate and refused by KV Scope's engine).
-                    prompt = PROMPT + ",8,9,10,11" if family == "phi3_longrope" else PROMPT
-                    rc = hf_trace.main(["--model", model, "--prompt-ids", prompt, "--max-new", "8",
-                                        "--ignore-eos", "--no-fingerprint", "--out", out, *policy,
-                                        *attn])
-                    self.assertEqual(rc, 0)
-                    r = subprocess.run([fr.cli_path(), "audit", "--model", model, "--trace", out,
-                                        "--json"], capture_output=True, text=True)
-                    rep = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
-                    rows.append(f"{family:11} {'sampled' if policy else 'greedy':8} exit {r.returncode} "
-                                f"{[f['id'] for f in rep.get('findings', [])]}")
-                    self.assertEqual(r.returncode, 0, r.stderr + json.dumps(rep.get("findings"), indent=1))
+                    self.record(family, model, out, policy)
+                    rep = self.audit_clean(family, run + ", model+trace", "--model", model, "--trace", out)
                     policy_stage = next(s for s in rep["stages"] if s["id"] == "policy")
                     self.assertEqual(policy_stage["status"], "pass", json.dumps(policy_stage, indent=1))
-        print("\nreal transformers " + transformers.__version__ + ", recorded and audited:\n  " +
-              "\n  ".join(rows))
+                    ref = os.path.join(self.tmp.name, f"{family}-{len(policy)}.uncached.kvtrace")
+                    self.record(family, model, ref, policy, "--uncached")
+                    self.audit_clean(family, run + ", trace+trace", "--reference-trace", ref, "--trace", out)
+
+    def test_every_make_demo_architecture_loads_in_transformers_and_audits_clean(self):
+        for name, model in self.demos.items():
+            with self.subTest(arch=name):
+                out = os.path.join(self.tmp.name, name.replace(" ", "-") + ".kvtrace")
+                self.record(name, model, out, [])
+                self.audit_clean(name, "greedy, model+trace", "--model", model, "--trace", out)
 
 
 class RecordingAroundGenerateTest(unittest.TestCase):
@@ -215,6 +262,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
         self.assertEqual(t.requests[1]["policy"]["generator"], "torch")
         self.assertEqual(t.requests[1]["policy"]["top_k"], 40)
         rc, rep = self.audit(QWEN3, path)
+        note("qwen3", "recording() around generate, greedy + sampled", "clean", rc, rep)
         self.assertEqual(rc, 0, json.dumps(rep["findings"], indent=1))
         policy = next(s for s in rep["stages"] if s["id"] == "policy")
         self.assertEqual(policy["status"], "pass", json.dumps(policy, indent=1))
@@ -245,6 +293,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
             self.assertEqual(prefill[0].tick, prefill[1].tick)  # one forward, one tick
             self.assertEqual(prefill[0].fed_mask, [0, 0, 0] + [1] * 7)
             rc, rep = self.audit(ck, path)
+            note(name, "left-padded batch of 2, generate", "clean", rc, rep)
             rows.append((name, rc, [f["id"] for f in rep["findings"]]))
             self.assertEqual(rc, 0, name + ": " + json.dumps(rep["findings"], indent=1))
         print("\nleft-padded batch of 2 through generate, transformers " + transformers.__version__ +
@@ -260,6 +309,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
         path = os.path.join(self.tmp.name, "hidden-positions.kvtrace")
         self.left_padded_batch(model, path, do_sample=False)
         rc, rep = self.audit(GPT2, path)
+        note("gpt2", "position ids hidden from generate", "position", rc, rep)
         self.assertEqual(rc, 1)
         first = rep["findings"][0]
         w = first["where"]
@@ -282,6 +332,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
             model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]), max_new_tokens=6,
                            do_sample=False)
         rc, rep = self.audit(smollm3, path)
+        note("smollm3", "no_rope_layers read inverted", "nope_layer_rope", rc, rep)
         self.assertEqual(rc, 1)
         ids = [f["id"] for f in rep["findings"]]
         self.assertEqual(ids, ["nope_layer_rope"], json.dumps(rep["findings"], indent=1))
@@ -312,6 +363,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
                     model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
                                    max_new_tokens=6, do_sample=False)
                 rc, rep = self.audit(gemma2, path)
+                note("gemma2", "soft-cap dropped (" + how + ")", "softcap_dropped", rc, rep)
                 ids = [f["id"] for f in rep["findings"]]
                 w = rep["findings"][0]["where"] if ids else {}
                 rows.append(f"{how:18} exit {rc} {ids} at request {w.get('request')} step "
@@ -350,6 +402,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
         finally:
             mg.eager_attention_forward = original
         rc, rep = self.audit(gpt_oss, path)
+        note("gpt_oss", "attention sinks dropped", "sink_dropped", rc, rep)
         ids = [f["id"] for f in rep["findings"]]
         w = rep["findings"][0]["where"] if ids else {}
         print(f"\nGPT-OSS's attention sinks dropped, transformers {transformers.__version__}: exit {rc} "
@@ -374,6 +427,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
             model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
                            max_new_tokens=6, do_sample=False)
         rc, rep = self.audit(gpt_oss, path)
+        note("gpt_oss", "YaRN attention factor dropped", "yarn_attention_factor", rc, rep)
         ids = [f["id"] for f in rep["findings"]]
         w = rep["findings"][0]["where"] if ids else {}
         print(f"\nGPT-OSS's YaRN attention factor dropped, transformers {transformers.__version__}: exit {rc} "
@@ -406,6 +460,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
             model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]), max_new_tokens=6,
                            do_sample=False)
         rc, rep = self.audit(gemma3, path)
+        note("gemma3_text", "sliding layers with the global RoPE", "layer_rope_theta", rc, rep)
         self.assertEqual(rc, 1)
         ids = [f["id"] for f in rep["findings"]]
         self.assertEqual(ids, ["layer_rope_theta"], json.dumps(rep["findings"], indent=1))
@@ -444,6 +499,7 @@ class RecordingAroundGenerateTest(unittest.TestCase):
                     model.generate(torch.tensor([[int(x) for x in PROMPT.split(",")]]),
                                    max_new_tokens=6, do_sample=False)
                 rc, rep = self.audit(phi3, path)
+                note("phi3", f"partial rotary over the whole head ({hypothesis})", "partial_rotary", rc, rep)
                 ids = [f["id"] for f in rep["findings"]]
                 f = rep["findings"][0] if ids else {"where": {}, "evidence": {}}
                 w = f["where"]
@@ -489,6 +545,7 @@ class LiveTransformersTest(unittest.TestCase):
 
     def test_a_clean_qwen3_run_with_sliding_layers_audits_clean(self):
         rc, rep, out = self.record_and_audit("clean")
+        note("qwen3", "sliding layers kept as transformers keeps them", "clean", rc, rep)
         self.assertEqual(rc, 0, json.dumps(rep.get("findings"), indent=1))
         self.assertEqual(rep["findings"], [])
         # The trace says what transformers' sliding layers hold: window 6, 5 slots.
@@ -507,6 +564,7 @@ class LiveTransformersTest(unittest.TestCase):
             rc, rep, _ = self.record_and_audit("norm-after-rope")
         finally:
             undo()
+        note("qwen3", "q/k norm after RoPE", "qk_norm_order", rc, rep)
         self.assertEqual(rc, 1)
         ids = [f["id"] for f in rep["findings"]]
         self.assertEqual(ids, ["qk_norm_order"], json.dumps(rep["findings"], indent=1))

@@ -1,5 +1,7 @@
 // A HuggingFace checkpoint directory: config.json (+ generation_config.json) and weights in
-// model.safetensors or shards listed by model.safetensors.index.json. Files are
+// model.safetensors or shards listed by model.safetensors.index.json; or a GGUF file
+// (llama.cpp's format: the file, or a directory holding one and no config.json), read as
+// the HuggingFace checkpoint it was converted from (gguf/GgufModelView.hpp). Files are
 // memory-mapped, never copied. PyTorch pickle checkpoints are refused (loading them runs
 // arbitrary code).
 #pragma once
@@ -16,12 +18,32 @@
 
 namespace kvscope {
 
+class GgufFile;
+namespace detail {
+class GgufModelView;
+}
+
+/// How one weight is stored, in either format: where its bytes are and how to read them.
+struct StoredWeight {
+  std::string file;        // the file that holds it (errors name it)
+  std::string storedName;  // its name in that file
+  std::string dtype;       // F64, F32, F16, BF16, U8, ... or a GGUF ggml type (Q8_0, Q4_K, ...)
+  std::vector<int64_t> shape;  // as the model knows it (HuggingFace order, [out, in])
+  const uint8_t* bytes = nullptr;  // inside the mapping, valid while the checkpoint lives
+  uint64_t size = 0;
+  int64_t blockElements = 1;  // a block-quantised ggml type: values and bytes per block
+  int64_t blockBytes = 0;
+  int64_t permutedHeads = 0;  // GGUF: q/k rows llama.cpp's converter permuted per head (0: none)
+  bool blockQuantized() const { return blockElements > 1; }
+};
+
 class Checkpoint {
  public:
   /// Opens `dir`. Throws InputError naming the file and field for a missing config,
   /// a pickle-only checkpoint, a malformed index, or a shard that is missing.
   static std::shared_ptr<const Checkpoint> open(const std::string& dir);
 
+  /// The directory it was opened from, or the GGUF file (either reopens it).
   const std::string& directory() const { return directory_; }
   const ModelConfig& config() const { return config_; }
   /// SHA-256 (hex) over config.json and every weight file's bytes, in name order (each
@@ -43,9 +65,15 @@ class Checkpoint {
   const std::string& storedDtype() const { return storedDtype_; }
   std::vector<std::string> weightFiles() const;  // absolute paths
 
-  bool contains(const std::string& name) const { return tensorFile_.count(name) > 0; }
+  bool contains(const std::string& name) const;
   std::vector<std::string> tensorNames() const;
   /// Throws InputError(weight file or index, name, "missing tensor").
+  StoredWeight stored(const std::string& name) const;
+  /// The bytes of every tensor the checkpoint holds.
+  uint64_t weightBytes() const;
+  /// A GGUF file (no safetensors: fileFor and entry throw UsageError).
+  bool isGguf() const { return gguf_ != nullptr; }
+  /// Safetensors checkpoints: the file that holds `name`, and its entry there.
   const SafetensorsFile& fileFor(const std::string& name) const;
   const SafetensorsEntry& entry(const std::string& name) const;
 
@@ -61,6 +89,8 @@ class Checkpoint {
   // tensor by -> the name the file stores it under.
   std::map<std::string, std::string> storedName_;
   void findLanguageModel();
+  std::shared_ptr<const detail::GgufModelView> gguf_;
+  static std::shared_ptr<const Checkpoint> openGguf(const std::string& path);
   struct FingerprintState {
     std::atomic<bool> cancel{false};
     std::atomic<uint64_t> done{0}, total{0};

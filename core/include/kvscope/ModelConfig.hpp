@@ -44,6 +44,9 @@ struct RopeConfig {
   // longrope: per-frequency divisors (rotary_dim / 2 each), short up to and long beyond the
   // original context (chosen per forward by its largest position, as transformers does).
   std::vector<double> shortFactor, longFactor;
+  // GGUF's rope_freqs (llama.cpp's form of Llama 3's scaling): each of the rotary_dim / 2
+  // frequencies, as the type computes it, divided by its factor. Empty: none.
+  std::vector<double> frequencyFactors;
   bool operator==(const RopeConfig& o) const;
 };
 

@@ -50,17 +50,22 @@ std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& t
 }
 
 
+// The RoPE attention factor that scales the model's attention scores (1 without RoPE).
+double ropeAttentionFactor(const ModelConfig& c) {
+  return c.usesRope() ? detail::RotaryEmbedding::attentionFactorOf(c.rope) : 1.0;
+}
+
 class AuditRun {
  public:
   AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
-           const std::string& storage, const Trace* referenceTrace = nullptr,
+           const std::string& storage, double attentionFactor, const Trace* referenceTrace = nullptr,
            bool referenceRounded = true)
       : trace_(cached),
         referenceTrace_(referenceTrace),
         refs_(refs),
         opts_(o),
         tol_(cached.model.computeDtype, o.toleranceScale, storage, cached.model.numLayers,
-             cached.kvCache, referenceRounded),
+             cached.kvCache, referenceRounded, attentionFactor),
         window_(slidingWindow) {}
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
@@ -490,9 +495,11 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";
   ReferenceSet refs(model, cached, options.weightsDirectories);
-  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype);
+  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype, ropeAttentionFactor(c));
   AuditResult result = run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
-                               cached.engine.rfind("kvscope", 0) == 0 ? "model+engine" : "model+trace");
+                               // The built-in engine names itself "kvscope <version>"; kvscope-record's
+                               // traces are another engine's.
+                               cached.engine.rfind("kvscope ", 0) == 0 ? "model+engine" : "model+trace");
   if (options.perStepReference && s1.status == StageStatus::Pass) perStepCrossCheck(model, result);
   return result;
 }
@@ -553,7 +560,10 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
                                   ? reference.tensorDtype
                                   : cached.tensorDtype;
   // A reference trace that declares the same quantised cache was rounded alike.
-  AuditRun run(cached, refs, options, 0, storage, shared.get(),
+  // The scores' attention factor from the RoPE the engines declare (none declared: 1).
+  const std::optional<RopeConfig>& rope = cached.model.rope ? cached.model.rope : reference.model.rope;
+  const double attentionFactor = rope ? detail::RotaryEmbedding::attentionFactorOf(*rope) : 1.0;
+  AuditRun run(cached, refs, options, 0, storage, attentionFactor, shared.get(),
                reference.kvCache == cached.kvCache);
   AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
   out.referenceTrace = shared;

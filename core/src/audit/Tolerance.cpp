@@ -45,11 +45,17 @@ double Tolerance::positionFactor(int64_t position) {
   return 1.0 + std::log2(1.0 + static_cast<double>(std::max<int64_t>(position, 0))) / 16.0;
 }
 
+double Tolerance::scoreScaleFor(double attentionFactor) {
+  return std::max(1.0, attentionFactor * attentionFactor);
+}
+
 Tolerance::Tolerance(const std::string& computeDtype, double scale, const std::string& storageDtype,
-                     int64_t numLayers, KvQuantization cache, bool referenceRounded)
+                     int64_t numLayers, KvQuantization cache, bool referenceRounded,
+                     double attentionFactor)
     : dtype_(canonical(computeDtype.empty() ? "float32" : computeDtype)),
-      recordBase_(recordBaseFor(dtype_) * scale),
-      logitBase_(logitBaseFor(dtype_) * scale),
+      scoreScale_(scoreScaleFor(attentionFactor)),
+      recordBase_(recordBaseFor(dtype_) * scale * scoreScale_),
+      logitBase_(logitBaseFor(dtype_) * scale * scoreScale_),
       storageFloor_(2.0 * unitRoundoff(storageDtype)),
       numLayers_(numLayers),
       cache_(std::move(cache)),
@@ -92,6 +98,8 @@ std::string Tolerance::describe() const {
   os << dtype_ << ": K/V records min(" << recordBase_ << " x (1 + layer) x (1 + log2(1 + pos)/16), "
      << kMaxRelative << ") x max(1, |ref|)";
   if (storageFloor_ > 1e-6) os << " + " << storageFloor_ << " x max(1, |ref|) (trace storage)";
+  if (scoreScale_ > 1.0)
+    os << " (bases x " << scoreScale_ << ", the square of the RoPE attention factor that scales the scores)";
   os << "; logits min(" << logitBase_ << " x " << depthFactor(numLayers_) << " (depth "
      << numLayers_ << ") x (1 + log2(1 + pos)/16), " << kMaxRelative << ") x max(1, |ref|)";
   if (cache_.quantized())

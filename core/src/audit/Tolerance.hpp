@@ -29,6 +29,11 @@
 // bases carry over bf16's unit roundoff (4e-2 vs 2^-8); a float reference of a deep model
 // under an fp8 cache reaches the cap, where only errors of a record's size are bugs.
 //
+// A RoPE whose attention factor a > 1 (YaRN's mscale, LongRoPE's scaling factor) multiplies
+// the cos/sin tables and so every attention score by a^2: the scores' rounding noise grows with
+// them, and both bases carry max(1, a^2) (GPT-OSS's a = 1.35, Phi-3's LongRoPE 1.43: bf16 runs
+// of transformers sit at 1.7x and 1.2x of the unscaled bases).
+//
 // The caps (a quarter of the magnitude for K/V, 15% for logits) keep deep reduced-precision
 // runs auditable: another layer's or position's K/V differs by about its whole magnitude,
 // and a bug moves logits by tens of percent, while bf16 drift of a real model stays well
@@ -56,7 +61,8 @@ class Tolerance {
   /// stored (F32 | F16 | BF16); `numLayers`: depth used for the logits.
   explicit Tolerance(const std::string& computeDtype, double scale = 1.0,
                      const std::string& storageDtype = "F32", int64_t numLayers = 0,
-                     KvQuantization cache = {}, bool referenceRounded = true);
+                     KvQuantization cache = {}, bool referenceRounded = true,
+                     double attentionFactor = 1.0);
   /// Absolute tolerance for a K/V record of `layer` at stream position `position` whose
   /// reference magnitude is `maxAbs`.
   double forRecord(int64_t layer, int64_t position, double maxAbs) const;
@@ -71,6 +77,9 @@ class Tolerance {
   double relative() const { return recordBase_; }
   double logitRelative() const { return logitBase_; }
   const std::string& dtype() const { return dtype_; }
+  /// max(1, a^2) for the RoPE attention factor a the bases carry (header comment).
+  double scoreScale() const { return scoreScale_; }
+  static double scoreScaleFor(double attentionFactor);
   /// Canonical dtype name: float32 | bfloat16 | float16 (accepts torch and safetensors names).
   static std::string canonical(const std::string& dtype);
   static double recordBaseFor(const std::string& computeDtype);
@@ -97,6 +106,7 @@ class Tolerance {
 
  private:
   std::string dtype_;
+  double scoreScale_;
   double recordBase_;
   double logitBase_;
   double storageFloor_;

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "gguf/GgmlBlocks.hpp"
+#include "gguf/GgufModelView.hpp"
 #include "kvscope/Error.hpp"
 #include "model/FingerprintCache.hpp"
 #include "model/families/ModelFamily.hpp"
@@ -27,16 +29,51 @@ std::string pickleAdvice(const fs::path& dir, const std::string& found) {
 
 }  // namespace
 
+// The one *.gguf file of a directory without config.json ("" when there is none).
+std::string ggufIn(const fs::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".gguf") found.push_back(e.path().string());
+  if (found.size() > 1) {
+    std::sort(found.begin(), found.end());
+    throw InputError(dir.string(), "", "holds " + std::to_string(found.size()) + " GGUF files (" + found[0] + ", " +
+                                           found[1] + (found.size() > 2 ? ", ..." : "") + "): give the one to read");
+  }
+  return found.empty() ? "" : found[0];
+}
+
+std::shared_ptr<const Checkpoint> Checkpoint::openGguf(const std::string& path) {
+  auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
+  auto file = GgufFile::open(path);
+  ck->gguf_ = std::make_shared<const detail::GgufModelView>(file);
+  ck->directory_ = fs::absolute(fs::path(path)).lexically_normal().string();  // the file reopens it
+  ck->configPath_ = path;
+  ck->config_ = ModelConfig::fromJson(ck->gguf_->config(), path);
+  ck->config_.rope.frequencyFactors = ck->gguf_->frequencyFactors();
+  std::set<std::string> types;
+  for (const auto& [name, w] : ck->gguf_->weights())
+    if (w.shape.size() >= 2) types.insert(detail::ggmlTypeName(w.tensor->type));
+  std::string joined;
+  for (const auto& t : types) joined += (joined.empty() ? "" : ", ") + t;
+  ck->storedDtype_ = types.size() == 1 ? *types.begin() : "mixed (" + joined + ")";
+  ck->startFingerprint();
+  return ck;
+}
+
 std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
   auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
   fs::path dir(dirArg);
+  if (fs::is_regular_file(dir) && dir.extension() == ".gguf") return openGguf(dirArg);
+  if (fs::is_directory(dir) && !fs::exists(dir / "config.json"))
+    if (const std::string g = ggufIn(dir); !g.empty()) return openGguf(g);
   if (!fs::is_directory(dir)) {
     if (fs::is_regular_file(dir)) {
       auto ext = dir.extension().string();
       if (ext == ".bin" || ext == ".pt" || ext == ".pth" || ext == ".ckpt")
         throw InputError(dirArg, "", pickleAdvice(dir.parent_path(), dir.filename().string()));
     }
-    throw InputError(dirArg, "", "not a model directory (expected config.json and *.safetensors)");
+    throw InputError(dirArg, "", "not a model directory (expected config.json and *.safetensors) or a .gguf file");
   }
   ck->directory_ = fs::absolute(dir).lexically_normal().string();
   ck->configPath_ = (dir / "config.json").string();
@@ -122,7 +159,8 @@ std::shared_ptr<const Checkpoint> Checkpoint::open(const std::string& dirArg) {
 
 void Checkpoint::startFingerprint() {
   std::vector<std::string> paths{configPath_};
-  for (const auto& f : weightFiles()) paths.push_back(f);
+  for (const auto& f : weightFiles())
+    if (f != configPath_) paths.push_back(f);  // a GGUF file is its own config
   std::vector<detail::FileStamp> stamps;
   for (const auto& p : paths) stamps.push_back(detail::stampOf(p));
   if (auto cached = detail::cachedFingerprint(directory_, stamps)) {
@@ -169,6 +207,7 @@ std::pair<uint64_t, uint64_t> Checkpoint::fingerprintProgress() const {
 }
 
 std::vector<std::string> Checkpoint::weightFiles() const {
+  if (gguf_) return {gguf_->file().path()};
   std::vector<std::string> out;
   for (const auto& f : files_) out.push_back(f->path());
   std::sort(out.begin(), out.end());
@@ -177,11 +216,57 @@ std::vector<std::string> Checkpoint::weightFiles() const {
 
 std::vector<std::string> Checkpoint::tensorNames() const {
   std::vector<std::string> out;
+  if (gguf_)
+    for (const auto& [n, w] : gguf_->weights()) out.push_back(n);
   for (const auto& [n, i] : tensorFile_) out.push_back(n);
   return out;
 }
 
+bool Checkpoint::contains(const std::string& name) const {
+  return gguf_ ? gguf_->weights().count(name) > 0 : tensorFile_.count(name) > 0;
+}
+
+StoredWeight Checkpoint::stored(const std::string& name) const {
+  StoredWeight w;
+  if (gguf_) {
+    const auto it = gguf_->weights().find(name);
+    if (it == gguf_->weights().end())
+      throw InputError(gguf_->file().path(), name,
+                       "missing tensor (needed by " + architectureName(config_.architecture) + ")");
+    const GgufTensorInfo& t = *it->second.tensor;
+    w.file = gguf_->file().path();
+    w.storedName = t.name;
+    w.dtype = detail::ggmlTypeName(t.type);
+    w.shape = it->second.shape;
+    w.bytes = gguf_->file().bytes(t);  // InputError for a type KV Scope does not read
+    w.size = t.size;
+    const detail::GgmlType* g = detail::ggmlType(t.type);
+    w.blockElements = g->blockElements;
+    w.blockBytes = g->blockBytes;
+    w.permutedHeads = it->second.permutedHeads;
+    return w;
+  }
+  const SafetensorsFile& file = fileFor(name);
+  const SafetensorsEntry& e = entry(name);
+  w.file = file.path();
+  w.storedName = e.name;
+  w.dtype = safetensorsDtypeName(e.dtype);
+  w.shape = e.shape;
+  w.bytes = file.bytes(e);
+  w.size = e.end - e.begin;
+  return w;
+}
+
+uint64_t Checkpoint::weightBytes() const {
+  uint64_t n = 0;
+  if (gguf_)
+    for (const auto& [name, w] : gguf_->weights()) n += w.tensor->size;
+  for (const auto& [name, i] : tensorFile_) n += entry(name).end - entry(name).begin;
+  return n;
+}
+
 const SafetensorsFile& Checkpoint::fileFor(const std::string& name) const {
+  if (gguf_) throw UsageError("'" + gguf_->file().path() + "' is a GGUF file, not safetensors (use stored())");
   auto it = tensorFile_.find(name);
   if (it == tensorFile_.end())
     throw InputError(indexPath_.empty() && !files_.empty() ? files_[0]->path() : indexPath_, name,

@@ -60,7 +60,8 @@ bool RopeConfig::operator==(const RopeConfig& o) const {
          partialRotaryFactor == o.partialRotaryFactor && attentionFactor == o.attentionFactor &&
          betaFast == o.betaFast && betaSlow == o.betaSlow && mscale == o.mscale &&
          mscaleAllDim == o.mscaleAllDim && truncate == o.truncate &&
-         shortFactor == o.shortFactor && longFactor == o.longFactor;
+         shortFactor == o.shortFactor && longFactor == o.longFactor &&
+         frequencyFactors == o.frequencyFactors;
 }
 
 bool ModelConfig::isSlidingLayer(int64_t layer) const {

@@ -18,29 +18,27 @@ class TensorLoader {
  public:
   explicit TensorLoader(const Checkpoint& ck) : ck_(ck) {}
 
-  // The tensor `name` with the expected shape: a view of the mapping for F32, and for
-  // BF16/F16 matrices; vectors and F64 as float32 copies.
+  // The tensor `name` with the expected shape: a view of the mapping for F32, for BF16/F16
+  // matrices and for GGUF's block-quantised ones; vectors and F64 as float32 copies.
   torch::Tensor load(const std::string& name, const std::vector<int64_t>& expected) const {
-    const SafetensorsFile& file = ck_.fileFor(name);
-    const SafetensorsEntry& e = ck_.entry(name);
-    if (e.shape != expected)
-      throw InputError(file.path(), name,
-                       "shape " + shapeString(e.shape) + " does not match the config, which needs " +
+    const StoredWeight w = ck_.stored(name);
+    if (w.shape != expected)
+      throw InputError(w.file, w.storedName,
+                       "shape " + shapeString(w.shape) + " does not match the config, which needs " +
                            shapeString(expected) + " (config: " + ck_.config().sourceFile + ")");
-    return toFloat(file, e);
+    return toTensor(w);
   }
 
   // Like load(), but only the first dimension may be larger (padded vocabulary rows).
   torch::Tensor loadRows(const std::string& name, int64_t minRows, int64_t cols) const {
-    const SafetensorsFile& file = ck_.fileFor(name);
-    const SafetensorsEntry& e = ck_.entry(name);
-    if (e.shape.size() != 2 || e.shape[1] != cols || e.shape[0] < minRows)
-      throw InputError(file.path(), name,
-                       "shape " + shapeString(e.shape) + " does not fit the config, which needs [" +
+    const StoredWeight w = ck_.stored(name);
+    if (w.shape.size() != 2 || w.shape[1] != cols || w.shape[0] < minRows)
+      throw InputError(w.file, w.storedName,
+                       "shape " + shapeString(w.shape) + " does not fit the config, which needs [" +
                            std::to_string(minRows) + " (or more), " + std::to_string(cols) +
                            "] (vocab_size " + std::to_string(minRows) +
                            ", config: " + ck_.config().sourceFile + ")");
-    return toFloat(file, e);
+    return toTensor(w);
   }
 
   torch::Tensor optional(const std::string& name, const std::vector<int64_t>& expected) const {
@@ -49,35 +47,56 @@ class TensorLoader {
 
   // A uint8 tensor (MXFP4 blocks and scales) with the expected shape, a view of the mapping.
   torch::Tensor loadBytes(const std::string& name, const std::vector<int64_t>& expected) const {
-    const SafetensorsFile& file = ck_.fileFor(name);
-    const SafetensorsEntry& e = ck_.entry(name);
-    if (e.dtype != SafetensorsDtype::U8)
-      throw InputError(file.path(), name, "dtype " + safetensorsDtypeName(e.dtype) + ", MXFP4 blocks and scales are U8");
-    if (e.shape != expected)
-      throw InputError(file.path(), name,
-                       "shape " + shapeString(e.shape) + " does not match the config, which needs " +
+    const StoredWeight w = ck_.stored(name);
+    if (w.dtype != "U8")
+      throw InputError(w.file, w.storedName, "dtype " + w.dtype + ", MXFP4 blocks and scales are U8");
+    if (w.shape != expected)
+      throw InputError(w.file, w.storedName,
+                       "shape " + shapeString(w.shape) + " does not match the config, which needs " +
                            shapeString(expected) + " (config: " + ck_.config().sourceFile + ")");
-    void* p = const_cast<uint8_t*>(file.bytes(e));
-    return torch::from_blob(p, e.shape, torch::TensorOptions().dtype(torch::kByte));
+    return torch::from_blob(const_cast<uint8_t*>(w.bytes), w.shape, torch::TensorOptions().dtype(torch::kByte));
   }
 
  private:
-  static torch::Tensor toFloat(const SafetensorsFile& file, const SafetensorsEntry& e) {
-    void* p = const_cast<uint8_t*>(file.bytes(e));
+  static torch::Tensor toTensor(const StoredWeight& w) {
+    torch::Tensor t = w.blockQuantized() ? blockQuantized(w) : toFloat(w);
+    return w.permutedHeads ? unpermuteRows(t, w.permutedHeads) : t;
+  }
+
+  // GGUF's block-quantised matrix as uint8 [rows, blocks per row, block bytes] (WeightMatmul
+  // dequantises it a block of rows at a time); a vector cannot be one.
+  static torch::Tensor blockQuantized(const StoredWeight& w) {
+    if (w.shape.size() != 2)
+      throw InputError(w.file, w.storedName, "a " + w.dtype + " tensor of " + std::to_string(w.shape.size()) +
+                                                 " dimensions; KV Scope reads block-quantised matrices only");
+    const int64_t blocks = w.shape[1] / w.blockElements;
+    return torch::from_blob(const_cast<uint8_t*>(w.bytes), {w.shape[0], blocks, w.blockBytes},
+                            torch::TensorOptions().dtype(torch::kByte));
+  }
+
+  // convert_hf_to_gguf.py's LlamaModel.permute undone: within each head the rows were
+  // reordered from (pair half, index) to (index, pair half); back to HF's order (a copy in
+  // the stored dtype: the q and k matrices only).
+  static torch::Tensor unpermuteRows(const torch::Tensor& t, int64_t heads) {
+    std::vector<int64_t> split{heads, t.size(0) / heads / 2, 2};
+    for (int64_t i = 1; i < t.dim(); ++i) split.push_back(t.size(i));
+    return t.reshape(split).transpose(1, 2).reshape(t.sizes()).contiguous();
+  }
+
+  static torch::Tensor toFloat(const StoredWeight& w) {
+    void* p = const_cast<uint8_t*>(w.bytes);
     torch::ScalarType st;
-    switch (e.dtype) {
-      case SafetensorsDtype::F32: st = torch::kFloat; break;
-      case SafetensorsDtype::F16: st = torch::kHalf; break;
-      case SafetensorsDtype::BF16: st = torch::kBFloat16; break;
-      case SafetensorsDtype::F64: st = torch::kDouble; break;
-      default:
-        throw InputError(file.path(), e.name,
-                         "dtype " + safetensorsDtypeName(e.dtype) + " is not a float weight type");
-    }
-    auto t = torch::from_blob(p, e.shape, torch::TensorOptions().dtype(st));
-    const bool aligned = reinterpret_cast<uintptr_t>(p) % safetensorsDtypeSize(e.dtype) == 0;
+    size_t elementBytes;
+    if (w.dtype == "F32") st = torch::kFloat, elementBytes = 4;
+    else if (w.dtype == "F16") st = torch::kHalf, elementBytes = 2;
+    else if (w.dtype == "BF16") st = torch::kBFloat16, elementBytes = 2;
+    else if (w.dtype == "F64") st = torch::kDouble, elementBytes = 8;
+    else
+      throw InputError(w.file, w.storedName, "dtype " + w.dtype + " is not a float weight type");
+    auto t = torch::from_blob(p, w.shape, torch::TensorOptions().dtype(st));
+    const bool aligned = reinterpret_cast<uintptr_t>(p) % elementBytes == 0;
     const bool keep = st == torch::kFloat || ((st == torch::kHalf || st == torch::kBFloat16) &&
-                                              e.shape.size() >= 2);
+                                              w.shape.size() >= 2);
     if (keep) return aligned ? t : t.clone();  // zero-copy view of the mapping
     return t.to(torch::kFloat);
   }
@@ -86,14 +105,7 @@ class TensorLoader {
 
 }  // namespace
 
-uint64_t ModelImpl::weightBytes() const {
-  uint64_t n = 0;
-  for (const auto& name : checkpoint->tensorNames()) {
-    const auto& e = checkpoint->entry(name);
-    n += e.end - e.begin;
-  }
-  return n;
-}
+uint64_t ModelImpl::weightBytes() const { return checkpoint->weightBytes(); }
 
 MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
   const ModelConfig& c = config;

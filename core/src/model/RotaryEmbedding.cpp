@@ -102,6 +102,12 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_
   } else {
     invFreq_ = scaled(rope_, defaultInvFreq(rope_.theta, dim_));
   }
+  if (!rope_.frequencyFactors.empty()) {  // GGUF rope_freqs, as ggml's rope divides theta
+    if (static_cast<int64_t>(rope_.frequencyFactors.size()) != dim_ / 2)
+      throw std::invalid_argument("rope frequency factors: " + std::to_string(rope_.frequencyFactors.size()) +
+                                  " for " + std::to_string(dim_ / 2) + " frequencies");
+    invFreq_ = invFreq_ / torch::tensor(rope_.frequencyFactors, torch::kDouble).to(invFreq_.scalar_type());
+  }
   attentionFactor_ = attentionFactorOf(rope_);
 }
 

@@ -1,5 +1,7 @@
 #include "model/WeightMatmul.hpp"
 
+#include "gguf/GgmlBlocks.hpp"
+
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -307,9 +309,63 @@ const char* fusedKernelName() {
   return "scalar";
 }
 
+namespace {
+
+const GgmlType& ggmlTypeOf(const torch::Tensor& w) {
+  const GgmlType* t = w.scalar_type() == torch::kByte && w.dim() == 3 ? ggmlQuantTypeOfBlockBytes(w.size(2)) : nullptr;
+  TORCH_CHECK(t != nullptr, "a block-quantised weight is a uint8 [rows, blocks, block bytes] tensor of a ggml type");
+  TORCH_CHECK(w.is_contiguous(), "a block-quantised weight must be contiguous");
+  return *t;
+}
+
+// Rows [r0, r0 + n) of a block-quantised weight dequantised into `dst` ([n, K] float32),
+// the rows shared out over the threads.
+void dequantizeRows(const torch::Tensor& w, const GgmlType& t, int64_t r0, int64_t n, float* dst) {
+  const int64_t K = w.size(1) * t.blockElements, rowBytes = w.size(1) * w.size(2);
+  const uint8_t* base = w.data_ptr<uint8_t>();
+  at::parallel_for(0, n, 16, [&](int64_t a, int64_t b) {
+    for (int64_t r = a; r < b; ++r) ggmlDequantize(t, base + (r0 + r) * rowBytes, K, dst + r * K);
+  });
+}
+
+// out [M, N] = x2 [M, K] times the weight's N rows, transposed: `fill(r0, nr, buf)` makes rows
+// [r0, r0 + nr) float32 in the reused scratch a block at a time, each block one float32 GEMM
+// (never a float32 copy of the whole matrix).
+template <typename Fill>
+void blockedProduct(const torch::Tensor& x2, int64_t N, int64_t K, torch::Tensor& out, Fill fill) {
+  const int64_t M = x2.size(0);
+  const int64_t rows = std::max<int64_t>(64, kBlockElements / std::max<int64_t>(K, 1));
+  float* buf = scratch(std::min(rows, N) * K);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t nr = std::min(rows, N - r0);
+    fill(r0, nr, buf);
+    float* dstp = out.data_ptr<float>() + r0;
+    if (SgemmFn gemm = dnnlSgemm();
+        gemm && gemm('N', 'T', M, nr, K, 1.0f, x2.data_ptr<float>(), K, buf, K, 0.0f, dstp, N) == 0)
+      continue;
+    auto block = torch::from_blob(buf, {nr, K}, torch::kFloat);
+    auto dst = out.narrow(1, r0, nr);
+    at::mm_out(dst, x2, block.t());
+  }
+}
+
+// x w^T for a block-quantised w: blocks of rows dequantised as ggml does, then GEMMs.
+torch::Tensor linearBlockQuantized(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const GgmlType& t = ggmlTypeOf(w);
+  const int64_t N = w.size(0), K = w.size(1) * t.blockElements;
+  const auto x2 = x.reshape({-1, K}).to(torch::kFloat).contiguous();
+  auto out = torch::empty({x2.size(0), N}, torch::kFloat);
+  blockedProduct(x2, N, K, out, [&](int64_t r0, int64_t nr, float* buf) { dequantizeRows(w, t, r0, nr, buf); });
+  if (b.defined()) out.add_(b.to(torch::kFloat));
+  return out.view(outShape(x, N));
+}
+
+}  // namespace
+
 torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   if (w.scalar_type() == torch::kFloat)
     return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::matmul(x, w.t());
+  if (w.scalar_type() == torch::kByte) return linearBlockQuantized(x, w, b);
   const bool f16 = isHalf(w);
   TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "stored weight must be a contiguous matrix");
   const int64_t N = w.size(0), K = w.size(1);
@@ -335,19 +391,7 @@ torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const
         });
       }
   } else {
-    const int64_t rows = std::max<int64_t>(64, kBlockElements / std::max<int64_t>(K, 1));
-    float* buf = scratch(std::min(rows, N) * K);
-    for (int64_t r0 = 0; r0 < N; r0 += rows) {
-      const int64_t nr = std::min(rows, N - r0);
-      upcast(wp + r0 * K, nr * K, buf, f16);
-      float* dstp = out.data_ptr<float>() + r0;
-      if (SgemmFn gemm = dnnlSgemm();
-          gemm && gemm('N', 'T', M, nr, K, 1.0f, x2.data_ptr<float>(), K, buf, K, 0.0f, dstp, N) == 0)
-        continue;
-      auto block = torch::from_blob(buf, {nr, K}, torch::kFloat);
-      auto dst = out.narrow(1, r0, nr);
-      at::mm_out(dst, x2, block.t());
-    }
+    blockedProduct(x2, N, K, out, [&](int64_t r0, int64_t nr, float* buf) { upcast(wp + r0 * K, nr * K, buf, f16); });
   }
   if (b.defined()) out.add_(b.to(torch::kFloat));
   return out.view(outShape(x, N));
@@ -388,6 +432,17 @@ torch::Tensor splitKProduct(const torch::Tensor& x, const torch::Tensor& w, cons
 
 torch::Tensor upcastRows(const torch::Tensor& w, const torch::Tensor& rows) {
   if (w.scalar_type() == torch::kFloat) return w.index_select(0, rows);
+  if (w.scalar_type() == torch::kByte) {
+    const GgmlType& t = ggmlTypeOf(w);
+    const auto ids = rows.to(torch::kLong).contiguous();
+    auto out = torch::empty({ids.numel(), w.size(1) * t.blockElements}, torch::kFloat);
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      const int64_t r = ids.data_ptr<int64_t>()[i];
+      TORCH_CHECK(r >= 0 && r < w.size(0), "row ", r, " outside the weight's ", w.size(0), " rows");
+      dequantizeRows(w, t, r, 1, out.data_ptr<float>() + i * out.size(1));
+    }
+    return out;
+  }
   return w.index_select(0, rows).to(torch::kFloat);
 }
 

@@ -8,6 +8,8 @@
 // teacher-forced reference) upcast one block of weight rows at a time into a reused
 // float32 buffer and multiply it with a float32 GEMM (oneDNN's when available). Both give float32
 // results whose only difference from an upcast-then-matmul is the summation order.
+// Block-quantised GGUF weights (uint8 [rows, blocks, block bytes], the ggml type known by
+// its block size: gguf/GgmlBlocks.hpp) take the blocked path, dequantised as ggml does.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,7 +18,8 @@
 
 namespace kvscope::detail {
 
-/// nn.Linear: x [..., in] float32, w [out, in] (F32/BF16/F16), b [out] or undefined.
+/// nn.Linear: x [..., in] float32, w [out, in] (F32/BF16/F16) or block-quantised, b [out] or
+/// undefined.
 /// Returns x w^T + b, float32 [..., out].
 torch::Tensor linearStored(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
 

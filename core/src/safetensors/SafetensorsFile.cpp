@@ -1,18 +1,13 @@
 #include "kvscope/SafetensorsFile.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kvscope/Error.hpp"
 #include "kvscope/SafetensorsWriter.hpp"
+#include "util/MappedFile.hpp"
 #include "util/UntrustedJson.hpp"
 
 namespace kvscope {
@@ -72,25 +67,11 @@ int64_t SafetensorsEntry::numel() const {
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(path, "", std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InputError(path, "", "not a regular file");
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    throw InputError(path, "header length",
-                     "file is " + std::to_string(size) + " bytes; a safetensors file starts with "
-                     "an 8-byte header length (truncated file?)");
-  }
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) throw InputError(path, "", std::string("mmap failed: ") + std::strerror(errno));
-  f->map_ = static_cast<const uint8_t*>(m);
-  f->mapSize_ = size;
+  size_t mapped = 0;
+  f->map_ = detail::mapWholeFile(path, 8, "header length",
+                                 "a safetensors file starts with an 8-byte header length (truncated file?)", mapped);
+  f->mapSize_ = mapped;
+  const auto size = static_cast<uint64_t>(mapped);
 
   const uint64_t headerLen = loadUnaligned<uint64_t>(f->map_);  // little-endian hosts only
   if (headerLen > size - 8) {
@@ -179,7 +160,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), mapSize_);
+  detail::unmapFile(map_, mapSize_);
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -31,11 +31,9 @@ class Gemma2Family final : public ModelFamily {
     nlohmann::json c = gemmaDemoConfig(s, "Gemma2ForCausalLM", "gemma2");
     c["attn_logit_softcapping"] = 50.0;
     c["final_logit_softcapping"] = 30.0;
-    // With a window, layers 0, 2, ... slide (Gemma 2's pattern); without one, none does
-    // (transformers cannot build a sliding layer's cache without a window).
+    // Layers 0, 2, ... slide (Gemma 2's pattern), over --sliding-window or Gemma's 4096.
     nlohmann::json types = nlohmann::json::array();
-    for (int64_t i = 0; i < s.numLayers; ++i)
-      types.push_back(s.slidingWindow > 0 && i % 2 == 0 ? "sliding_attention" : "full_attention");
+    for (int64_t i = 0; i < s.numLayers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
     c["layer_types"] = types;
     return c;
   }

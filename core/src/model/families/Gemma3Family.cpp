@@ -68,11 +68,11 @@ class Gemma3Family final : public ModelFamily {
       c["rope_parameters"] = {{"full_attention", full},
                               {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
     }
-    // With a window, every third layer is global (Gemma 3's 5:1 pattern, shortened for small
-    // demos); without one, none slides.
+    // Every third layer is global (Gemma 3's 5:1 pattern, shortened for small demos), the
+    // others slide over --sliding-window or Gemma's 4096.
     nlohmann::json types = nlohmann::json::array();
     for (int64_t i = 0; i < s.numLayers; ++i)
-      types.push_back(s.slidingWindow > 0 && (i + 1) % 3 != 0 ? "sliding_attention" : "full_attention");
+      types.push_back((i + 1) % 3 != 0 ? "sliding_attention" : "full_attention");
     c["layer_types"] = types;
     return c;
   }

@@ -33,7 +33,7 @@ void readGemmaConfig(const ConfigReader& r, ModelConfig& c, const GemmaDefaults&
 
 int64_t readGemmaWindow(const ConfigReader& r) {
   if (r.doc().contains("sliding_window") && r.doc()["sliding_window"].is_null()) return 0;
-  const int64_t window = r.intOr("sliding_window", 4096);
+  const int64_t window = r.intOr("sliding_window", kGemmaDefaultWindow);
   if (window < 0) throw InputError(r.file(), "sliding_window", "must be >= 0");
   return window;
 }
@@ -50,6 +50,10 @@ const WeightNames& gemmaWeightNames() {
   return n;
 }
 
+int64_t gemmaDemoWindow(const CheckpointSpec& s) {
+  return s.slidingWindow > 0 ? s.slidingWindow : kGemmaDefaultWindow;
+}
+
 nlohmann::json gemmaDemoConfig(const CheckpointSpec& s, const char* architecture, const char* modelType) {
   nlohmann::json c = hfDecoderDemoConfig(s);
   c["architectures"] = nlohmann::json::array({architecture});
@@ -59,7 +63,7 @@ nlohmann::json gemmaDemoConfig(const CheckpointSpec& s, const char* architecture
   c["attention_bias"] = false;
   c["head_dim"] = s.resolvedHeadDim();
   c["query_pre_attn_scalar"] = s.resolvedHeadDim();
-  c["sliding_window"] = s.slidingWindow > 0 ? nlohmann::json(s.slidingWindow) : nlohmann::json(nullptr);
+  c["sliding_window"] = gemmaDemoWindow(s);
   return c;
 }
 

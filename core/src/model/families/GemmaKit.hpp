@@ -22,8 +22,13 @@ struct GemmaDefaults {
 /// the embedding scale, query_pre_attn_scalar, attn_logit_softcapping and
 /// final_logit_softcapping (null: none).
 void readGemmaConfig(const ConfigReader& r, ModelConfig& c, const GemmaDefaults& d);
+/// Gemma2Config's and Gemma3TextConfig's sliding_window default.
+constexpr int64_t kGemmaDefaultWindow = 4096;
 /// sliding_window: 4096 when absent, 0 for null (no window); InputError below 0.
 int64_t readGemmaWindow(const ConfigReader& r);
+/// make-demo's window: --sliding-window, else the family's default (transformers' Gemma
+/// models build a sliding mask whatever the layer types say, and refuse a config without one).
+int64_t gemmaDemoWindow(const CheckpointSpec& s);
 /// hfDecoderWeightNames with the sandwich norms and no MLP biases.
 const WeightNames& gemmaWeightNames();
 /// The config keys both write: sizes, RoPE, hidden_activation, head_dim,
