@@ -4,6 +4,11 @@
 
 namespace kvscope::detail {
 
+// The dequantising loops are what a decode step with a GGUF weight spends its time in: let the
+// compiler vectorise them (-O2 keeps to its very cheap cost model), here only.
+#pragma GCC push_options
+#pragma GCC optimize("O3")
+
 namespace {
 
 constexpr int64_t kQK = 256;  // QK_K: the K-quants' super-block
@@ -301,5 +306,7 @@ void ggmlDequantize(const GgmlType& t, const uint8_t* src, int64_t n, float* out
   }
   for (int64_t b = 0; b < n / t.blockElements; ++b) block(src + b * t.blockBytes, out + b * t.blockElements);
 }
+
+#pragma GCC pop_options
 
 }  // namespace kvscope::detail

@@ -1,6 +1,7 @@
 #include "model/WeightMatmul.hpp"
 
 #include "gguf/GgmlBlocks.hpp"
+#include "gguf/GgmlDot.hpp"
 
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -349,13 +350,23 @@ void blockedProduct(const torch::Tensor& x2, int64_t N, int64_t K, torch::Tensor
   }
 }
 
-// x w^T for a block-quantised w: blocks of rows dequantised as ggml does, then GEMMs.
+// x w^T for a block-quantised w, dequantised as ggml does: decode-sized inputs row by row in
+// cache (GgmlDot.hpp), longer ones a block of rows at a time into GEMMs.
 torch::Tensor linearBlockQuantized(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const GgmlType& t = ggmlTypeOf(w);
   const int64_t N = w.size(0), K = w.size(1) * t.blockElements;
   const auto x2 = x.reshape({-1, K}).to(torch::kFloat).contiguous();
-  auto out = torch::empty({x2.size(0), N}, torch::kFloat);
-  blockedProduct(x2, N, K, out, [&](int64_t r0, int64_t nr, float* buf) { dequantizeRows(w, t, r0, nr, buf); });
+  const int64_t M = x2.size(0);
+  auto out = torch::empty({M, N}, torch::kFloat);
+  if (M <= 8) {
+    const uint8_t* wp = w.data_ptr<uint8_t>();
+    const int64_t rowBytes = w.size(1) * w.size(2);
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      ggmlDotRows(t, wp, rowBytes, K, x2.data_ptr<float>(), M, n0, n1, out.data_ptr<float>(), N);
+    });
+  } else {
+    blockedProduct(x2, N, K, out, [&](int64_t r0, int64_t nr, float* buf) { dequantizeRows(w, t, r0, nr, buf); });
+  }
   if (b.defined()) out.add_(b.to(torch::kFloat));
   return out.view(outShape(x, N));
 }
