@@ -206,6 +206,24 @@ class DamagedInputTest : public QObject {
              qPrintable(shown));
     validAuditStillRuns();
   }
+
+  void aGgufFileOpensAsTheModel() {
+    // llama.cpp's model file opens as the model, not as a trace; a damaged one is named.
+    const QString gguf = dir_.filePath(QStringLiteral("damaged.gguf"));
+    writeBytes(gguf, QByteArray(32, 'x'));
+    window_->setup()->setSpec(typedSpec(test::demoModelDir()));
+    const std::string traceBefore = window_->setup()->spec().traceFile;
+    QVERIFY(window_->openPath(gguf));
+    QCOMPARE(window_->setup()->spec().modelDir, QFileInfo(gguf).absoluteFilePath().toStdString());
+    QCOMPARE(window_->setup()->spec().traceFile, traceBefore);
+    QString shown;
+    runAndExpectInputError(&shown);
+    if (QTest::currentTestFailed()) return;
+    QVERIFY2(shown.contains(QStringLiteral("damaged.gguf")) && shown.contains(QStringLiteral("magic")),
+             qPrintable(shown));
+    QCOMPARE(bytesOf(gguf), QByteArray(32, 'x'));
+    validAuditStillRuns();
+  }
 };
 
 QTEST_MAIN(DamagedInputTest)

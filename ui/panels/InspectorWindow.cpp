@@ -236,6 +236,11 @@ void InspectorWindow::buildMenus() {
     const QString dir = QFileDialog::getExistingDirectory(this, tr("Open model directory"));
     if (!dir.isEmpty()) openPath(dir);
   });
+  file->addAction(tr("Open &GGUF model file…"), this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, tr("Open GGUF model"), QString(),
+                                                   tr("GGUF models (*.gguf);;All files (*)"));
+    if (!f.isEmpty()) openPath(f);
+  });
   file->addAction(tr("Open &trace…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O), this, [this] {
     const QString f = QFileDialog::getOpenFileName(this, tr("Open trace"), QString(), traceFileFilter());
     if (!f.isEmpty()) openPath(f);
@@ -296,17 +301,19 @@ bool InspectorWindow::openPath(const QString& path) {
     return false;
   }
   const QString model = setup_->modelDir(), trace = setup_->traceFile();
-  if (info.isDir())
+  // A directory is a HuggingFace model, a .gguf file llama.cpp's; any other file a trace.
+  const bool isModel = info.isDir() || info.suffix().compare(QStringLiteral("gguf"), Qt::CaseInsensitive) == 0;
+  if (isModel)
     setup_->setModelDir(info.absoluteFilePath());
   else
     setup_->setTraceFile(info.absoluteFilePath());
   if (model != setup_->modelDir() || trace != setup_->traceFile())
     context_->setStale(tr("%1 opened; run the audit again (Ctrl+R)").arg(info.fileName()));
   addRecent(info.absoluteFilePath());
-  statusBar()->showMessage(info.isDir() ? tr("Model: %1").arg(info.absoluteFilePath())
-                                        : tr("Trace: %1").arg(info.absoluteFilePath()),
+  statusBar()->showMessage(isModel ? tr("Model: %1").arg(info.absoluteFilePath())
+                                   : tr("Trace: %1").arg(info.absoluteFilePath()),
                            5000);
-  if (!info.isDir()) checkTraceFile(info.absoluteFilePath(), tr("Trace"));
+  if (!isModel) checkTraceFile(info.absoluteFilePath(), tr("Trace"));
   return true;
 }
 
