@@ -127,9 +127,8 @@ TEST_P(FamilyGolden, Bf16RunsOfTransformersSitInsideTheBf16Tolerances) {
   const int64_t L = model->config().numLayers;
   // As the audit builds it: the RoPE attention factor (GPT-OSS's YaRN, Phi-3's LongRoPE)
   // scales the scores and their noise.
-  const ModelConfig& c = model->config();
   const kvscope::detail::Tolerance tol("bfloat16", 1.0, "BF16", L, {}, true,
-                              c.usesRope() ? kvscope::detail::RotaryEmbedding::attentionFactorOf(c.rope) : 1.0);
+                                       kvscope::detail::RotaryEmbedding::attentionFactorOf(model->config()));
   for (size_t i = 0; i < meta["prompts"].size(); ++i) {
     SCOPED_TRACE("prompt " + std::to_string(i));
     const std::string p = "p" + std::to_string(i) + ".";

@@ -50,11 +50,6 @@ std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& t
 }
 
 
-// The RoPE attention factor that scales the model's attention scores (1 without RoPE).
-double ropeAttentionFactor(const ModelConfig& c) {
-  return c.usesRope() ? detail::RotaryEmbedding::attentionFactorOf(c.rope) : 1.0;
-}
-
 class AuditRun {
  public:
   AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
@@ -495,7 +490,7 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";
   ReferenceSet refs(model, cached, options.weightsDirectories);
-  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype, ropeAttentionFactor(c));
+  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype, detail::RotaryEmbedding::attentionFactorOf(c));
   AuditResult result = run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
                                // The built-in engine names itself "kvscope <version>"; kvscope-record's
                                // traces are another engine's.

@@ -120,8 +120,7 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "(self_attn.sinks, as GPT-OSS has); this " +
                      architectureName(cfg.architecture) + " checkpoint has none, so there are "
                      "no sinks to drop");
-  if (faults.dropsAttentionFactor() &&
-      (!cfg.usesRope() || detail::RotaryEmbedding::attentionFactorOf(cfg.rope) == 1.0))
+  if (faults.dropsAttentionFactor() && detail::RotaryEmbedding::attentionFactorOf(cfg) == 1.0)
     throw UsageError("fault 'yarn_attention_factor' needs a checkpoint whose RoPE scales cos and "
                      "sin by an attention factor other than 1 (yarn, or longrope past factor 1); "
                      "this " + architectureName(cfg.architecture) + " checkpoint's RoPE is '" +

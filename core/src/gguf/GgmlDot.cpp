@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "util/KernelIsa.hpp"
+
 namespace kvscope::detail {
 
 namespace {
@@ -52,9 +54,11 @@ __attribute__((target("avx512f"))) float dotAvx512(const float* a, const float* 
 using DotFn = float (*)(const float*, const float*, int64_t);
 
 DotFn pickDot() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return dotAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return dotAvx2;
+  switch (isa()) {
+    case Isa::Avx512: return dotAvx512;
+    case Isa::Avx2: return dotAvx2;
+    case Isa::Scalar: break;
+  }
   return dotScalar;
 }
 

@@ -1,7 +1,7 @@
 // Decode-sized products against a block-quantised weight: out[m * N + n] = x[m] . row n of w,
 // for the rows n in [n0, n1) and M input rows. Each weight row is dequantised once, as ggml
 // does (GgmlBlocks.hpp), into a buffer that stays in the core's cache, then dotted with the M
-// inputs (AVX-512 or AVX2 FMA where the CPU has them): the weights are read once, and never
+// inputs (with the instructions util/KernelIsa.hpp picks): the weights are read once, and never
 // written out as float32.
 #pragma once
 

@@ -27,8 +27,6 @@ std::string pickleAdvice(const fs::path& dir, const std::string& found) {
          "').save_pretrained(OUT, safe_serialization=True)";
 }
 
-}  // namespace
-
 // The one *.gguf file of a directory without config.json ("" when there is none).
 std::string ggufIn(const fs::path& dir) {
   std::vector<std::string> found;
@@ -42,6 +40,8 @@ std::string ggufIn(const fs::path& dir) {
   }
   return found.empty() ? "" : found[0];
 }
+
+}  // namespace
 
 std::shared_ptr<const Checkpoint> Checkpoint::openGguf(const std::string& path) {
   auto ck = std::shared_ptr<Checkpoint>(new Checkpoint());
@@ -261,7 +261,10 @@ uint64_t Checkpoint::weightBytes() const {
   uint64_t n = 0;
   if (gguf_)
     for (const auto& [name, w] : gguf_->weights()) n += w.tensor->size;
-  for (const auto& [name, i] : tensorFile_) n += entry(name).end - entry(name).begin;
+  for (const auto& [name, i] : tensorFile_) {
+    const SafetensorsEntry& e = entry(name);
+    n += e.end - e.begin;
+  }
   return n;
 }
 

@@ -37,6 +37,10 @@ double correctionDim(double rotations, int64_t dim, double base, double context)
 }
 }  // namespace
 
+double RotaryEmbedding::attentionFactorOf(const ModelConfig& config) {
+  return config.usesRope() ? attentionFactorOf(config.rope) : 1.0;
+}
+
 double RotaryEmbedding::attentionFactorOf(const RopeConfig& rope) {
   if (rope.type != "yarn" && rope.type != "longrope") return 1.0;
   if (rope.attentionFactor > 0) return rope.attentionFactor;

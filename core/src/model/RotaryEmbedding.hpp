@@ -25,6 +25,8 @@ class RotaryEmbedding {
   /// mscale, longrope's sqrt(1 + ln(factor) / ln(original)); 1 for the other types.
   double attentionFactor() const { return attentionFactor_; }
   static double attentionFactorOf(const RopeConfig& rope);
+  /// The model's: its RoPE's, 1 for a model without RoPE.
+  static double attentionFactorOf(const ModelConfig& config);
   /// longrope: whether a forward whose longest sequence is `seqLen` turns with long_factor.
   bool usesLongFactors(int64_t seqLen) const;
   /// longrope: the sequence length up to which a forward turns with the short factors (the

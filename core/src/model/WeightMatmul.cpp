@@ -2,6 +2,7 @@
 
 #include "gguf/GgmlBlocks.hpp"
 #include "gguf/GgmlDot.hpp"
+#include "util/KernelIsa.hpp"
 
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_* as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -22,24 +23,6 @@
 namespace kvscope::detail {
 
 namespace {
-
-enum class Isa { Avx512, Avx2, Scalar };
-
-Isa detectIsa() {
-  const char* force = std::getenv("KVSCOPE_KERNEL");  // tests and benchmarks: compare kernels
-  if (force && std::string(force) == "scalar") return Isa::Scalar;
-  __builtin_cpu_init();
-  if ((!force || std::string(force) != "avx2") && __builtin_cpu_supports("avx512f")) return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return Isa::Avx2;
-  return Isa::Scalar;
-}
-
-Isa isa() {
-  static const Isa value = detectIsa();
-  return value;
-}
 
 inline float bf16ToFloat(uint16_t v) {
   const uint32_t bits = static_cast<uint32_t>(v) << 16;

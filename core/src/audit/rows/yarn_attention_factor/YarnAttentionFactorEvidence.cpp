@@ -9,7 +9,7 @@
 namespace kvscope::detail {
 
 bool YarnAttentionFactorEvidence::applies() const {
-  return config_.usesRope() && RotaryEmbedding::attentionFactorOf(config_.rope) != 1.0;
+  return RotaryEmbedding::attentionFactorOf(config_) != 1.0;
 }
 
 std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
