@@ -10,11 +10,11 @@
 # on PYTHONPATH over that virtualenv: the same torch, transformers 4. Made once the same way
 # ($KVSCOPE_LIVE_VENV-transformers4, a stamp of both requirement files' hashes).
 #
-# With --llama-cpp it prints a folder holding llama.cpp's converter as
-# tests/live/requirements-llama-cpp.txt pins it: llama.cpp/ (convert_hf_to_gguf.py and its
-# gguf-py, from the llama-cpp-python source package) and site/ (sentencepiece; gguf and
-# accelerate, which transformers' own GGUF loader needs) for
-# PYTHONPATH over the virtualenv. Made once ($KVSCOPE_LIVE_VENV-llama-cpp, stamped alike).
+# With --llama-cpp it prints a folder holding llama.cpp as tests/live/requirements-llama-cpp.txt
+# pins it: llama.cpp/ (convert_hf_to_gguf.py and its gguf-py, from the llama-cpp-python source
+# package) and site/ (llama_cpp built from that package, sentencepiece; gguf and accelerate,
+# which transformers' own GGUF loader needs) for PYTHONPATH over the virtualenv. Made once
+# ($KVSCOPE_LIVE_VENV-llama-cpp, stamped alike).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REQ="$ROOT/tests/live/requirements.txt"
@@ -58,6 +58,16 @@ if [[ "${1:-}" == --llama-cpp ]]; then
   if ! "$PIP" download --disable-pip-version-check -q --no-deps --no-binary :all: -d "$DIRL/download" "$SDIST" >&2 ||
      ! "$PIP" install --disable-pip-version-check -q --no-deps --target "$DIRL/site" -r "$DIRL/download/site.txt" >&2; then
     echo "live-python: fetching $SDIST or the packages of $REQL failed (see above)" >&2
+    rm -rf "$DIRL"
+    exit 1
+  fi
+  # llama.cpp itself, built from that source package into site/ (llama_cpp: the low-level API
+  # kvscope-record --engine llama.cpp drives; a few minutes on 2 cores, once). Portable code
+  # (no -march=native): the folder may be restored on another machine.
+  if ! CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PIP" install --disable-pip-version-check -q --no-deps \
+       --target "$DIRL/site" "$DIRL"/download/llama_cpp_python-*.tar.gz >&2; then
+    echo "live-python: building $SDIST failed (see above)" >&2
     rm -rf "$DIRL"
     exit 1
   fi

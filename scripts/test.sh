@@ -23,7 +23,7 @@ if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
     if LLAMA_CPP_DIR="$(bash "$ROOT/scripts/live-python.sh" --llama-cpp)"; then
       cmake -DKVSCOPE_LLAMA_CPP="$LLAMA_CPP_DIR" "$BUILD_DIR" >/dev/null
     else
-      echo "not checked: the live GGUF tests (tests/live/requirements-llama-cpp.txt did not install, see above)" >&2
+      echo "not checked: the live GGUF and llama.cpp tests (tests/live/requirements-llama-cpp.txt did not install, see above)" >&2
       [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
       cmake -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
     fi
@@ -39,7 +39,7 @@ fi
 # packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"

@@ -448,8 +448,12 @@ def _policy_from_args(args) -> Dict[str, Any]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="kvscope-record", description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="version", version=f"kvscope-record (kvscope-trace {__version__})")
+    ap.add_argument("--engine", choices=("transformers", "llama.cpp"), default="transformers",
+                    help="who runs the model: transformers (default) or llama.cpp through "
+                         "llama-cpp-python (llama_cpp_trace.py)")
     ap.add_argument("--model", required=True,
-                    help="local model directory, or a GGUF file (loaded by transformers' GGUF loader)")
+                    help="local model directory, or a GGUF file (loaded by transformers' GGUF "
+                         "loader, or run by llama.cpp with --engine llama.cpp)")
     ap.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable)")
     ap.add_argument("--prompt-ids", action="append", default=[],
                     help="comma-separated prompt token ids instead of text (repeatable)")
@@ -471,6 +475,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "attention soft-cap)")
     ap.add_argument("--no-fingerprint", action="store_true", help="skip hashing the weight files")
     ap.add_argument("--out", required=True)
+    from . import llama_cpp_trace
+    llama_cpp_trace.add_arguments(ap)
     args = ap.parse_args(argv)
     if not args.prompt and not args.prompt_ids:
         ap.error("give at least one --prompt or --prompt-ids")
@@ -480,6 +486,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         policy = _policy_from_args(args)
     except kvtrace.TraceError as e:
         ap.error(e.detail)
+    if args.engine == "llama.cpp":
+        return llama_cpp_trace.record(args, policy)
 
     import inspect
 

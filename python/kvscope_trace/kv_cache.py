@@ -10,8 +10,9 @@ from typing import Any, Dict, Optional
 
 from .container import TraceError, _Obj
 
-DTYPES = ("int8", "fp8_e4m3", "fp8_e5m2")
-SCALES = ("per_token_head", "per_layer")
+DTYPES = ("int8", "fp8_e4m3", "fp8_e5m2", "q8_0", "q4_0")
+BLOCK_DTYPES = ("q8_0", "q4_0")  # ggml's: a float16 scale per block of 32 elements
+SCALES = ("per_token_head", "per_layer", "per_block")
 
 
 def parse_kv_cache(doc: Dict[str, Any], file: str, num_layers: int) -> Optional[Dict[str, Any]]:
@@ -27,14 +28,18 @@ def parse_kv_cache(doc: Dict[str, Any], file: str, num_layers: int) -> Optional[
         o.fail("dtype", "missing")
     if dtype not in DTYPES:
         o.fail("dtype", f"unknown cache dtype '{dtype}' (known: {', '.join(DTYPES)})")
-    scale = o.string("scale", "per_token_head")
+    blocks = dtype in BLOCK_DTYPES
+    scale = o.string("scale", "per_block" if blocks else "per_token_head")
     if scale not in SCALES:
-        o.fail("scale", f"unknown scale '{scale}' (expected per_token_head or per_layer)")
+        o.fail("scale", f"unknown scale '{scale}' (expected per_token_head, per_layer or per_block)")
+    if blocks != (scale == "per_block"):
+        o.fail("scale", f"{dtype} stores a scale per block: scale must be per_block" if blocks
+               else f"scale per_block is ggml's (q8_0, q4_0), not {dtype}'s")
     out: Dict[str, Any] = {"dtype": dtype, "scale": scale}
     for k in ("k_scales", "v_scales"):
-        if scale == "per_token_head":
+        if scale in ("per_token_head", "per_block"):
             if o.has(k):
-                o.fail(k, "per_token_head scales are read from the records: k_scales and v_scales "
+                o.fail(k, f"{scale} scales are read from the records: k_scales and v_scales "
                        "must be absent")
             continue
         v = j.get(k)

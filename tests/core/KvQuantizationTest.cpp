@@ -1,5 +1,5 @@
-// A quantised KV cache (int8 / fp8 with a scale per token and kv head): the element types'
-// rounding, the trace's kv_cache field and its validation, the rounded reference, and the
+// A quantised KV cache (int8 / fp8 with a scale per token and kv head; ggml's q8_0 / q4_0
+// with a scale per 32-element block): the element types' rounding, the trace's kv_cache field and its validation, the rounded reference, and the
 // kv_quantization finding with its evidence in model and trace+trace audits.
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "kvscope/FailureMatrix.hpp"
 #include "kvscope/FaultSpec.hpp"
 #include "kvscope/KvQuantization.hpp"
+#include "kvscope/SafetensorsFile.hpp"
 #include "kvscope/TraceFile.hpp"
 #include "kvscope/TraceMinimizer.hpp"
 
@@ -94,6 +95,65 @@ TEST(KvQuantization, ElementTypesRoundAsTheirFormatsDefine) {
   // The row's absmax is stored exactly; a wrong scale multiplies every element.
   const auto scaled = roundRow("int8", {0.5f, -0.25f, 0.125f}, 2.0);
   EXPECT_FLOAT_EQ(scaled[0], 1.0f);
+}
+
+TEST(KvQuantization, GgmlBlockTypesRoundAsGgmlDoes) {
+  // llama.cpp's q8_0 / q4_0 caches: rows through the quantiser equal gguf-py's quantize then
+  // dequantize (ggml's reference, tests/fixtures/llama_state/make_llama_state_fixtures.py).
+  auto golden = SafetensorsFile::open(test::fixture("llama_state/blocks.safetensors"));
+  const FloatTensor rows = golden->readFloat("rows");
+  const auto x = torch::from_blob(const_cast<float*>(rows.data.data()), rows.shape, torch::kFloat32);
+  for (const char* dtype : {"q8_0", "q4_0"}) {
+    SCOPED_TRACE(dtype);
+    KvQuantization f = format(dtype);
+    f.scale = "per_block";
+    EXPECT_TRUE(f.blockwise());
+    EXPECT_NO_THROW(f.validate(2));
+    const auto got = kvscope::detail::KvQuantizer(f).roundTrip(x, 0, true).contiguous();
+    const FloatTensor want = golden->readFloat(dtype);
+    const float* g = got.data_ptr<float>();
+    double worst = 0;
+    for (size_t i = 0; i < want.data.size(); ++i) {
+      ASSERT_EQ(g[i], want.data[i]) << "element " << i;
+      worst = std::max(worst, std::fabs(static_cast<double>(g[i]) - rows.data[i]));
+    }
+    // Within the budget the audit gives such a record, and not far inside it.
+    const double budget = f.halfStep(0, rows.maxAbs());
+    EXPECT_LE(worst, budget);
+    EXPECT_GT(worst, 0.25 * budget);
+  }
+  KvQuantization wrong = format("q8_0");  // per_token_head is not a block type's scale
+  EXPECT_THROW(wrong.validate(2), std::invalid_argument);
+  KvQuantization notBlocks = format("int8");
+  notBlocks.scale = "per_block";
+  EXPECT_THROW(notBlocks.validate(2), std::invalid_argument);
+}
+
+TEST(KvQuantization, GgmlBlockCachesAuditCleanAndRefuseHeadsTheirBlocksSpan) {
+  auto m = Model::load(test::fixture("llama_state/llama-hd32.gguf"));  // head_dim 32
+  for (const char* dtype : {"q8_0", "q4_0"}) {
+    RequestSpec s;
+    s.promptIds = {5, 17, 300, 41, 99, 7, 12, 250};
+    s.maxNewTokens = 6;
+    s.stopAtEos = false;
+    EngineOptions o;
+    o.kvCacheDtype = dtype;
+    const Trace t = Engine(m).run({s}, o);
+    EXPECT_EQ(t.kvCache.scale, "per_block");
+    const auto r = Auditor::audit(*Model::load(test::fixture("llama_state/llama-hd32.gguf")), t).report;
+    EXPECT_TRUE(r.clean()) << dtype << "\n" << r.toText();
+  }
+  EngineOptions o;
+  o.kvCacheDtype = "q8_0";
+  RequestSpec s;
+  s.promptIds = {1, 2, 3};
+  s.maxNewTokens = 2;
+  try {
+    Engine(Model::load(test::hfModel("llama"))).run({s}, o);  // head_dim 16
+    ADD_FAILURE() << "q8_0 blocks spanning two heads were accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim a multiple of 32"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KvQuantization, BudgetIsHalfAStepOfTheDeclaredType) {

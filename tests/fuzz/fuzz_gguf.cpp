@@ -1,6 +1,7 @@
 // GGUF (llama.cpp's model files): the header, metadata values and arrays, tensor infos and
-// offsets; then the HuggingFace view of it (architecture, config keys, tensor names) and
-// dequantising every tensor it accepts (up to 1M values).
+// offsets; then the HuggingFace view of it (architecture, config keys, tensor names),
+// dequantising every tensor it accepts (up to 1M values), and its vocabulary
+// (tokenizer.ggml.*) built and run on a text.
 #include <vector>
 
 #include "FuzzSupport.hpp"
@@ -8,6 +9,7 @@
 #include "gguf/GgufModelView.hpp"
 #include "kvscope/GgufFile.hpp"
 #include "kvscope/ModelConfig.hpp"
+#include "tokenizer/GgufTokenizerLoader.hpp"
 
 using namespace kvscope;
 
@@ -23,6 +25,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       out.resize(static_cast<size_t>(t.numel()));
       detail::ggmlDequantize(*g, f->bytes(t), t.numel(), out.data());
     }
+    fuzz::accepts([&] {
+      const auto tok = tok::GgufTokenizerLoader::load(*f);
+      (void)tok->decode(tok->encode("Hello world, 123 ünï", true).ids);
+    });
     const detail::GgufModelView view(f);
     (void)ModelConfig::fromJson(view.config(), path.string());
   });

@@ -34,6 +34,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 import foreign_runs as fr  # noqa: E402
+import gguf_convert  # noqa: E402
 
 LLAMA_CPP = os.environ.get("KVSCOPE_LLAMA_CPP", "")
 try:
@@ -62,10 +63,7 @@ def tearDownModule():
 
 
 def convert(model: str, outtype: str, out: str) -> None:
-    r = subprocess.run([sys.executable, os.path.join(HERE, "gguf_convert.py"), os.path.join(LLAMA_CPP, "llama.cpp"),
-                        model, "--outtype", outtype, "--outfile", out], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise AssertionError(f"convert_hf_to_gguf.py {model} {outtype}: {r.stderr[-2000:]}")
+    gguf_convert.convert(os.path.join(LLAMA_CPP, "llama.cpp"), model, outtype, out)
 
 
 class ConvertedByLlamaCppTest(unittest.TestCase):

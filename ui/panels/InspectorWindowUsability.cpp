@@ -42,7 +42,10 @@ QMenu* menuTitled(QMenuBar* bar, const QString& title) {
 }  // namespace
 
 QString InspectorWindow::traceFileFilter() {
-  return tr("KV Scope traces (*.kvtrace);;All files (*)");
+  // llama.cpp's saved sequence states are read as traces too (with the model); llama-server
+  // names a slot's file as the user asks, so any name is offered.
+  return tr("KV Scope traces (*.kvtrace);;llama.cpp saved slots and states (*.bin *.ggsq *.state);;"
+            "All files (*)");
 }
 
 QStringList InspectorWindow::recentFiles() const { return recentMenu_->all(); }

@@ -1,7 +1,7 @@
 // kvscope-cli generate --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch [--batch-invariant]] [--snapshots]
-//     [--uncached] [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2] [--prefill-chunk N]
+//     [--uncached] [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2|q8_0|q4_0] [--prefill-chunk N]
 //     [--ring-window] [--prefix-cache B] [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
@@ -311,7 +311,8 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                   "the trace records each hit (reused_count, reused_from; 0 = off)");
   cmd->add_option("--kv-cache", o->kvCache,
                   "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
-                  "kv head (records are rounded when written; the trace declares it)");
+                  "kv head, or llama.cpp's q8_0 / q4_0 with a scale per 32-element block "
+                  "(records are rounded when written; the trace declares it)");
   cmd->add_option(
          "--weight-update", o->weightUpdates,
          "TICK:TENSOR:SCALE: perturb a weight tensor at an engine tick (an RL-style refit); "

@@ -9,6 +9,9 @@
 //                   of a recorded (dequantised) row is read back from the row itself.
 //   per_layer       static: one key scale and one value scale per layer (k_scales,
 //                   v_scales), as vLLM's calibrated fp8 caches.
+//   per_block       ggml's q8_0 / q4_0 (llama.cpp's --cache-type-k/-v): a float16 scale
+//                   per block of 32 elements along the row (head_dim a multiple of 32, so
+//                   a block never spans two heads), read back from the stored blocks.
 // The records a trace holds are the dequantised values the attention read.
 #pragma once
 
@@ -20,7 +23,8 @@ namespace kvscope {
 
 struct KvQuantization {
   std::string dtype;                     // "" (not quantised) | int8 | fp8_e4m3 | fp8_e5m2
-  std::string scale = "per_token_head";  // per_token_head | per_layer
+                                         // | q8_0 | q4_0
+  std::string scale = "per_token_head";  // per_token_head | per_layer | per_block
   std::vector<double> keyScales;         // per_layer: one per layer
   std::vector<double> valueScales;
 
@@ -28,8 +32,12 @@ struct KvQuantization {
   bool operator==(const KvQuantization& o) const;
   bool operator!=(const KvQuantization& o) const { return !(*this == o); }
 
-  /// The largest code magnitude: 127 (int8), 448 (fp8_e4m3), 57344 (fp8_e5m2).
+  /// The largest code magnitude: 127 (int8, q8_0), 448 (fp8_e4m3), 57344 (fp8_e5m2), 8 (q4_0).
   double maxCode() const;
+  /// ggml's block types (q8_0, q4_0): a scale per 32 elements, scale "per_block".
+  bool blockwise() const;
+  /// The elements one ggml block scale covers.
+  static constexpr int64_t kBlockElements = 32;
   /// The relative precision of one element: the largest |rounding error| / |value| of a
   /// normal element (int8: half a step of the row's scale relative to its absmax, 1/254;
   /// fp8: half an ulp, 2^-4 for e4m3 and 2^-3 for e5m2).

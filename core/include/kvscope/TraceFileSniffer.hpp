@@ -22,6 +22,7 @@ enum class FileKind {
   Zip,     // also PyTorch .pt / .bin checkpoints
   Pickle,  // Python pickle (older PyTorch .bin)
   Gguf,    // llama.cpp model
+  LlamaState,  // llama.cpp sequence state ('ggsq': a saved slot), a trace read with the model
   Numpy,   // .npy
   Hdf5,    // .h5 (Keras)
   Image,   // PNG, JPEG
@@ -38,7 +39,8 @@ struct FileSniff {
   /// Why, in one short clause (e.g. "its safetensors metadata has format \"pt\", not
   /// \"kvtrace\""); may be empty.
   std::string detail;
-  bool isTrace() const { return kind == FileKind::KvTrace; }
+  /// A file the audit reads as a run: a .kvtrace, or a llama.cpp state (with --model).
+  bool isTrace() const { return kind == FileKind::KvTrace || kind == FileKind::LlamaState; }
 };
 
 /// Looks at `path` without parsing it: the kind, and what it looks like in words.

@@ -4,6 +4,7 @@
 
 #include "audit/NumberText.hpp"
 #include "kvscope/Error.hpp"
+#include "kvscope/LlamaStateTrace.hpp"
 #include "kvscope/Tokenizer.hpp"
 #include "kvscope/TraceFile.hpp"
 #include "kvscope/TraceModelFit.hpp"
@@ -45,6 +46,10 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   if (spec.modelDir.empty()) {
     if (spec.traceFile.empty() || spec.referenceTraceFile.empty())
       throw UsageError("without --model, give both --trace (the cached run) and --reference-trace (the uncached run)");
+    for (const auto* f : {&spec.traceFile, &spec.referenceTraceFile})
+      if (isLlamaStateFile(*f))
+        throw UsageError(*f + " is a llama.cpp sequence state: its rows are read with the model's "
+                         "heads and head size, so give --model (the GGUF or HF checkpoint) with it");
     Trace reference = TraceFile::read(spec.referenceTraceFile);
     Trace cached = TraceFile::read(spec.traceFile);
     out.result = Auditor::auditTraces(reference, cached, spec.options);
@@ -78,7 +83,8 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   if (tokenizer && options.tokenizerVocabSize == 0) options.tokenizerVocabSize = tokenizer->vocabSize();
   Trace trace;
   if (!spec.traceFile.empty()) {
-    trace = TraceFile::read(spec.traceFile);
+    trace = isLlamaStateFile(spec.traceFile) ? readLlamaStateTrace(spec.traceFile, model->checkpoint())
+                                             : TraceFile::read(spec.traceFile);
     // Another family's or shape's trace is a wrong input, not a divergence: refuse it here.
     requireTraceFitsModel(trace.model, spec.traceFile, model->config());
   } else {

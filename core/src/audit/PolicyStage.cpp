@@ -77,7 +77,7 @@ StageResult policyStage(const Trace& trace, const Trace* reference,
 StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, std::string& summary) {
   StageResult st = StageResult::of(AuditStage::Stopping);
   st.status = StageStatus::Pass;
-  int problems = 0;
+  int problems = 0, unchecked = 0;
   std::ostringstream all;
   for (const auto& req : trace.requests) {
     const auto& gen = req.generated;
@@ -105,6 +105,14 @@ StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, st
         line << "; but nothing required stopping here";
       }
     }
+    if (req.stopReason == "unknown" && expected.empty() && ok) {
+      // Nothing the trace holds required a stop, and it does not say why the run ended (a
+      // saved cache state, a recording cut short): nothing to check.
+      ++unchecked;
+      st.checks.push_back("not checked: request " + std::to_string(req.id) + " ended after " +
+                          std::to_string(gen.size()) + " generated tokens; the trace does not record why");
+      continue;
+    }
     if (req.stopReason == "context_limit" && ok)
       line << " (the next token would need position " << streamEnd << " of " << trace.model.maxPositions << ": refused correctly)";
     for (const FailureRow* row : RowRegistry::rows())
@@ -113,8 +121,12 @@ StageResult stoppingStage(const Trace& trace, std::vector<Finding>& findings, st
     st.checks.push_back((ok ? "ok: " : "FAIL: ") + line.str());
     all << line.str() << (ok ? " (correct)" : "") << ". ";
   }
-  st.status = problems ? StageStatus::Fail : StageStatus::Pass;
-  st.summary = problems ? std::to_string(problems) + " request(s) stopped wrongly" : "every request stopped for the right reason";
+  const bool none = unchecked == static_cast<int>(trace.requests.size());
+  st.status = problems ? StageStatus::Fail : none ? StageStatus::Skipped : StageStatus::Pass;
+  st.summary = problems ? std::to_string(problems) + " request(s) stopped wrongly"
+               : none   ? "not checked: the trace does not record why its requests ended"
+               : unchecked ? "every request whose end the trace records stopped for the right reason"
+                           : "every request stopped for the right reason";
   summary = all.str();
   return st;
 }

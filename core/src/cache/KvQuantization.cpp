@@ -12,14 +12,22 @@ struct ElementType {
   double maxCode;
   double relativeHalfStep;   // of a normal element
   double subnormalHalfStep;  // absolute, in units of the scale (0: integer codes)
+  bool blocks;               // ggml's block types: a float16 scale per 32 elements of a row
 };
 
 // e4m3 (the "fn" variant engines use): 3 mantissa bits, max 448, smallest subnormal 2^-9;
 // e5m2: 2 mantissa bits, max 57344, smallest subnormal 2^-16.
+// q8_0, q4_0: llama.cpp's cache types (ggml-quants.c quantize_row_q8_0_ref / _q4_0_ref), a
+// float16 scale per block of 32 elements, relative to the block's (so the row's) absmax:
+// q8_0 rounds to half a step of absmax / 127; q4_0 maps the block's signed extreme to -8
+// and clips the other side at +7, a whole step of absmax / 8 at worst. Both add the
+// scale's float16 rounding, at most 2^-11 of absmax on the largest code.
 const ElementType kTypes[] = {
-    {"int8", 127.0, 0.5 / 127.0, 0.0},
-    {"fp8_e4m3", 448.0, 0.0625, 0.0009765625},
-    {"fp8_e5m2", 57344.0, 0.125, 7.62939453125e-06},
+    {"int8", 127.0, 0.5 / 127.0, 0.0, false},
+    {"fp8_e4m3", 448.0, 0.0625, 0.0009765625, false},
+    {"fp8_e5m2", 57344.0, 0.125, 7.62939453125e-06, false},
+    {"q8_0", 127.0, 0.5 / 127.0 + 1.0 / 2048.0, 0.0, true},
+    {"q4_0", 8.0, 1.0 / 8.0 + 1.0 / 2048.0, 0.0, true},
 };
 
 const ElementType& typeOf(const std::string& dtype) {
@@ -69,15 +77,26 @@ double KvQuantization::halfStep(int64_t layer, double maxAbs) const {
   return m * t.relativeHalfStep;
 }
 
+bool KvQuantization::blockwise() const { return quantized() && typeOf(dtype).blocks; }
+
 std::string KvQuantization::describe() const {
   if (!quantized()) return "not quantised";
+  if (scale == "per_block") return dtype + ", a float16 scale per block of 32 elements (ggml)";
   return dtype +
          (scale == "per_layer" ? ", static scales per layer" : ", a scale per token and kv head");
 }
 
 void KvQuantization::validate(int64_t numLayers) const {
   if (!quantized()) return;
-  typeOf(dtype);
+  const bool blocks = typeOf(dtype).blocks;
+  if (blocks != (scale == "per_block"))
+    throw std::invalid_argument(blocks ? dtype + " stores a scale per block: scale must be per_block"
+                                       : "scale per_block is ggml's (q8_0, q4_0), not " + dtype + "'s");
+  if (blocks) {
+    if (!keyScales.empty() || !valueScales.empty())
+      throw std::invalid_argument("per_block scales are read from the records: k_scales and v_scales must be absent");
+    return;
+  }
   if (scale == "per_token_head") {
     if (!keyScales.empty() || !valueScales.empty())
       throw std::invalid_argument(
@@ -86,7 +105,7 @@ void KvQuantization::validate(int64_t numLayers) const {
   }
   if (scale != "per_layer")
     throw std::invalid_argument("unknown scale '" + scale +
-                                "' (expected per_token_head or per_layer)");
+                                "' (expected per_token_head, per_layer or per_block)");
   for (const auto* v : {&keyScales, &valueScales}) {
     const char* name = v == &keyScales ? "k_scales" : "v_scales";
     if (static_cast<int64_t>(v->size()) != numLayers)

@@ -15,12 +15,41 @@ torch::Tensor roundToFp8(const torch::Tensor& y, int mantissaBits, int minExpone
   auto q = torch::round(a / ulp) * ulp;
   return torch::sign(y) * q.clamp_max(maxValue);
 }
+
+// ggml's quantize_row_q8_0_ref / _q4_0_ref and their dequantisation on rows [..., d] in
+// blocks of 32: the scale computed in float32 and stored as float16, codes rounded half
+// away from zero (q8_0) or truncated after + 8.5 and clipped at 15 (q4_0).
+torch::Tensor roundTripBlocks(const torch::Tensor& x, bool q4, double scaleFactor) {
+  const int64_t B = KvQuantization::kBlockElements;
+  auto sizes = x.sizes().vec();
+  auto blocks = x.reshape({-1, B});
+  torch::Tensor d;
+  if (q4) {
+    // the element of largest magnitude, with its sign (the first one on a tie)
+    const auto idx = blocks.abs().argmax(-1, /*keepdim=*/true);
+    d = blocks.gather(-1, idx) / -8.0;
+  } else {
+    d = blocks.abs().amax(-1, /*keepdim=*/true) / 127.0;
+  }
+  const auto inv = torch::where(d != 0, 1.0 / d, torch::zeros_like(d));
+  const auto stored = d.to(torch::kHalf).to(torch::kFloat32);
+  torch::Tensor codes;
+  if (q4) {
+    codes = torch::trunc(blocks * inv + 8.5).clamp_max(15.0) - 8.0;
+  } else {
+    const auto v = blocks * inv;
+    codes = torch::sign(v) * torch::floor(v.abs() + 0.5);
+  }
+  return (codes * (stored * scaleFactor)).reshape(sizes);
+}
 }  // namespace
 
 torch::Tensor KvQuantizer::roundTrip(const torch::Tensor& records, int64_t layer, bool keys,
                                      double scaleFactor) const {
   if (!active()) return records;
   const auto x = records.to(torch::kFloat32);
+  if (format_.blockwise())
+    return roundTripBlocks(x, format_.dtype == "q4_0", scaleFactor).to(records.scalar_type());
   const double maxCode = format_.maxCode();
   torch::Tensor scale;
   if (format_.scale == "per_layer") {

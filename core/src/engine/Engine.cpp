@@ -49,10 +49,17 @@ class EngineRun {
                       ? "int8"
                       : options.kvCacheDtype;
     try {
+      if (quant.quantized() && quant.blockwise()) {
+        quant.scale = "per_block";
+        if (cfg_.headDim % KvQuantization::kBlockElements != 0)
+          throw std::invalid_argument(quant.dtype + " needs head_dim a multiple of 32 (its blocks), not " +
+                                      std::to_string(cfg_.headDim));
+      }
       quant.validate(cfg_.numLayers);
     } catch (const std::invalid_argument& e) {
-      throw UsageError(std::string("--kv-cache: ") + e.what() +
-                       " (known: int8, fp8_e4m3, fp8_e5m2)");
+      std::string known;
+      for (const auto& d : KvQuantization::dtypes()) known += (known.empty() ? "" : ", ") + d;
+      throw UsageError(std::string("--kv-cache: ") + e.what() + " (known: " + known + ")");
     }
     quantizer_ = detail::KvQuantizer(quant);
     for (size_t i = 0; i < specs.size(); ++i) {

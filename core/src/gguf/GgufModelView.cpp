@@ -12,15 +12,14 @@ namespace {
 // The GGUF architectures whose tensors are the HF decoder's one for one (llama.cpp's
 // LLM_ARCH_LLAMA, _QWEN2, _QWEN3), and whether the converter permuted their q/k rows
 // (LlamaModel.permute; the Qwen models rotate NeoX-style in llama.cpp and keep HF's order).
-struct GgufArchitecture {
-  const char* gguf;
-  const char* modelType;
-  bool permutesQk;
-};
-constexpr GgufArchitecture kGgufArchitectures[] = {
+// A GGUF file loads as the first entry of its architecture; the later ones are the HF
+// families the converter writes as an earlier one's architecture (MistralModel is a
+// LlamaModel).
+constexpr LlamaCppArchitecture kGgufArchitectures[] = {
     {"llama", "llama", true},
     {"qwen2", "qwen2", false},
     {"qwen3", "qwen3", false},
+    {"llama", "mistral", true},
 };
 
 // GGUF tensor name (after "blk.N.") -> the HF decoder layer's tensor name.
@@ -52,16 +51,29 @@ const std::pair<const char*, const char*> kModelTensors[] = {
 
 std::string GgufModelView::supportedArchitectures() {
   std::string s;
-  for (const auto& a : kGgufArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
+  for (const auto& a : kGgufArchitectures)
+    if (s.find(a.gguf) == std::string::npos) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
+  return s;
+}
+
+const LlamaCppArchitecture* llamaCppArchitectureOf(const std::string& modelType) {
+  for (const auto& a : kGgufArchitectures)
+    if (modelType == a.modelType) return &a;
+  return nullptr;
+}
+
+std::string llamaCppModelTypes() {
+  std::string s;
+  for (const auto& a : kGgufArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.modelType);
   return s;
 }
 
 GgufModelView::GgufModelView(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {
   const GgufFile& f = *file_;
   const std::string& arch = f.string("general.architecture");
-  const GgufArchitecture* a = nullptr;
+  const LlamaCppArchitecture* a = nullptr;
   for (const auto& x : kGgufArchitectures)
-    if (arch == x.gguf) a = &x;
+    if (!a && arch == x.gguf) a = &x;
   if (!a)
     throw InputError(f.path(), "general.architecture",
                      "'" + arch + "' is not an architecture KV Scope reads from GGUF (it reads " +

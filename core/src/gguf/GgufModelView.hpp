@@ -17,6 +17,20 @@
 
 namespace kvscope::detail {
 
+/// How llama.cpp runs a HuggingFace family (convert_hf_to_gguf.py's mapping): its GGUF
+/// architecture, and whether the converter permuted each head's q/k rows into rotary pairs
+/// (i, i + 1), so that llama.cpp's K cache holds every key head in that permuted order too.
+struct LlamaCppArchitecture {
+  const char* gguf;
+  const char* modelType;
+  bool permutesQk;
+};
+/// The entry of a `model_type` KV Scope reads from llama.cpp (GGUF files, cache states), or
+/// nullptr.
+const LlamaCppArchitecture* llamaCppArchitectureOf(const std::string& modelType);
+/// "llama, qwen2, qwen3, mistral": those model_types, for messages.
+std::string llamaCppModelTypes();
+
 struct GgufWeight {
   const GgufTensorInfo* tensor = nullptr;
   std::vector<int64_t> shape;  // HuggingFace order: [out, in] for a matrix

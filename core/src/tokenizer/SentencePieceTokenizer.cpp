@@ -89,7 +89,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceModel model, const s
 }
 
 std::string SentencePieceTokenizer::description() const {
-  std::string d = "tokenizer.model (SentencePiece BPE";
+  std::string d = opt_.source + " (SentencePiece BPE";
   if (m_.byteFallback) d += ", byte fallback";
   if (!approxNormalization_.empty()) d += ", " + m_.normalizerName + " approximated by " + approxNormalization_;
   return d + ")";

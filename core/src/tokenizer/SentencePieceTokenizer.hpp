@@ -25,6 +25,8 @@ struct SentencePieceOptions {
   /// Overrides the model's add_dummy_prefix when set.
   std::optional<bool> addPrefixSpace;
   std::vector<AddedToken> extraTokens;
+  /// Where the model came from, for description(): "tokenizer.model", "GGUF vocabulary".
+  std::string source = "tokenizer.model";
 };
 
 class SentencePieceTokenizer final : public Tokenizer {

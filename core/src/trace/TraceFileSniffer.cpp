@@ -111,6 +111,9 @@ FileSniff describeFile(const std::string& path) {
   if (startsWith(p, "PK\x03\x04"))
     return make(FileKind::Zip, "a zip archive (a PyTorch .pt/.bin checkpoint?)");
   if (startsWith(p, "GGUF")) return make(FileKind::Gguf, "a GGUF model (llama.cpp)");
+  if (startsWith(p, "qsgg") || startsWith(p, "\xd8\x3c\x14\xaf"))
+    return make(FileKind::LlamaState, "a llama.cpp sequence state (a saved slot)",
+                "read as a run of the model given with it");
   if (startsWith(p, "\x93NUMPY")) return make(FileKind::Numpy, "a NumPy .npy array");
   if (startsWith(p, "\x89HDF")) return make(FileKind::Hdf5, "an HDF5 file");
   if (startsWith(p, "\x89PNG") || startsWith(p, "\xFF\xD8\xFF"))

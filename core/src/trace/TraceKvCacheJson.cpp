@@ -34,7 +34,7 @@ KvQuantization kvCacheFromJson(const json& doc, const std::string& file, int64_t
     names += (names.empty() ? "" : ", ") + d;
   }
   if (!known) r.fail("dtype", "unknown cache dtype '" + q.dtype + "' (known: " + names + ")");
-  q.scale = r.string("scale", "per_token_head");
+  q.scale = r.string("scale", q.blockwise() ? "per_block" : "per_token_head");
   for (const char* k : {"k_scales", "v_scales"}) {
     if (!r.has(k)) continue;
     const json& a = j[k];

@@ -98,6 +98,33 @@ class PositionRow final : public FailureRow {
     return true;
   }
 
+  // Nothing matched the record, but the same forward's earlier layer-0 records match their
+  // reference: the weights and positions that computed them are right, so this entry holds
+  // another token's row (a cell a prompt cache reused from a sequence that did not share
+  // the token, as a saved llama.cpp slot of one sequence shows it): token ownership, not the
+  // checkpoint (`reference` claims a layer 0 that is wrong from its first record).
+  bool nearestRecords(DiagnosisContext& ctx, int64_t, const StepAnalysis& a,
+                      const RequestReference&, const Evidence& base) const override {
+    if (a.firstBadLayer != 0 || a.firstBadRealOrdinal <= 0) return false;
+    Evidence ev = base;
+    ev["records_matching_before"] = static_cast<double>(a.firstBadRealOrdinal);
+    ctx.add(FindingDraft(finding::Position)
+                .at(*a.step)
+                .layer(0)
+                .position(a.firstBadStreamIndex)
+                .confidence(0.5)
+                .explanation("layer 0's record at stream position " + std::to_string(a.firstBadStreamIndex) +
+                             " differs from the reference (error " + numberText(a.keyError[0]) + ") while the " +
+                             std::to_string(a.firstBadRealOrdinal) +
+                             " records the same forward holds before it match theirs: that entry is not this "
+                             "token's at this position (token ownership: a cache cell reused from a sequence "
+                             "or prompt that did not share the token?), and no other position or request of "
+                             "the trace holds it")
+                .evidence(ev),
+            a);
+    return true;
+  }
+
   void stageChecks(const StageCheckInput& in, std::vector<std::string>& checks) const override {
     if (in.stage != AuditStage::Positions) return;
     checks.push_back(in.fired ? "FAIL: decode positions do not continue from the prompt length"

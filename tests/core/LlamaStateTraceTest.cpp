@@ -1,0 +1,204 @@
+// llama.cpp sequence states as traces (tests/fixtures/llama_state, saved by llama.cpp itself
+// through llama-cpp-python: make_llama_state_fixtures.py): every cache layout and type the
+// fixtures hold (f16 with V row-wise and transposed, q8_0, q4_0; Llama's permuted key heads,
+// Qwen3's unpermuted ones) audits clean against the GGUF it was computed from, so the rows are
+// read, dequantised and un-permuted as llama.cpp wrote them; a prompt-cache reuse off by one
+// token is found at the position it corrupted; damaged files and mismatched models are
+// refused naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "TestSupport.hpp"
+#include "kvscope/Auditor.hpp"
+#include "kvscope/Error.hpp"
+#include "kvscope/LlamaStateTrace.hpp"
+#include "kvscope/Model.hpp"
+#include "kvscope/TraceFileSniffer.hpp"
+#include "trace/LlamaSeqState.hpp"
+
+using namespace kvscope;
+
+namespace {
+
+std::string stateFixture(const std::string& name) { return test::fixture("llama_state/" + name); }
+
+nlohmann::json states() {
+  std::ifstream in(stateFixture("states.json"));
+  return nlohmann::json::parse(in);
+}
+
+std::string modelOf(const std::string& state) {
+  return (std::filesystem::path(test::fixture("")) / ".." / ".." /
+          states()[state]["model"].get<std::string>())
+      .lexically_normal()
+      .string();
+}
+
+std::vector<uint8_t> bytesOf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string writeTemp(const std::vector<uint8_t>& bytes, const std::string& name) {
+  const auto p = std::filesystem::temp_directory_path() / ("kvscope-llama-state-" + name);
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                          static_cast<std::streamsize>(bytes.size()));
+  return p.string();
+}
+
+class LlamaStateAudit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaStateAudit, AuditsCleanAgainstItsGguf) {
+  const std::string name = GetParam();
+  const auto info = states()[name];
+  auto model = Model::load(modelOf(name));
+  const Trace t = readLlamaStateTrace(stateFixture(name), model->checkpoint());
+  ASSERT_EQ(t.steps.size(), 1u);
+  const auto tokens = info["tokens"].get<std::vector<int64_t>>();
+  EXPECT_EQ(t.requests[0].promptIds, tokens);
+  std::vector<int64_t> positions(tokens.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  EXPECT_EQ(t.steps[0].positions, positions);
+  const std::string cache = info["cache"][0];
+  EXPECT_EQ(t.kvCache.dtype, cache == "f16" ? "" : cache);
+  EXPECT_EQ(t.tensorDtype, cache == "f16" ? "F16" : "F32");
+  const auto r = Auditor::audit(*model, t);
+  EXPECT_TRUE(r.report.clean()) << r.report.toText();
+  EXPECT_EQ(r.report.stage(AuditStage::Cache)->status, StageStatus::Pass);
+  EXPECT_EQ(r.report.stage(AuditStage::Stopping)->status, StageStatus::Skipped);  // not recorded
+}
+
+INSTANTIATE_TEST_SUITE_P(Saved, LlamaStateAudit,
+                         ::testing::Values("hd32-f16.ggsq", "hd32-f16-vtrans.ggsq", "hd32-q8_0.ggsq",
+                                           "hd32-q4_0.ggsq", "qwen3-f16.ggsq"),
+                         [](const auto& p) {
+                           std::string s = p.param.substr(0, p.param.find('.'));
+                           for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return s;
+                         });
+
+TEST(LlamaState, LayoutsAreReadAsWritten) {
+  const auto rowWise = kvscope::detail::readLlamaSeqStateFile(stateFixture("hd32-f16.ggsq"));
+  const auto transposed = kvscope::detail::readLlamaSeqStateFile(stateFixture("hd32-f16-vtrans.ggsq"));
+  EXPECT_EQ(rowWise.version, 3u);
+  EXPECT_FALSE(rowWise.valuesTransposed);
+  EXPECT_TRUE(transposed.valuesTransposed);
+  EXPECT_EQ(rowWise.cells(), 13);
+  ASSERT_EQ(rowWise.keys.size(), 2u);
+  EXPECT_EQ(rowWise.keys[0].width, 32);  // one kv head of 32
+  // The same tokens through both attention paths: the first layer's values agree to f16.
+  ASSERT_EQ(rowWise.values[0].rows.size(), transposed.values[0].rows.size());
+  for (size_t i = 0; i < rowWise.values[0].rows.size(); ++i)
+    ASSERT_NEAR(rowWise.values[0].rows[i], transposed.values[0].rows[i], 1e-3) << i;
+  EXPECT_EQ(describeFile(stateFixture("hd32-q8_0.ggsq")).kind, FileKind::LlamaState);
+  EXPECT_TRUE(isLlamaStateFile(stateFixture("hd32-q8_0.ggsq")));
+}
+
+TEST(LlamaState, PromptCacheReuseOffByOneIsFoundWhereItCorrupted) {
+  auto model = Model::load(modelOf("hd32-reuse-off-by-one.ggsq"));
+  const auto r = Auditor::audit(*model, readLlamaStateTrace(stateFixture("hd32-reuse-off-by-one.ggsq"),
+                                                            model->checkpoint()));
+  ASSERT_FALSE(r.report.clean());
+  // Position 6 holds sequence 0's token: the first record that differs, at layer 0 (which
+  // depends on the token alone); positions before it are the shared prefix and match.
+  EXPECT_EQ(r.report.firstDivergence.layer, 0) << r.report.toText();
+  EXPECT_EQ(r.report.firstDivergence.position, 6) << r.report.toText();
+  // Token ownership, not the checkpoint: the 6 records before it in the same forward match.
+  const Finding* f = r.report.finding("position");
+  ASSERT_NE(f, nullptr) << r.report.toText();
+  EXPECT_FALSE(r.report.hasFinding("reference")) << r.report.toText();
+  EXPECT_EQ(f->position, 6);
+  EXPECT_EQ(f->evidence.at("records_matching_before"), 6.0);
+}
+
+TEST(LlamaState, DamagedFilesNameTheField) {
+  const auto good = bytesOf(stateFixture("hd32-f16.ggsq"));
+  auto model = Model::load(modelOf("hd32-f16.ggsq"));
+  const auto expectField = [&](std::vector<uint8_t> bytes, const std::string& name,
+                               const std::string& field) {
+    SCOPED_TRACE(name);
+    const std::string path = writeTemp(bytes, name);
+    try {
+      readLlamaStateTrace(path, model->checkpoint());
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.file(), path);
+      EXPECT_NE(e.field().find(field), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(path);
+  };
+  auto truncated = good;
+  truncated.resize(good.size() - 7);
+  expectField(truncated, "truncated", "layer 1 v rows");
+  auto version = good;
+  version[4] = 9;
+  expectField(version, "version", "version");
+  auto tokens = good;
+  const uint32_t huge = 0x40000000u;
+  std::memcpy(tokens.data() + 8, &huge, 4);
+  expectField(tokens, "tokens", "n_token_count");
+  auto fewer = good;  // one token fewer listed than cells: move the rest down by 4 bytes
+  const uint32_t twelve = 12;
+  std::memcpy(fewer.data() + 8, &twelve, 4);
+  fewer.erase(fewer.begin() + 12 + 12 * 4, fewer.begin() + 12 + 13 * 4);
+  expectField(fewer, "fewer-tokens", "n_token_count");
+  auto type = good;  // layer 0's k_type follows the cells and v_trans, n_layer
+  const size_t cellsEnd = 12 + 13 * 4 + 8 + 13 * 12;
+  const int32_t iq = 23;
+  std::memcpy(type.data() + cellsEnd + 8, &iq, 4);
+  expectField(type, "k-type", "layer 0 k_type");
+  expectField({'G', 'G', 'U', 'F', 3, 0, 0, 0, 0, 0, 0, 0}, "magic", "magic");
+}
+
+TEST(LlamaState, OlderFilesAndGetDataBytesParse) {
+  // Version 2 as llama.cpp wrote it before multi-stream caches (no stream count), and the
+  // bytes llama_state_seq_get_data returns (io magic, sequence id, no tokens): from the f16 file.
+  const auto good = bytesOf(stateFixture("hd32-f16.ggsq"));
+  const size_t memory = 12 + 13 * 4;
+  std::vector<uint8_t> v2(good.begin(), good.begin() + memory);
+  v2[4] = 2;
+  v2.insert(v2.end(), good.begin() + memory + 4, good.end());
+  auto model = Model::load(modelOf("hd32-f16.ggsq"));
+  const std::string v2Path = writeTemp(v2, "v2");
+  const Trace old = readLlamaStateTrace(v2Path, model->checkpoint());
+  EXPECT_EQ(old.engine, "llama.cpp sequence state (ggsq v2)");
+  EXPECT_TRUE(Auditor::audit(*model, old).report.clean());
+  std::filesystem::remove(v2Path);
+
+  std::vector<uint8_t> blob = {0xd8, 0x3c, 0x14, 0xaf, 0, 0, 0, 0};
+  blob.insert(blob.end(), good.begin() + memory, good.end());
+  const auto s = kvscope::detail::parseLlamaSeqState(blob.data(), blob.size(), "blob");
+  EXPECT_FALSE(s.hasTokens);
+  EXPECT_EQ(s.seqId, 0);
+  EXPECT_EQ(s.cells(), 13);
+  const std::string blobPath = writeTemp(blob, "blob");
+  try {
+    readLlamaStateTrace(blobPath, model->checkpoint());
+    ADD_FAILURE() << "a state without tokens was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "tokens") << e.what();
+  }
+  std::filesystem::remove(blobPath);
+}
+
+TEST(LlamaState, AnotherModelIsRefusedByName) {
+  auto qwen = Model::load(modelOf("qwen3-f16.ggsq"));
+  try {
+    readLlamaStateTrace(stateFixture("hd32-f16.ggsq"), qwen->checkpoint());
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "n_layer") << e.what();  // 2 layers; the Qwen3 fixture has 3
+  }
+  auto gpt2 = Model::load(test::fixture("hf/models/gpt2"));
+  try {
+    readLlamaStateTrace(stateFixture("hd32-f16.ggsq"), gpt2->checkpoint());
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "model") << e.what();
+  }
+}
+
+}  // namespace

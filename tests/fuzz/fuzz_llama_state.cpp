@@ -1,0 +1,27 @@
+// llama.cpp sequence states ('ggsq' files: a saved llama-server slot, llama_state_seq_save_file;
+// llama_state_seq_get_data bytes): the header, token list, streams, cells, per-layer row types
+// and sizes, transposed values; then the trace made of what parses, for a two-layer Llama of
+// one 32-wide kv head (the fixtures' shape), so the checks against the model run too.
+#include "FuzzSupport.hpp"
+#include "kvscope/ModelConfig.hpp"
+#include "trace/LlamaSeqState.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace kvscope;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ModelConfig config = ModelConfig::fromJson(
+      nlohmann::json{{"model_type", "llama"}, {"vocab_size", 1200}, {"hidden_size", 64},
+                     {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                     {"num_key_value_heads", 1}, {"head_dim", 32}, {"max_position_embeddings", 128}},
+      "fuzz-config.json");
+  const auto path = fuzz::scratch() / "input.ggsq";
+  fuzz::writeFile(path, data, size);
+  fuzz::accepts([&] {
+    const detail::LlamaSeqState s = detail::readLlamaSeqStateFile(path.string());
+    (void)detail::traceFromLlamaState(s, config, "F16", true);
+  });
+  fuzz::expectUnchanged(path, data, size);
+  return 0;
+}

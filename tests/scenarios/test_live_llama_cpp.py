@@ -1,0 +1,181 @@
+"""llama.cpp itself as the engine under audit: llama-cpp-python built from the pinned source
+package (scripts/live-python.sh --llama-cpp) runs GGUFs that llama.cpp's own converter made
+from transformers checkpoints, and `kvscope-record --engine llama.cpp` records its runs: the
+logits of every step and the sequence's cache as llama.cpp serialises it
+(llama_state_seq_get_data).
+
+- Clean runs, greedy and sampled, f16 / q8_0 / q4_0 caches, F16 and Q8_0 weights, Llama
+  (the converter permutes its key heads) and Qwen3 (it does not): audit clean against the
+  GGUF, and the F16 Llama's also against the HF checkpoint it was converted from.
+- The state llama.cpp saves at the end (llama_state_seq_save_file, what llama-server's
+  /slots/{id}?action=save writes) audits clean by itself (`--trace FILE.ggsq`).
+- A prompt-cache reuse off by one token (llama.cpp issue 1884's shape), reproduced through
+  llama.cpp's own API: request 1 shares 6 prompt tokens with request 0, but 7 cells are
+  copied to it (llama_memory_seq_cp(0, 1, 0, 7)) and it decodes from position 7. Recorded as
+  the prefix hit the engine believed it made, it is `prefix_reuse` at request 1's first step,
+  layer 0, position 6; its saved state (one sequence: no other request to name) is `position`
+  (token ownership) at layer 0, position 6. The same reuse with 6 cells is clean.
+
+One table: engine x family x run -> expected, got, where. Needs the live virtualenv and
+KVSCOPE_LLAMA_CPP (its site/ on PYTHONPATH); CI runs it as ctest python_live_llama_cpp.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "llama_state"))
+import foreign_runs as fr  # noqa: E402
+import gguf_convert  # noqa: E402
+
+LLAMA_CPP = os.environ.get("KVSCOPE_LLAMA_CPP", "")
+try:
+    import llama_cpp  # noqa: F401
+    import torch  # noqa: F401  (the checkpoints are written by transformers)
+    import transformers  # noqa: F401
+    from kvscope_trace import hf_trace
+    from kvscope_trace import trace as kvtrace
+    from kvscope_trace.llama_cpp_trace import LlamaCppSession
+    from make_llama_state_fixtures import hd32_checkpoint
+except ImportError as e:
+    raise unittest.SkipTest(f"needs llama_cpp, torch and transformers ({e})")
+if not os.path.isfile(os.path.join(LLAMA_CPP, "llama.cpp", "convert_hf_to_gguf.py")):
+    raise unittest.SkipTest("needs KVSCOPE_LLAMA_CPP: the folder scripts/live-python.sh --llama-cpp prints")
+
+PROMPT = [5, 17, 300, 41, 99, 7, 12, 250, 3, 64]
+OTHER = PROMPT[:6] + [88, 91, 33, 47]
+TABLE = [["engine", "family", "run", "expected", "got", "where"]]
+
+
+def tearDownModule():
+    if len(TABLE) > 1:
+        print(f"\nllama.cpp (llama-cpp-python {llama_cpp.__version__}) under audit:\n" + fr.table(TABLE))
+
+
+def convert(model: str, outtype: str, out: str) -> None:
+    gguf_convert.convert(os.path.join(LLAMA_CPP, "llama.cpp"), model, outtype, out)
+
+
+class LlamaCppUnderAuditTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        root = cls.tmp.name
+        cls.hf = {"llama": os.path.join(root, "llama-hf"),
+                  "qwen3": os.path.join(REPO, "tests", "fixtures", "families", "models", "qwen3")}
+        hd32_checkpoint(cls.hf["llama"])  # head_dim 32: the quantised caches apply
+        cls.gguf = {}
+        for family, outtype in (("llama", "f16"), ("llama", "q8_0"), ("qwen3", "f16")):
+            cls.gguf[family, outtype] = os.path.join(root, f"{family}-{outtype}.gguf")
+            convert(cls.hf[family], outtype, cls.gguf[family, outtype])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, family: str, run: str, trace: str, model: str, expect: fr.Expectation,
+              position=None) -> fr.Outcome:
+        got = fr.audit(trace, model=model)
+        where = got.where() + (f" p{got.first['position']}" if got.first else "")
+        TABLE.append(["llama.cpp", family, run, ", ".join(expect.findings) or "clean",
+                      ", ".join(got.roots) or got.verdict or got.error, where])
+        problems = got.problems(expect)
+        if position is not None and (got.first or {}).get("position") != position:
+            problems.append(f"first position {(got.first or {}).get('position')} != {position}")
+        self.assertEqual(problems, [], got.report.get("findings", got.error))
+        return got
+
+    def record(self, gguf: str, out: str, *extra: str) -> None:
+        self.assertEqual(hf_trace.main(["--engine", "llama.cpp", "--model", gguf,
+                                        "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new", "8",
+                                        "--ignore-eos", "--out", out, *extra]), 0)
+
+    def test_clean_runs_audit_clean(self):
+        sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]
+        runs = [("llama", "f16", "greedy, f16 cache", []),
+                ("llama", "f16", "sampled, f16 cache", sampled),
+                ("llama", "f16", "greedy, q8_0 cache", ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0",
+                                                         "--flash-attn", "on"]),
+                ("llama", "f16", "sampled, q4_0 cache", sampled + ["--cache-type-k", "q4_0", "--cache-type-v",
+                                                                   "q4_0", "--flash-attn", "on"]),
+                ("llama", "q8_0", "greedy, Q8_0 weights", []),
+                ("qwen3", "f16", "greedy, f16 cache", []),
+                ("qwen3", "f16", "sampled, V transposed (no flash attention)", sampled + ["--flash-attn", "off"])]
+        for family, weights, run, extra in runs:
+            with self.subTest(family=family, run=run):
+                out = os.path.join(self.tmp.name, f"{family}-{weights}-{len(TABLE)}.kvtrace")
+                state = out.replace(".kvtrace", ".ggsq")
+                self.record(self.gguf[family, weights], out, "--save-state", state, *extra)
+                gguf = self.gguf[family, weights]
+                self.check(family, f"{run} ({weights} GGUF)", out, gguf, fr.Expectation())
+                if "q8_0 cache" in run:
+                    self.assertEqual(kvtrace.read_trace(out).extra["kv_cache"]["dtype"], "q8_0")
+                self.check(family, f"{run}: saved state (.ggsq)", state, gguf, fr.Expectation())
+                if (family, weights) == ("llama", "f16") and "f16 cache" in run:
+                    # The file llama.cpp ran is not the HF checkpoint (the audit says so by its
+                    # fingerprint): the same run without it, against the weights it came from.
+                    w = kvtrace.TraceWriter.from_trace(kvtrace.read_trace(out), dtype="F16")
+                    w.model["fingerprint"] = ""
+                    anonymous = out.replace(".kvtrace", ".anonymous.kvtrace")
+                    w.save(anonymous)
+                    self.check(family, f"{run} vs the HF checkpoint", anonymous, self.hf[family], fr.Expectation())
+
+    def reuse(self, cells: int, name: str):
+        """Request 0 runs PROMPT; request 1 (OTHER, sharing PROMPT's first 6 tokens) takes
+        `cells` of its cells with llama_memory_seq_cp and decodes the rest, as a prompt cache
+        that reuses them would. Recorded as the prefix hit the engine made."""
+        s = LlamaCppSession(self.gguf["llama", "f16"], 64, sequences=2)
+        w = kvtrace.TraceWriter(s.model_info(self.gguf["llama", "f16"]), engine=s.engine_name(), dtype="F16")
+        policy = {"temperature": 0.0, "generator": "kvscope"}
+        done = {}
+        for rid, prompt in ((0, PROMPT), (1, OTHER)):
+            w.add_request(rid, prompt, policy=policy, max_new_tokens=3, stop_reason="running")
+            start = 0
+            if rid == 1:
+                llama_cpp.llama_memory_seq_cp(s.memory(), 0, 1, 0, cells)
+                start = cells
+            fed, pos, stream, had = prompt[start:], list(range(start, len(prompt))), list(prompt), 0
+            for step in range(3):
+                logits = s.decode(fed, pos, rid)
+                layers = s.cache(rid)
+                t = int(np.argmax(logits))
+                keys = [k[0][:, had:] for k, _ in layers]
+                values = [v[0][:, had:] for _, v in layers]
+                w.add_step(rid, step, fed, pos, chosen=t, logits=logits, keys=keys, values=values,
+                           events=["arrival"] if step == 0 else [],
+                           reused_count=start if step == 0 else 0, reused_from=0 if step == 0 and start else -1)
+                had = layers[0][0].shape[2]
+                fed, pos = [t], [len(stream)]
+                stream.append(t)
+            w.update_request(rid, generated=stream[len(prompt):], stop_reason="max_new_tokens")
+            done[rid] = stream[:-1]  # the cache holds all but the last chosen token
+        trace = os.path.join(self.tmp.name, name + ".kvtrace")
+        w.save(trace)
+        state = os.path.join(self.tmp.name, name + ".ggsq")
+        s.save_state(state, done[1], 1)
+        return trace, state
+
+    def test_prompt_cache_reuse_off_by_one_is_found(self):
+        gguf = self.gguf["llama", "f16"]
+        trace, state = self.reuse(6, "reuse-6")
+        self.check("llama", "prompt-cache reuse of 6 shared tokens", trace, gguf, fr.Expectation())
+        self.check("llama", "  its saved state (.ggsq)", state, gguf, fr.Expectation())
+        trace, state = self.reuse(7, "reuse-7")
+        self.check("llama", "reuse off by one (seq_cp of 7 cells)", trace, gguf,
+                   fr.Expectation(["prefix_reuse"], first_step=0, first_layer=0, first_request=1), position=6)
+        # One sequence's state names no other request: token ownership at the corrupted cell.
+        self.check("llama", "  its saved state (.ggsq)", state, gguf,
+                   fr.Expectation(["position"], first_step=0, first_layer=0), position=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
