@@ -12,7 +12,7 @@ SECONDS_EACH="${1:-60}"
 BIN="$ROOT/build-fuzz/tests/fuzz"
 OUT="$ROOT/artifacts/fuzz"
 mkdir -p "$OUT"
-TARGETS=(safetensors trace trace_doc tokenizer_json tokenizer_model config gguf llama_state)
+TARGETS=(safetensors trace trace_doc tokenizer_json tokenizer_model config gguf llama_state mlx_cache)
 limit=(-max_total_time="$SECONDS_EACH")
 [[ -n "${KVSCOPE_FUZZ_RUNS:-}" ]] && limit=(-runs="$KVSCOPE_FUZZ_RUNS")
 

@@ -10,6 +10,9 @@
 # on PYTHONPATH over that virtualenv: the same torch, transformers 4. Made once the same way
 # ($KVSCOPE_LIVE_VENV-transformers4, a stamp of both requirement files' hashes).
 #
+# With --mlx it prints a folder holding MLX and mlx-lm (tests/live/requirements-mlx.txt, installed
+# without dependencies) for PYTHONPATH over that virtualenv ($KVSCOPE_LIVE_VENV-mlx).
+#
 # With --llama-cpp it prints a folder holding llama.cpp as tests/live/requirements-llama-cpp.txt
 # pins it: llama.cpp/ (convert_hf_to_gguf.py and its gguf-py, from the llama-cpp-python source
 # package) and site/ (llama_cpp built from that package, sentencepiece; gguf and accelerate,
@@ -20,26 +23,29 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REQ="$ROOT/tests/live/requirements.txt"
 VENV="${KVSCOPE_LIVE_VENV:-$HOME/.cache/kvscope/venv-live}"
 HASH="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [[ "${1:-}" == --transformers4 ]]; then
-  PY="$(bash "${BASH_SOURCE[0]}")" || exit 1
-  REQ4="$ROOT/tests/live/requirements-transformers4.txt"
-  DIR4="$VENV-transformers4"
-  HASH4="$HASH $(sha256sum "$REQ4" | cut -d' ' -f1)"
-  if [[ "$(cat "$DIR4/.kvscope-requirements" 2>/dev/null)" == "$HASH4" ]]; then
-    echo "$DIR4"
+# A folder of packages installed without dependencies over the virtualenv (--transformers4,
+# --mlx): REQUIREMENTS into $VENV-SUFFIX, stamped with both requirement files' hashes.
+overlay() {
+  local requirements="$ROOT/tests/live/$1" dir="$VENV-$2" py stamp
+  py="$(bash "${BASH_SOURCE[0]}")" || exit 1
+  stamp="$HASH $(sha256sum "$requirements" | cut -d' ' -f1)"
+  if [[ "$(cat "$dir/.kvscope-requirements" 2>/dev/null)" == "$stamp" ]]; then
+    echo "$dir"
     exit 0
   fi
-  rm -rf "$DIR4"
-  if ! "$(dirname "$PY")/pip" install --disable-pip-version-check -q --no-deps --target "$DIR4" \
-      -r "$REQ4" >&2; then
-    echo "live-python: pip install --target $DIR4 -r $REQ4 failed (see above)" >&2
-    rm -rf "$DIR4"
+  rm -rf "$dir"
+  if ! "$(dirname "$py")/pip" install --disable-pip-version-check -q --no-deps --target "$dir" \
+      -r "$requirements" >&2; then
+    echo "live-python: pip install --target $dir -r $requirements failed (see above)" >&2
+    rm -rf "$dir"
     exit 1
   fi
-  echo "$HASH4" > "$DIR4/.kvscope-requirements"
-  echo "$DIR4"
+  echo "$stamp" > "$dir/.kvscope-requirements"
+  echo "$dir"
   exit 0
-fi
+}
+[[ "${1:-}" == --transformers4 ]] && overlay requirements-transformers4.txt transformers4
+[[ "${1:-}" == --mlx ]] && overlay requirements-mlx.txt mlx
 if [[ "${1:-}" == --llama-cpp ]]; then
   PY="$(bash "${BASH_SOURCE[0]}")" || exit 1
   REQL="$ROOT/tests/live/requirements-llama-cpp.txt"

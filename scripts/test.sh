@@ -13,24 +13,25 @@ LIVE_PYTHON=""
 if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
   if LIVE_PYTHON="$(bash "$ROOT/scripts/live-python.sh")"; then
     cmake -DKVSCOPE_HF_PYTHON="$LIVE_PYTHON" "$BUILD_DIR" >/dev/null
-    if HF4_PATH="$(bash "$ROOT/scripts/live-python.sh" --transformers4)"; then
-      cmake -DKVSCOPE_HF4_PATH="$HF4_PATH" "$BUILD_DIR" >/dev/null
-    else
-      echo "not checked: the live transformers 4 tests (tests/live/requirements-transformers4.txt did not install, see above)" >&2
-      [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
-      cmake -DKVSCOPE_HF4_PATH= "$BUILD_DIR" >/dev/null
-    fi
-    if LLAMA_CPP_DIR="$(bash "$ROOT/scripts/live-python.sh" --llama-cpp)"; then
-      cmake -DKVSCOPE_LLAMA_CPP="$LLAMA_CPP_DIR" "$BUILD_DIR" >/dev/null
-    else
-      echo "not checked: the live GGUF and llama.cpp tests (tests/live/requirements-llama-cpp.txt did not install, see above)" >&2
-      [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
-      cmake -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
-    fi
+    # The folders over that virtualenv: each a live suite's library (live-python.sh OPTION),
+    # handed to CMake as VARIABLE; one that does not install is reported not checked.
+    live_folder() {
+      local option="$1" variable="$2" what="$3" requirements="$4" folder
+      if folder="$(bash "$ROOT/scripts/live-python.sh" "$option")"; then
+        cmake -D"$variable"="$folder" "$BUILD_DIR" >/dev/null
+      else
+        echo "not checked: the live $what tests ($requirements did not install, see above)" >&2
+        [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
+        cmake -D"$variable"= "$BUILD_DIR" >/dev/null
+      fi
+    }
+    live_folder --transformers4 KVSCOPE_HF4_PATH "transformers 4" tests/live/requirements-transformers4.txt
+    live_folder --mlx KVSCOPE_MLX_PATH MLX tests/live/requirements-mlx.txt
+    live_folder --llama-cpp KVSCOPE_LLAMA_CPP "GGUF and llama.cpp" tests/live/requirements-llama-cpp.txt
   else
     echo "not checked: the live transformers tests (no virtualenv with tests/live/requirements.txt, see above)" >&2
     [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
-    cmake -DKVSCOPE_HF_PYTHON= -DKVSCOPE_HF4_PATH= -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
+    cmake -DKVSCOPE_HF_PYTHON= -DKVSCOPE_HF4_PATH= -DKVSCOPE_MLX_PATH= -DKVSCOPE_LLAMA_CPP= "$BUILD_DIR" >/dev/null
   fi
 fi
 # With the sanitizer suite (below), which runs every core and CLI test again instrumented,
@@ -39,7 +40,7 @@ fi
 # packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|python_live_mlx$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"

@@ -19,8 +19,10 @@ void AuditInputArgs::addTo(CLI::App& cmd, AuditJobSpec& spec) {
   cmd.add_option("--weights-version", weightsVersions_,
                  "N=DIR: the checkpoint of weights version N that the trace's steps name "
                  "(repeatable; --model is version 0)");
-  cmd.add_option("--prompt", spec.prompts, "prompt text, one request each (built-in engine)");
-  cmd.add_option("--ids", ids_, "prompt token ids as 1,2,3, one request each");
+  cmd.add_option("--prompt", spec.prompts,
+                 "prompt text, one request each (built-in engine); with a saved mlx-lm cache that "
+                 "names no tokens, the text it was made from");
+  cmd.add_option("--ids", ids_, "prompt token ids as 1,2,3, one request each (or a saved cache's tokens)");
   cmd.add_option("--arrival", spec.arrivalTicks, "arrival tick per request (default 0)");
   cmd.add_option("--max-new", spec.maxNewTokens, "new tokens per request")
       ->check(wholeNumberIn(1, 1000000, "new tokens per request"));

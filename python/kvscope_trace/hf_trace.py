@@ -448,9 +448,9 @@ def _policy_from_args(args) -> Dict[str, Any]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="kvscope-record", description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="version", version=f"kvscope-record (kvscope-trace {__version__})")
-    ap.add_argument("--engine", choices=("transformers", "llama.cpp"), default="transformers",
-                    help="who runs the model: transformers (default) or llama.cpp through "
-                         "llama-cpp-python (llama_cpp_trace.py)")
+    ap.add_argument("--engine", choices=("transformers", "llama.cpp", "mlx"), default="transformers",
+                    help="who runs the model: transformers (default), llama.cpp through "
+                         "llama-cpp-python (llama_cpp_trace.py) or mlx-lm (mlx_trace.py)")
     ap.add_argument("--model", required=True,
                     help="local model directory, or a GGUF file (loaded by transformers' GGUF "
                          "loader, or run by llama.cpp with --engine llama.cpp)")
@@ -475,6 +475,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "attention soft-cap)")
     ap.add_argument("--no-fingerprint", action="store_true", help="skip hashing the weight files")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--save-state", default=None,
+                    help="llama.cpp, mlx: also save the last request's cache as the engine saves it "
+                         "(llama_state_seq_save_file; mlx-lm's save_prompt_cache, .safetensors)")
     from . import llama_cpp_trace
     llama_cpp_trace.add_arguments(ap)
     args = ap.parse_args(argv)
@@ -488,6 +491,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error(e.detail)
     if args.engine == "llama.cpp":
         return llama_cpp_trace.record(args, policy)
+    if args.engine == "mlx":
+        from . import mlx_trace
+        return mlx_trace.record(args, policy)
 
     import inspect
 

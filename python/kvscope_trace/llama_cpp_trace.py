@@ -196,8 +196,6 @@ def add_arguments(ap) -> None:
                    help="llama.cpp's V cache type (-ctv; a quantised one needs --flash-attn on)")
     g.add_argument("--flash-attn", default="auto", choices=("auto", "on", "off"))
     g.add_argument("--threads", type=int, default=1)
-    g.add_argument("--save-state", default=None,
-                   help="also save the last request's sequence state (llama_state_seq_save_file)")
 
 
 def record(args, policy: Dict[str, Any]) -> int:

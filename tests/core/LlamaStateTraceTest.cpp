@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "TestSupport.hpp"
+#include "kvscope/AuditJob.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/LlamaStateTrace.hpp"
@@ -182,6 +183,25 @@ TEST(LlamaState, OlderFilesAndGetDataBytesParse) {
     EXPECT_EQ(e.field(), "tokens") << e.what();
   }
   std::filesystem::remove(blobPath);
+}
+
+TEST(LlamaState, TheAuditJobReadsItWithTheModelAndItsOwnTokens) {
+  AuditJobSpec spec;
+  spec.modelDir = modelOf("hd32-f16.ggsq");
+  spec.traceFile = stateFixture("hd32-f16.ggsq");
+  EXPECT_TRUE(runAuditJob(spec).result.report.clean());
+  spec.promptIds = {states()["hd32-f16.ggsq"]["tokens"].get<std::vector<int64_t>>()};
+  EXPECT_TRUE(runAuditJob(spec).result.report.clean());  // the same tokens: agreed
+  spec.promptIds = {{1, 2, 3}};
+  try {
+    runAuditJob(spec);
+    ADD_FAILURE() << "other tokens were accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "tokens") << e.what();
+  }
+  AuditJobSpec noModel;
+  noModel.traceFile = noModel.referenceTraceFile = stateFixture("hd32-f16.ggsq");
+  EXPECT_THROW(runAuditJob(noModel), UsageError);
 }
 
 TEST(LlamaState, AnotherModelIsRefusedByName) {

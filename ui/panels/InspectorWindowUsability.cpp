@@ -42,10 +42,10 @@ QMenu* menuTitled(QMenuBar* bar, const QString& title) {
 }  // namespace
 
 QString InspectorWindow::traceFileFilter() {
-  // llama.cpp's saved sequence states are read as traces too (with the model); llama-server
-  // names a slot's file as the user asks, so any name is offered.
-  return tr("KV Scope traces (*.kvtrace);;llama.cpp saved slots and states (*.bin *.ggsq *.state);;"
-            "All files (*)");
+  // llama.cpp's saved sequence states and mlx-lm's prompt caches are read as traces too
+  // (with the model); llama-server names a slot's file as the user asks, so any is offered.
+  return tr("KV Scope traces (*.kvtrace);;llama.cpp and mlx-lm saved caches (*.bin *.ggsq *.state "
+            "*.safetensors);;All files (*)");
 }
 
 QStringList InspectorWindow::recentFiles() const { return recentMenu_->all(); }

@@ -36,6 +36,9 @@ struct TraceModelInfo {
   /// evidence reads it in trace+trace mode; model modes take the checkpoint's.
   std::optional<RopeConfig> rope;
   bool operator==(const TraceModelInfo& o) const;
+  /// The shape fields of a model of `config` (architecture, layers, heads, kv heads, head
+  /// size, vocabulary, positions); fingerprint, directory and dtypes are the caller's.
+  static TraceModelInfo ofConfig(const ModelConfig& config);
 };
 
 struct TraceRequest {

@@ -23,6 +23,7 @@ enum class FileKind {
   Pickle,  // Python pickle (older PyTorch .bin)
   Gguf,    // llama.cpp model
   LlamaState,  // llama.cpp sequence state ('ggsq': a saved slot), a trace read with the model
+  MlxCache,    // mlx-lm prompt cache (safetensors naming cache classes), read with the model
   Numpy,   // .npy
   Hdf5,    // .h5 (Keras)
   Image,   // PNG, JPEG
@@ -39,8 +40,11 @@ struct FileSniff {
   /// Why, in one short clause (e.g. "its safetensors metadata has format \"pt\", not
   /// \"kvtrace\""); may be empty.
   std::string detail;
-  /// A file the audit reads as a run: a .kvtrace, or a llama.cpp state (with --model).
-  bool isTrace() const { return kind == FileKind::KvTrace || kind == FileKind::LlamaState; }
+  /// A file the audit reads as a run: a .kvtrace, or a saved llama.cpp / mlx-lm cache (with
+  /// --model).
+  bool isTrace() const {
+    return kind == FileKind::KvTrace || kind == FileKind::LlamaState || kind == FileKind::MlxCache;
+  }
 };
 
 /// Looks at `path` without parsing it: the kind, and what it looks like in words.

@@ -5,6 +5,7 @@
 #include "audit/NumberText.hpp"
 #include "kvscope/Error.hpp"
 #include "kvscope/LlamaStateTrace.hpp"
+#include "kvscope/MlxPromptCacheTrace.hpp"
 #include "kvscope/Tokenizer.hpp"
 #include "kvscope/TraceFile.hpp"
 #include "kvscope/TraceModelFit.hpp"
@@ -47,9 +48,10 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     if (spec.traceFile.empty() || spec.referenceTraceFile.empty())
       throw UsageError("without --model, give both --trace (the cached run) and --reference-trace (the uncached run)");
     for (const auto* f : {&spec.traceFile, &spec.referenceTraceFile})
-      if (isLlamaStateFile(*f))
-        throw UsageError(*f + " is a llama.cpp sequence state: its rows are read with the model's "
-                         "heads and head size, so give --model (the GGUF or HF checkpoint) with it");
+      if (isLlamaStateFile(*f) || isMlxPromptCacheFile(*f))
+        throw UsageError(*f + " is a saved cache (" + (isLlamaStateFile(*f) ? "llama.cpp" : "mlx-lm") +
+                         "): its rows are read with the model's heads and head size, so give --model "
+                         "(the checkpoint that made it) with it");
     Trace reference = TraceFile::read(spec.referenceTraceFile);
     Trace cached = TraceFile::read(spec.traceFile);
     out.result = Auditor::auditTraces(reference, cached, spec.options);
@@ -83,8 +85,30 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
   if (tokenizer && options.tokenizerVocabSize == 0) options.tokenizerVocabSize = tokenizer->vocabSize();
   Trace trace;
   if (!spec.traceFile.empty()) {
-    trace = isLlamaStateFile(spec.traceFile) ? readLlamaStateTrace(spec.traceFile, model->checkpoint())
-                                             : TraceFile::read(spec.traceFile);
+    const bool llamaState = isLlamaStateFile(spec.traceFile);
+    if (llamaState || isMlxPromptCacheFile(spec.traceFile)) {
+      // A saved cache holds one sequence; the one --ids / --prompt given says what it was
+      // made from (an mlx-lm cache may name no tokens) and must agree with a file that does.
+      if (spec.promptIds.size() + spec.prompts.size() > 1)
+        throw UsageError("a saved cache holds one sequence: give at most one --ids or --prompt");
+      std::vector<int64_t> tokens = spec.promptIds.empty() ? std::vector<int64_t>{} : spec.promptIds.front();
+      if (!spec.prompts.empty()) {
+        if (!tokenizer) throw InputError(spec.modelDir, "tokenizer", "no tokenizer files: give --ids instead of text");
+        tokens = tokenizer->encode(spec.prompts.front(), true).ids;
+      }
+      if (llamaState) {
+        trace = readLlamaStateTrace(spec.traceFile, model->checkpoint());
+        if (!tokens.empty() && tokens != trace.requests.front().promptIds)
+          throw InputError(spec.traceFile, "tokens",
+                           "the state holds " + std::to_string(trace.requests.front().promptIds.size()) +
+                               " tokens, and the " + std::to_string(tokens.size()) +
+                               " given (--ids / --prompt) are not those");
+      } else {
+        trace = readMlxPromptCacheTrace(spec.traceFile, model->checkpoint(), tokens);
+      }
+    } else {
+      trace = TraceFile::read(spec.traceFile);
+    }
     // Another family's or shape's trace is a wrong input, not a divergence: refuse it here.
     requireTraceFitsModel(trace.model, spec.traceFile, model->config());
   } else {

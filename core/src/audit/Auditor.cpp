@@ -164,7 +164,7 @@ class AuditRun {
   void rowChecks(AuditStage stage, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
                  const FindingBuilder& f, std::vector<std::string>& checks) const {
     for (const FailureRow* row : RowRegistry::rows())
-      row->stageChecks({stage, trace_, analyses, tol_, f.has(row->id())}, checks);
+      row->stageChecks({stage, trace_, analyses, tol_, f.has(row->id()), f}, checks);
   }
 
   // Trace+trace lines (a batched request against its solo run); a row of the numerics stage
@@ -224,12 +224,16 @@ class AuditRun {
       return a.request < b.request || (a.request == b.request && a.step < b.step);
     });
     // A failed check says what failed, not the condition that did not hold.
-    st.checks.push_back(
-        std::string(diverged ? "FAIL: " : "ok: ") + std::to_string(diverged ? diverged : compared) +
-        " of " + std::to_string(compared) +
-        (diverged ? " logits rows beyond tolerance (" : " logits rows within tolerance (") +
-        tol_.dtype() + ", relative " + numberText(tol_.logitRelative(), 3) +
-        " x max(1, |logits|) x depth and position factors)");
+    if (compared == 0) {
+      st.checks.push_back("not checked: the trace holds no logits rows (a saved cache state)");
+    } else {
+      st.checks.push_back(
+          std::string(diverged ? "FAIL: " : "ok: ") + std::to_string(diverged ? diverged : compared) +
+          " of " + std::to_string(compared) +
+          (diverged ? " logits rows beyond tolerance (" : " logits rows within tolerance (") +
+          tol_.dtype() + ", relative " + numberText(tol_.logitRelative(), 3) +
+          " x max(1, |logits|) x depth and position factors)");
+    }
     if (first) {
       // Drift grows smoothly across layers; a bug jumps at one layer.
       std::ostringstream growth;

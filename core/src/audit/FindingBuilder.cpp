@@ -39,6 +39,10 @@ bool FindingBuilder::hasFor(const std::string& id, int64_t request) const {
   });
 }
 
+bool FindingBuilder::any(const std::function<bool(const Finding&)>& pred) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& e) { return pred(e.finding); });
+}
+
 std::vector<Finding> FindingBuilder::finish() const {
   auto sorted = entries_;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Entry& a, const Entry& b) {

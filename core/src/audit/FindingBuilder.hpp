@@ -4,6 +4,7 @@
 // and counts the requests each id affects.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,6 +78,8 @@ class FindingBuilder {
   void addExisting(const Finding& f, int64_t tick);
   bool has(const std::string& id) const;
   bool hasFor(const std::string& id, int64_t request) const;
+  /// Whether any finding so far satisfies `pred`.
+  bool any(const std::function<bool(const Finding&)>& pred) const;
   /// Findings ordered by first occurrence (tick, request), each consequence right after the
   /// root of its own request; `requests_affected` counts the requests that show the id.
   std::vector<Finding> finish() const;

@@ -191,16 +191,9 @@ class EngineRun {
 
  private:
   TraceModelInfo modelInfo() const {
-    TraceModelInfo m;
+    TraceModelInfo m = TraceModelInfo::ofConfig(cfg_);
     m.fingerprint = model_.fingerprint();
-    m.architecture = architectureName(cfg_.architecture);
     m.directory = model_.checkpoint().directory();
-    m.numLayers = cfg_.numLayers;
-    m.numHeads = cfg_.numHeads;
-    m.numKvHeads = cfg_.numKvHeads;
-    m.headDim = cfg_.headDim;
-    m.vocabSize = cfg_.vocabSize;
-    m.maxPositions = cfg_.maxPositions;
     m.storedDtype = model_.storedDtype();
     if (cfg_.usesRope() && cfg_.rope.type != "default") m.rope = cfg_.rope;
     return m;

@@ -137,15 +137,8 @@ Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, con
   Trace t;
   t.engine = "llama.cpp sequence state" + (s.version ? " (ggsq v" + std::to_string(s.version) + ")" : std::string());
   t.mode = "cached";
-  t.model.architecture = modelType;
-  t.model.directory = path;
-  t.model.numLayers = config.numLayers;
-  t.model.numHeads = config.numHeads;
-  t.model.numKvHeads = config.numKvHeads;
-  t.model.headDim = config.headDim;
-  t.model.vocabSize = config.vocabSize;
-  t.model.maxPositions = config.maxPositions;
-  t.model.storedDtype = "";  // llama.cpp's weights are not named by the state
+  t.model = TraceModelInfo::ofConfig(config);
+  t.model.directory = path;  // llama.cpp's weights are not named by the state
   declareCacheType(t, s, config);
   t.model.computeDtype = computeDtype(storedDtype, gguf, detail::ggmlTypeName(s.keys.front().type));
 

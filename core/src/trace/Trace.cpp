@@ -6,6 +6,18 @@
 
 namespace kvscope {
 
+TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c) {
+  TraceModelInfo m;
+  m.architecture = architectureName(c.architecture);
+  m.numLayers = c.numLayers;
+  m.numHeads = c.numHeads;
+  m.numKvHeads = c.numKvHeads;
+  m.headDim = c.headDim;
+  m.vocabSize = c.vocabSize;
+  m.maxPositions = c.maxPositions;
+  return m;
+}
+
 bool TraceModelInfo::operator==(const TraceModelInfo& o) const {
   return fingerprint == o.fingerprint && architecture == o.architecture &&
          directory == o.directory && numLayers == o.numLayers && numHeads == o.numHeads &&

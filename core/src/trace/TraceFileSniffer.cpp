@@ -8,6 +8,8 @@
 #include <regex>
 #include <string_view>
 
+#include "kvscope/MlxPromptCacheTrace.hpp"
+
 namespace kvscope {
 
 namespace {
@@ -94,6 +96,9 @@ FileSniff describeFile(const std::string& path) {
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) return make(FileKind::Missing, "a path that does not exist");
   if (fs::is_directory(st)) return make(FileKind::Directory, "a folder");
+  if (isMlxPromptCacheFile(path))
+    return make(FileKind::MlxCache, "an mlx-lm prompt cache (save_prompt_cache)",
+                "read as a run of the model given with it");
   const uint64_t size = fs::file_size(path, ec);
   std::ifstream in(path, std::ios::binary);
   if (ec || !in)

@@ -28,6 +28,8 @@ struct PolicyReplayReport;
 
 namespace kvscope::detail {
 
+class FindingBuilder;
+
 class DiagnosisContext;
 class FindingBuilder;
 class Tolerance;
@@ -92,6 +94,7 @@ struct StageCheckInput {
   const RequestAnalyses& analyses;
   const Tolerance& tolerance;
   bool fired;  // the row has a finding in this audit
+  const FindingBuilder& findings;  // every finding so far (a row's own evidence words its lines)
 };
 
 /// Trace+trace mode: the audited run against a reference run of the same requests.

@@ -1,5 +1,6 @@
 // `position` (the method's row 1): position ids that do not continue from the cache, fed
 // tokens that are not the request's stream, or keys computed at another position.
+#include "audit/FindingBuilder.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/rows/DiagnosisContext.hpp"
 #include "audit/rows/Rows.hpp"
@@ -127,8 +128,15 @@ class PositionRow final : public FailureRow {
 
   void stageChecks(const StageCheckInput& in, std::vector<std::string>& checks) const override {
     if (in.stage != AuditStage::Positions) return;
-    checks.push_back(in.fired ? "FAIL: decode positions do not continue from the prompt length"
-                              : "ok: decode positions continue from the prompt length");
+    // Two kinds of position finding: an offset, and token ownership (nearestRecords above).
+    const auto kind = [&](bool ownership) {
+      return in.findings.any([&](const Finding& f) {
+        return f.id == finding::Position && f.evidence.count("records_matching_before") == (ownership ? 1u : 0u);
+      });
+    };
+    if (kind(true)) checks.push_back("FAIL: a cache entry holds another token's row (token ownership)");
+    checks.push_back(kind(false) ? "FAIL: decode positions do not continue from the prompt length"
+                                 : "ok: decode positions continue from the prompt length");
   }
 };
 

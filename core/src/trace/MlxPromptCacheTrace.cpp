@@ -1,0 +1,170 @@
+#include "kvscope/MlxPromptCacheTrace.hpp"
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvscope/Error.hpp"
+#include "kvscope/SafetensorsFile.hpp"
+#include "trace/MlxPromptCache.hpp"
+
+namespace kvscope {
+
+namespace {
+
+constexpr size_t kMaxSniffedHeader = 1 << 20;
+
+bool endsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// One scalar of a layer's state ("i.2"), an integer.
+int64_t scalar(const SafetensorsFile& f, const std::string& name) {
+  const auto v = f.readInt64(name);
+  if (v.size() != 1) throw InputError(f.path(), name, "expected one integer (a scalar of the cache's state)");
+  return v.front();
+}
+
+std::vector<int64_t> namedTokens(const SafetensorsFile& f);
+
+// The file's own token list, or the caller's; both given must agree.
+std::vector<int64_t> tokensOf(const SafetensorsFile& f, const std::vector<int64_t>& given) {
+  const std::vector<int64_t> named = namedTokens(f);
+  if (!named.empty() && !given.empty() && named != given)
+    throw InputError(f.path(), "0.tokens",
+                     "the cache names its " + std::to_string(named.size()) + " tokens, and the " +
+                         std::to_string(given.size()) + " given (--ids / --prompt) are not those");
+  return named.empty() ? given : named;
+}
+
+std::vector<int64_t> namedTokens(const SafetensorsFile& f) {
+  const auto it = f.metadata().find("0.tokens");
+  if (it == f.metadata().end()) return {};
+  std::vector<int64_t> out;
+  std::string cur;
+  for (char c : it->second + ",") {
+    if (c == ',') {
+      if (cur.empty()) throw InputError(f.path(), "0.tokens", "expected comma-separated token ids");
+      try {
+        size_t used = 0;
+        out.push_back(std::stoll(cur, &used));
+        if (used != cur.size() || out.back() < 0) throw std::invalid_argument(cur);
+      } catch (const std::exception&) {
+        throw InputError(f.path(), "0.tokens", "'" + cur + "' is not a token id");
+      }
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool isMlxPromptCacheFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  if (!in.read(reinterpret_cast<char*>(&n), 8) || n == 0 || n > kMaxSniffedHeader) return false;
+  std::string header(static_cast<size_t>(n), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(n))) return false;
+  const auto doc = nlohmann::json::parse(header, nullptr, false);
+  if (!doc.is_object() || !doc.contains("__metadata__") || !doc["__metadata__"].is_object()) return false;
+  const auto& m = doc["__metadata__"];
+  return m.contains("1.0") && m["1.0"].is_string() && endsWith(m["1.0"].get<std::string>(), "Cache") &&
+         m.contains("2.0");
+}
+
+Trace readMlxPromptCacheTrace(const std::string& path, const Checkpoint& checkpoint,
+                              const std::vector<int64_t>& tokens) {
+  return detail::mlxPromptCacheTrace(path, checkpoint.config(), tokens);
+}
+
+namespace detail {
+
+Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, const std::vector<int64_t>& givenTokens) {
+  const auto file = SafetensorsFile::open(path);
+  const SafetensorsFile& f = *file;
+  std::vector<std::string> classes;
+  for (;;) {
+    const auto it = f.metadata().find("1." + std::to_string(classes.size()));
+    if (it == f.metadata().end()) break;
+    classes.push_back(it->second);
+  }
+  if (classes.empty()) throw InputError(path, "1.0", "no cache classes in the metadata: not an mlx-lm prompt cache");
+  if (static_cast<int64_t>(classes.size()) != config.numLayers)
+    throw InputError(path, "1." + std::to_string(classes.size() - 1),
+                     std::to_string(classes.size()) + " cache layers; the checkpoint has " +
+                         std::to_string(config.numLayers));
+  int64_t offset = -1;
+  Trace t;
+  t.engine = "mlx-lm prompt cache";
+  t.mode = "cached";
+  t.model = TraceModelInfo::ofConfig(config);
+  t.model.directory = path;
+  TraceStep step;
+  for (size_t l = 0; l < classes.size(); ++l) {
+    const std::string i = std::to_string(l);
+    const std::string& c = classes[l];
+    if (c != "KVCache" && c != "RotatingKVCache")
+      throw InputError(path, "1." + i, "an mlx-lm " + c + " layer; KV Scope reads KVCache and RotatingKVCache");
+    const int64_t layerOffset = scalar(f, i + ".2");
+    if (c == "RotatingKVCache") {
+      const int64_t maxSize = scalar(f, i + ".4"), index = scalar(f, i + ".5");
+      if (layerOffset > maxSize || index != layerOffset)
+        throw InputError(path, i + ".5",
+                         "a RotatingKVCache whose ring has wrapped (offset " + std::to_string(layerOffset) +
+                             ", max_size " + std::to_string(maxSize) + ", write index " + std::to_string(index) +
+                             "): its slots are out of position order, which KV Scope does not read yet");
+    }
+    if (offset >= 0 && layerOffset != offset)
+      throw InputError(path, i + ".2",
+                       "offset " + std::to_string(layerOffset) + "; layer 0's is " + std::to_string(offset));
+    offset = layerOffset;
+    TraceLayerRecord rec;
+    rec.cacheLength = offset;
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::string name = i + "." + std::to_string(kv);
+      const auto& e = f.entry(name);
+      if (e.shape.size() != 4 || e.shape[0] != 1 || e.shape[1] != config.numKvHeads || e.shape[3] != config.headDim ||
+          e.shape[2] < offset || offset < 0)
+        throw InputError(path, name,
+                         "shape " + shapeString(e.shape) + " with offset " + std::to_string(offset) +
+                             "; the checkpoint's cache is [1, " + std::to_string(config.numKvHeads) + ", >= offset, " +
+                             std::to_string(config.headDim) + "]");
+      const int64_t S = e.shape[2], d = config.headDim;
+      FloatTensor out = FloatTensor::zeros({config.numKvHeads, offset, d});
+      for (int64_t h = 0; h < config.numKvHeads; ++h)
+        f.readFloatElements(name, static_cast<size_t>(h * S * d), static_cast<size_t>(offset * d),
+                            out.data.data() + static_cast<size_t>(h * offset * d));
+      (kv == 0 ? rec.keys : rec.values) = std::move(out);
+    }
+    step.layers.push_back(std::move(rec));
+  }
+  const std::vector<int64_t> tokens = tokensOf(f, givenTokens);
+  if (tokens.empty())
+    throw InputError(path, "0.tokens",
+                     "the cache names no tokens: give the ids or the text it was made from "
+                     "(kvscope-cli audit --ids / --prompt)");
+  if (static_cast<int64_t>(tokens.size()) != offset)
+    throw InputError(path, "0.tokens",
+                     std::to_string(tokens.size()) + " tokens for a cache of " + std::to_string(offset) + " rows");
+  if (offset == 0) throw InputError(path, "0.2", "the cache is empty (offset 0)");
+  TraceRequest r;
+  r.promptIds = tokens;
+  r.stopReason = "unknown";  // a saved cache does not say whether the run went on
+  t.requests.push_back(r);
+  step.fedIds = tokens;
+  for (int64_t p = 0; p < offset; ++p) step.positions.push_back(p);
+  step.events = {"arrival"};
+  t.steps.push_back(std::move(step));
+  const auto& first = f.entry("0.0");
+  t.tensorDtype = first.dtype == SafetensorsDtype::F16 ? "F16" : first.dtype == SafetensorsDtype::BF16 ? "BF16" : "F32";
+  t.model.computeDtype = t.tensorDtype == "F16" ? "float16" : t.tensorDtype == "BF16" ? "bfloat16" : "float32";
+  return t;
+}
+
+}  // namespace detail
+
+}  // namespace kvscope

@@ -1,0 +1,142 @@
+"""Record a KV Scope trace from MLX-LM (Apple's MLX; `mlx[cpu]` runs on Linux too).
+
+    kvscope-record --engine mlx --model MODEL_DIR --prompt-ids 1,2,3 --max-new N \
+        [--save-state FINAL.safetensors] --out RUN.kvtrace
+
+mlx-lm loads the checkpoint (`mlx_lm.load`: HuggingFace safetensors or an MLX conversion) and
+runs it with its own cache (`make_prompt_cache`: a KVCache per layer); after every forward the
+recorder takes the logits row and each layer's rows (`keys[..., :offset, :]`) and records the
+rows that are new since the previous step. Tokens are chosen with KV Scope's policy and
+generator (hf_trace.decode). `--save-state` writes the last request's cache with mlx-lm's own
+`save_prompt_cache`, its metadata naming the tokens it holds ("tokens": "1,2,3"), which
+`kvscope-cli audit --model DIR --trace FILE.safetensors` reads (kvscope/MlxPromptCacheTrace.hpp).
+
+`MlxSession` is the engine for tests and bug reproductions: `forward(ids, positions, cache)`,
+`cache` (the mlx-lm cache list of the current request), `trim(n)` (mlx-lm's
+trim_prompt_cache).
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from . import __version__
+from . import trace as kvtrace
+
+
+class _CacheView:
+    """An mlx-lm cache as hf_trace's cache adapter reads it (`layers[i].keys/.values`,
+    [1, h_kv, t, d] numpy), holding the mlx-lm cache the next forward continues."""
+
+    def __init__(self, mlx_cache):
+        self.mlx = mlx_cache
+
+    @property
+    def layers(self):
+        out = []
+        for i, c in enumerate(self.mlx):
+            if type(c).__name__ != "KVCache":
+                raise TypeError(f"cache layer {i} is an mlx-lm {type(c).__name__}; the recorder reads KVCache "
+                                "layers (full attention)")
+            if c.keys is None:
+                out.append(SimpleNamespace(keys=None, values=None))
+                continue
+            k = np.array(c.keys[..., :c.offset, :].astype(_mx().float32))
+            v = np.array(c.values[..., :c.offset, :].astype(_mx().float32))
+            out.append(SimpleNamespace(keys=k, values=v))
+        return out
+
+
+def _mx():
+    import mlx.core as mx
+    return mx
+
+
+class MlxSession:
+    def __init__(self, model_dir: str):
+        from mlx_lm import load  # lazily: the rest of the package needs numpy only
+
+        self.model, self.tokenizer = load(model_dir)
+        self.model_dir = model_dir
+        self.cache = None
+
+    def new_cache(self):
+        from mlx_lm.models.cache import make_prompt_cache
+        self.cache = make_prompt_cache(self.model)
+        return self.cache
+
+    def logits(self, ids: List[int]) -> np.ndarray:
+        mx = _mx()
+        out = self.model(mx.array([ids]), cache=self.cache)
+        mx.eval(out)
+        return np.array(out[0, -1].astype(mx.float32))
+
+    def forward(self, ids: List[int], positions: List[int], cache):
+        """hf_trace.decode's forward: a new request (cache None) starts an empty cache. mlx-lm
+        places the fed tokens at the cache's offset; positions that say otherwise are refused."""
+        if cache is None:
+            self.new_cache()
+        offset = self.cache[0].offset
+        if positions[0] != offset:
+            raise ValueError(f"mlx-lm feeds at the cache offset {offset}, not position {positions[0]}")
+        return self.logits(ids), _CacheView(self.cache)
+
+    def trim(self, n: int) -> int:
+        from mlx_lm.models.cache import trim_prompt_cache
+        return trim_prompt_cache(self.cache, n)
+
+    def save(self, path: str, tokens: List[int]) -> None:
+        from mlx_lm.models.cache import save_prompt_cache
+        save_prompt_cache(path, self.cache, {"tokens": ",".join(str(int(t)) for t in tokens)})
+
+    def model_info(self, fingerprint: bool = True) -> Dict[str, Any]:
+        from .hf_trace import model_info
+        import transformers
+
+        from mlx.utils import tree_flatten
+
+        cfg = transformers.AutoConfig.from_pretrained(self.model_dir)
+        kinds = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(self.model.parameters())}
+        dtype = "bfloat16" if "bfloat16" in kinds else "float16" if "float16" in kinds else "float32"
+        return model_info(cfg, self.model_dir, int(cfg.vocab_size), dtype, fingerprint=fingerprint)
+
+    def engine_name(self) -> str:
+        import mlx.core
+        import mlx_lm
+        return f"mlx-lm {mlx_lm.__version__} (mlx {mlx.core.__version__}, kvscope-record {__version__})"
+
+
+def record(args, policy: Dict[str, Any]) -> int:
+    """kvscope-record --engine mlx."""
+    from .hf_trace import TraceRecorder, decode
+
+    if args.uncached:
+        raise SystemExit("kvscope-record: --uncached is transformers' reference; mlx-lm records its cached "
+                         "run (the audit recomputes the reference)")
+    if not os.path.isdir(args.model):
+        raise SystemExit(f"kvscope-record: --engine mlx loads a model folder, not {args.model}")
+    s = MlxSession(args.model)
+    prompts: List[Tuple[List[int], str]] = [(list(s.tokenizer.encode(t)), t) for t in args.prompt]
+    prompts += [([int(x) for x in p.split(",") if x.strip()], "") for p in args.prompt_ids]
+    info = s.model_info(fingerprint=not args.no_fingerprint)
+    rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=args.store)
+    eos = s.tokenizer.eos_token_ids if hasattr(s.tokenizer, "eos_token_ids") else []
+    last: List[int] = []
+    for rid, (ids, text) in enumerate(prompts):
+        out = decode(s.forward, rec, rid, ids, args.max_new, policy, eos_ids=sorted(eos),
+                     stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"], prompt_text=text)
+        last = ids + out[:-1]  # the cache holds all but the last chosen token
+        print(f"request {rid}: {len(ids)} prompt tokens -> {out}")
+    rec.save(args.out)
+    print(f"wrote {args.out}")
+    if args.save_state:
+        if not args.save_state.endswith(".safetensors"):
+            raise SystemExit("kvscope-record: mlx-lm's save_prompt_cache writes a .safetensors file")
+        s.save(args.save_state, last)
+        print(f"wrote {args.save_state}")
+    return 0
+

@@ -1,0 +1,25 @@
+// mlx-lm prompt caches (save_prompt_cache: safetensors naming each layer's cache class in its
+// metadata): the container, the classes, the state scalars (offset, max_size, write index),
+// the key/value shapes and offsets against a three-layer Llama of two 16-wide kv heads (the
+// fixture's shape), the token list of the metadata; given tokens when it has none.
+#include "FuzzSupport.hpp"
+#include "kvscope/ModelConfig.hpp"
+#include "trace/MlxPromptCache.hpp"
+
+#include <nlohmann/json.hpp>
+
+using namespace kvscope;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const ModelConfig config = ModelConfig::fromJson(
+      nlohmann::json{{"model_type", "llama"}, {"vocab_size", 1200}, {"hidden_size", 64},
+                     {"intermediate_size", 128}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                     {"num_key_value_heads", 2}, {"max_position_embeddings", 128}},
+      "fuzz-config.json");
+  const auto path = fuzz::scratch() / "input.safetensors";
+  fuzz::writeFile(path, data, size);
+  fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), config, {}); });
+  fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), config, std::vector<int64_t>(8, 5)); });
+  fuzz::expectUnchanged(path, data, size);
+  return 0;
+}

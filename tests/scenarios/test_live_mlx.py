@@ -1,0 +1,166 @@
+"""MLX (Apple's array framework; mlx[cpu] on Linux) and mlx-lm as the engine under audit,
+pinned in tests/live/requirements-mlx.txt (scripts/live-python.sh --mlx):
+
+- Clean runs of the Llama and Qwen3 fixtures, greedy and sampled, recorded by
+  `kvscope-record --engine mlx` (mlx-lm loads the HF checkpoint and runs its own KVCache),
+  audit clean against the checkpoint (Qwen3 without its sliding window).
+- mlx-lm's Qwen3 ignores `use_sliding_window` / `layer_types` (it attends over every row on
+  every layer; transformers' Qwen3 windows the sliding layers): on the Qwen3 fixture, whose
+  layers 1 and 2 slide over 6 positions, the audit says `sliding_window` from the 7th token on,
+  at the first sliding layer whose keys depend on attention (layer 2).
+- The cache mlx-lm saves (save_prompt_cache) audits clean by itself: with the token list the
+  recorder puts in its metadata, and without it (a cache mlx_lm.cache_prompt made) with the
+  tokens given by --ids.
+- A prompt-cache reuse off by one token through mlx-lm's own API: request 1 shares 6 prompt
+  tokens with request 0, whose cache is trimmed (trim_prompt_cache) to 7 entries instead of 6
+  and reused; request 1 feeds its tokens from position 7. Recorded as the prefix hit the
+  engine believed it made, it is `prefix_reuse` at request 1's first step, layer 0, position 6;
+  trimmed to 6 it is clean.
+
+One table: engine x family x run -> expected, got, where. CI runs it as ctest python_live_mlx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "python"))
+import foreign_runs as fr  # noqa: E402
+
+try:
+    import mlx.core  # noqa: F401
+    import mlx_lm
+    import transformers  # noqa: F401  (mlx-lm reads the checkpoint's config through it)
+    from kvscope_trace import hf_trace
+    from kvscope_trace import trace as kvtrace
+    from kvscope_trace.mlx_trace import MlxSession
+except ImportError as e:
+    raise unittest.SkipTest(f"needs mlx, mlx_lm and transformers ({e})")
+
+PROMPT = [5, 17, 300, 41, 99, 7, 12, 250, 3, 64]
+OTHER = PROMPT[:6] + [88, 91, 33, 47]
+MODELS = {"llama": os.path.join(REPO, "tests", "fixtures", "hf", "models", "llama"),
+          "qwen3": os.path.join(REPO, "tests", "fixtures", "families", "models", "qwen3")}
+TABLE = [["engine", "family", "run", "expected", "got", "where"]]
+
+
+def tearDownModule():
+    if len(TABLE) > 1:
+        print(f"\nmlx-lm {mlx_lm.__version__} under audit:\n" + fr.table(TABLE))
+
+
+class MlxUnderAuditTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        # The Qwen3 fixture as released Qwen3 checkpoints are: no sliding window.
+        full = os.path.join(cls.tmp.name, "qwen3-full")
+        shutil.copytree(MODELS["qwen3"], full)
+        with open(os.path.join(full, "config.json")) as f:
+            cfg = json.load(f)
+        cfg.update(use_sliding_window=False, sliding_window=None,
+                   layer_types=["full_attention"] * cfg["num_hidden_layers"])
+        with open(os.path.join(full, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        MODELS["qwen3 (no window)"] = full
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, family: str, run: str, trace: str, expect: fr.Expectation, extra=(), position=None):
+        got = fr.audit(trace, model=MODELS[family], extra=list(extra))
+        TABLE.append(["mlx-lm", family, run, ", ".join(expect.findings) or "clean",
+                      ", ".join(got.roots) or got.verdict or got.error,
+                      got.where() + (f" p{got.first['position']}" if got.first else "")])
+        problems = got.problems(expect)
+        if position is not None and (got.first or {}).get("position") != position:
+            problems.append(f"first position {(got.first or {}).get('position')} != {position}")
+        self.assertEqual(problems, [], got.report.get("findings", got.error))
+
+    def test_clean_runs_and_saved_caches_audit_clean(self):
+        sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]
+        for family in ("llama", "qwen3 (no window)"):
+            for run, extra in (("greedy", []), ("sampled", sampled)):
+                with self.subTest(family=family, run=run):
+                    out = os.path.join(self.tmp.name, f"{family}-{run}.kvtrace")
+                    cache = out.replace(".kvtrace", ".safetensors")
+                    self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS[family], "--prompt-ids",
+                                                    ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
+                                                    "--save-state", cache, "--out", out, *extra]), 0)
+                    self.check(family, run, out, fr.Expectation())
+                    self.check(family, f"{run}: saved prompt cache", cache, fr.Expectation())
+        # The windowed fixture: mlx-lm does not window; the audit names the row.
+        out = os.path.join(self.tmp.name, "qwen3-windowed.kvtrace")
+        self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS["qwen3"], "--prompt-ids",
+                                        ",".join(map(str, PROMPT)), "--max-new", "4", "--ignore-eos",
+                                        "--out", out]), 0)
+        self.check("qwen3", "greedy, sliding window 6 in the config", out,
+                   fr.Expectation(["sliding_window"], first_step=0, first_layer=2), position=6)
+        # A cache whose metadata names no tokens (as mlx_lm.cache_prompt writes it): --ids say.
+        s = MlxSession(MODELS["llama"])
+        s.new_cache()
+        s.logits(PROMPT)
+        from mlx_lm.models.cache import save_prompt_cache
+        plain = os.path.join(self.tmp.name, "plain.safetensors")
+        save_prompt_cache(plain, s.cache, {"model": "llama"})
+        self.check("llama", "prompt cache without tokens, --ids given", plain, fr.Expectation(),
+                   extra=["--ids", ",".join(map(str, PROMPT))])
+        r = subprocess.run([fr.cli_path(), "audit", "--model", MODELS["llama"], "--trace", plain],
+                           capture_output=True, text=True)
+        TABLE.append(["mlx-lm", "llama", "prompt cache without tokens, none given", "exit 2 naming 0.tokens",
+                      f"exit {r.returncode}", "-"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("0.tokens", r.stderr)
+
+    def reuse(self, keep: int, name: str) -> str:
+        """Request 0 runs PROMPT for 3 steps; its cache is trimmed to `keep` entries and
+        reused for request 1 (OTHER), which feeds its tokens from position `keep` on."""
+        s = MlxSession(MODELS["llama"])
+        w = kvtrace.TraceWriter(s.model_info(), engine=s.engine_name())
+        policy = {"temperature": 0.0, "generator": "kvscope"}
+        s.new_cache()
+        for rid, prompt in ((0, PROMPT), (1, OTHER)):
+            w.add_request(rid, prompt, policy=policy, max_new_tokens=3, stop_reason="running")
+            start = 0
+            if rid == 1:
+                s.trim(s.cache[0].offset - keep)
+                start = keep
+            fed, stream, had = prompt[start:], list(prompt), 0
+            for step in range(3):
+                pos = list(range(len(stream) - len(fed), len(stream)))
+                logits = s.logits(fed)
+                layers = [(np.array(c.keys[..., :c.offset, :]), np.array(c.values[..., :c.offset, :]))
+                          for c in s.cache]
+                t = int(np.argmax(logits))
+                w.add_step(rid, step, fed, pos, chosen=t, logits=logits,
+                           keys=[k[0][:, had:] for k, _ in layers], values=[v[0][:, had:] for _, v in layers],
+                           events=["arrival"] if step == 0 else [],
+                           reused_count=start if step == 0 else 0, reused_from=0 if step == 0 and start else -1)
+                had = layers[0][0].shape[2]
+                fed = [t]
+                stream.append(t)
+            w.update_request(rid, generated=stream[len(prompt):], stop_reason="max_new_tokens")
+        path = os.path.join(self.tmp.name, name + ".kvtrace")
+        w.save(path)
+        return path
+
+    def test_prompt_cache_reuse_off_by_one_is_found(self):
+        self.check("llama", "prompt-cache reuse of 6 shared tokens", self.reuse(6, "reuse-6"), fr.Expectation())
+        self.check("llama", "reuse off by one (trimmed to 7)", self.reuse(7, "reuse-7"),
+                   fr.Expectation(["prefix_reuse"], first_step=0, first_layer=0, first_request=1), position=6)
+
+
+if __name__ == "__main__":
+    unittest.main()
