@@ -480,6 +480,13 @@ class UsabilityMenusTest : public QObject {
     window_->setup()->setTraceFile(QString());
     QVERIFY(prompts->isEnabled());
     QVERIFY(window_->faults()->isEnabled());
+    // A saved cache holds one sequence: its prompt field says what it was made from.
+    window_->setup()->setTraceFile(
+        QStringLiteral(KVSCOPE_SOURCE_DIR "/tests/fixtures/mlx/llama-kv-plain.safetensors"));
+    QVERIFY(prompts->isEnabled());
+    QVERIFY(prompts->toolTip().contains(QStringLiteral("saved cache")));
+    QVERIFY(!window_->faults()->isEnabled());
+    window_->setup()->setTraceFile(QString());
   }
 
   void windowTitleNamesTheToolOnce() {

@@ -162,7 +162,14 @@ void DiagnosisPanel::refresh() {
   }
   const int root = stages_->rootCauseRow();
   if (report_->clean()) {
-    verdict_->setText(tr("<b style='color:%1'>Clean</b> — every stage passed.").arg(Theme::ok().name()));
+    // A stage that could not run (a saved cache has no logits) is not a pass: say so.
+    const auto skipped = std::count_if(report_->stages.begin(), report_->stages.end(),
+                                       [](const auto& st) { return st.status == StageStatus::Skipped; });
+    verdict_->setText(skipped == 0 ? tr("<b style='color:%1'>Clean</b> — every stage passed.").arg(Theme::ok().name())
+                                   : tr("<b style='color:%1'>Clean</b> — every stage that ran passed; %2 not "
+                                        "checked (below).")
+                                         .arg(Theme::ok().name())
+                                         .arg(skipped));
   } else {
     const QString rootText = root >= 0 ? tr("root stage: <b>%1</b>")
                                              .arg(QString::fromStdString(report_->stages[static_cast<size_t>(root)].title).toHtmlEscaped())

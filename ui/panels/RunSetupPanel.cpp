@@ -15,6 +15,8 @@
 
 #include <algorithm>
 
+#include "kvscope/TraceFileSniffer.hpp"
+
 namespace kvscope::ui {
 
 namespace {
@@ -155,8 +157,19 @@ void RunSetupPanel::updateApplicability() {
       "Clear the Trace field to run the built-in engine with these settings.");
   const QString prompts = tr("One prompt per line; each is one request of the built-in engine.");
   const QString sampling = tr("Sampling of the built-in engine (0 = greedy / off).");
-  prompts_->setEnabled(!trace);
-  prompts_->setToolTip(trace ? notUsed : prompts);
+  // A saved cache (llama.cpp state, mlx-lm prompt cache) holds one sequence: the one prompt
+  // given says what it was made from (an mlx-lm cache may name no tokens of its own).
+  const bool savedCache =
+      trace && [&] {
+        const FileKind k = describeFile(trace_->text().trimmed().toStdString()).kind;
+        return k == FileKind::MlxCache || k == FileKind::LlamaState;
+      }();
+  prompts_->setEnabled(!trace || savedCache);
+  prompts_->setToolTip(savedCache ? tr("A saved cache holds one sequence: the text it was made from, on one "
+                                       "line (needed when the file names no tokens; checked against its "
+                                       "own when it does).")
+                       : trace    ? notUsed
+                                  : prompts);
   arrivals_->setEnabled(!trace);
   arrivals_->setToolTip(
       trace ? notUsed

@@ -146,7 +146,7 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
   if (tokens.empty())
     throw InputError(path, "0.tokens",
                      "the cache names no tokens: give the ids or the text it was made from "
-                     "(kvscope-cli audit --ids / --prompt)");
+                     "(kvscope-cli audit --ids / --prompt; the inspector's Prompts field)");
   if (static_cast<int64_t>(tokens.size()) != offset)
     throw InputError(path, "0.tokens",
                      std::to_string(tokens.size()) + " tokens for a cache of " + std::to_string(offset) + " rows");
