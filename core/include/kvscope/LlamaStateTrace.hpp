@@ -26,6 +26,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kvscope/Checkpoint.hpp"
 #include "kvscope/Trace.hpp"
@@ -41,7 +42,9 @@ bool isLlamaStateFile(const std::string& path);
 /// records are the cells' rows. Throws InputError naming the file and the field: a damaged
 /// file (LlamaSeqState.hpp), a state without its token list, a token count that differs from
 /// the cells, a layer count or row width other than the model's, K and V of different cache
-/// types, a family KV Scope does not read from llama.cpp.
-Trace readLlamaStateTrace(const std::string& path, const Checkpoint& checkpoint);
+/// types, a family KV Scope does not read from llama.cpp, `tokens` (the caller's, when given)
+/// other than the file's.
+Trace readLlamaStateTrace(const std::string& path, const Checkpoint& checkpoint,
+                          const std::vector<int64_t>& tokens = {});
 
 }  // namespace kvscope

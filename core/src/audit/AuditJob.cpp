@@ -48,8 +48,8 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     if (spec.traceFile.empty() || spec.referenceTraceFile.empty())
       throw UsageError("without --model, give both --trace (the cached run) and --reference-trace (the uncached run)");
     for (const auto* f : {&spec.traceFile, &spec.referenceTraceFile})
-      if (isLlamaStateFile(*f) || isMlxPromptCacheFile(*f))
-        throw UsageError(*f + " is a saved cache (" + (isLlamaStateFile(*f) ? "llama.cpp" : "mlx-lm") +
+      if (const bool llama = isLlamaStateFile(*f); llama || isMlxPromptCacheFile(*f))
+        throw UsageError(*f + " is a saved cache (" + (llama ? "llama.cpp" : "mlx-lm") +
                          "): its rows are read with the model's heads and head size, so give --model "
                          "(the checkpoint that made it) with it");
     Trace reference = TraceFile::read(spec.referenceTraceFile);
@@ -96,16 +96,8 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
         if (!tokenizer) throw InputError(spec.modelDir, "tokenizer", "no tokenizer files: give --ids instead of text");
         tokens = tokenizer->encode(spec.prompts.front(), true).ids;
       }
-      if (llamaState) {
-        trace = readLlamaStateTrace(spec.traceFile, model->checkpoint());
-        if (!tokens.empty() && tokens != trace.requests.front().promptIds)
-          throw InputError(spec.traceFile, "tokens",
-                           "the state holds " + std::to_string(trace.requests.front().promptIds.size()) +
-                               " tokens, and the " + std::to_string(tokens.size()) +
-                               " given (--ids / --prompt) are not those");
-      } else {
-        trace = readMlxPromptCacheTrace(spec.traceFile, model->checkpoint(), tokens);
-      }
+      trace = llamaState ? readLlamaStateTrace(spec.traceFile, model->checkpoint(), tokens)
+                         : readMlxPromptCacheTrace(spec.traceFile, model->checkpoint(), tokens);
     } else {
       trace = TraceFile::read(spec.traceFile);
     }

@@ -49,7 +49,7 @@ class EngineRun {
                       ? "int8"
                       : options.kvCacheDtype;
     try {
-      if (quant.quantized() && quant.blockwise()) {
+      if (quant.blockwise()) {
         quant.scale = "per_block";
         if (cfg_.headDim % KvQuantization::kBlockElements != 0)
           throw std::invalid_argument(quant.dtype + " needs head_dim a multiple of 32 (its blocks), not " +

@@ -47,12 +47,20 @@ const std::pair<const char*, const char*> kModelTensors[] = {
     {"output.weight", "lm_head.weight"},
 };
 
+// The entry a GGUF file of architecture `gguf` loads as: its first.
+const LlamaCppArchitecture* llamaCppArchitectureOfGguf(const std::string& gguf) {
+  for (const auto& a : kGgufArchitectures)
+    if (gguf == a.gguf) return &a;
+  return nullptr;
+}
+
 }  // namespace
 
 std::string GgufModelView::supportedArchitectures() {
   std::string s;
+  // An architecture once, however many HF families it stands for.
   for (const auto& a : kGgufArchitectures)
-    if (s.find(a.gguf) == std::string::npos) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
+    if (llamaCppArchitectureOfGguf(a.gguf) == &a) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
   return s;
 }
 
@@ -71,9 +79,7 @@ std::string llamaCppModelTypes() {
 GgufModelView::GgufModelView(std::shared_ptr<const GgufFile> file) : file_(std::move(file)) {
   const GgufFile& f = *file_;
   const std::string& arch = f.string("general.architecture");
-  const LlamaCppArchitecture* a = nullptr;
-  for (const auto& x : kGgufArchitectures)
-    if (!a && arch == x.gguf) a = &x;
+  const LlamaCppArchitecture* a = llamaCppArchitectureOfGguf(arch);
   if (!a)
     throw InputError(f.path(), "general.architecture",
                      "'" + arch + "' is not an architecture KV Scope reads from GGUF (it reads " +

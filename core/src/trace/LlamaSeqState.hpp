@@ -62,8 +62,8 @@ LlamaSeqState readLlamaSeqStateFile(const std::string& path);
 
 /// readLlamaStateTrace (kvscope/LlamaStateTrace.hpp) on a parsed state, for a checkpoint of
 /// `config` whose weights are stored as `storedDtype` ("F16", "Q8_0", "mixed (...)"), a GGUF
-/// file or not.
+/// file or not; `tokens` the caller's (--ids / --prompt), which must be the file's.
 Trace traceFromLlamaState(const LlamaSeqState& state, const ModelConfig& config,
-                          const std::string& storedDtype, bool gguf);
+                          const std::string& storedDtype, bool gguf, const std::vector<int64_t>& tokens = {});
 
 }  // namespace kvscope::detail

@@ -8,6 +8,7 @@
 #include "gguf/GgufModelView.hpp"
 #include "kvscope/Error.hpp"
 #include "trace/LlamaSeqState.hpp"
+#include "trace/SavedCacheTrace.hpp"
 
 namespace kvscope {
 
@@ -94,15 +95,16 @@ bool isLlamaStateFile(const std::string& path) {
   return detail::looksLikeLlamaSeqState(head, 4);
 }
 
-Trace readLlamaStateTrace(const std::string& path, const Checkpoint& checkpoint) {
+Trace readLlamaStateTrace(const std::string& path, const Checkpoint& checkpoint,
+                          const std::vector<int64_t>& tokens) {
   return detail::traceFromLlamaState(detail::readLlamaSeqStateFile(path), checkpoint.config(),
-                                     checkpoint.storedDtype(), checkpoint.isGguf());
+                                     checkpoint.storedDtype(), checkpoint.isGguf(), tokens);
 }
 
 namespace detail {
 
 Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, const std::string& storedDtype,
-                          bool gguf) {
+                          bool gguf, const std::vector<int64_t>& given) {
   const std::string& path = s.source;
   const std::string modelType = architectureName(config.architecture);
   const auto* arch = detail::llamaCppArchitectureOf(modelType);
@@ -134,38 +136,26 @@ Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, con
                              std::to_string(config.numKvHeads) + " kv heads of " +
                              std::to_string(config.headDim) + " make " + std::to_string(width));
 
-  Trace t;
-  t.engine = "llama.cpp sequence state" + (s.version ? " (ggsq v" + std::to_string(s.version) + ")" : std::string());
-  t.mode = "cached";
-  t.model = TraceModelInfo::ofConfig(config);
-  t.model.directory = path;  // llama.cpp's weights are not named by the state
-  declareCacheType(t, s, config);
-  t.model.computeDtype = computeDtype(storedDtype, gguf, detail::ggmlTypeName(s.keys.front().type));
-
   // The i-th token sits in the cell of the i-th smallest position.
   std::vector<size_t> order(static_cast<size_t>(s.cells()));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.positions[a] < s.positions[b]; });
-
-  TraceRequest r;
-  r.id = 0;
-  r.promptIds.assign(s.tokens.begin(), s.tokens.end());
-  r.stopReason = "unknown";  // a saved state does not say whether the run went on
-  t.requests.push_back(r);
-
-  TraceStep step;
-  step.fedIds = r.promptIds;
-  for (size_t i : order) step.positions.push_back(s.positions[i]);
-  step.events = {"arrival"};
-  const bool permuted = arch->permutesQk;
+  std::vector<int64_t> positions;
+  for (size_t i : order) positions.push_back(s.positions[i]);
+  std::vector<TraceLayerRecord> layers;
   for (int64_t l = 0; l < config.numLayers; ++l) {
     TraceLayerRecord rec;
     rec.cacheLength = s.cells();
-    rec.keys = records(s.keys[static_cast<size_t>(l)], order, config.numKvHeads, config.headDim, permuted);
+    rec.keys = records(s.keys[static_cast<size_t>(l)], order, config.numKvHeads, config.headDim, arch->permutesQk);
     rec.values = records(s.values[static_cast<size_t>(l)], order, config.numKvHeads, config.headDim, false);
-    step.layers.push_back(std::move(rec));
+    layers.push_back(std::move(rec));
   }
-  t.steps.push_back(std::move(step));
+  Trace t = savedCacheTrace(
+      "llama.cpp sequence state" + (s.version ? " (ggsq v" + std::to_string(s.version) + ")" : std::string()), path,
+      config, savedCacheTokens(path, "tokens", std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), given),
+      std::move(positions), std::move(layers));
+  declareCacheType(t, s, config);
+  t.model.computeDtype = computeDtype(storedDtype, gguf, detail::ggmlTypeName(s.keys.front().type));
   return t;
 }
 

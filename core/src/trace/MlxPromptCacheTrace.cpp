@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
 #include "kvscope/Error.hpp"
 #include "kvscope/SafetensorsFile.hpp"
 #include "trace/MlxPromptCache.hpp"
+#include "trace/SavedCacheTrace.hpp"
 
 namespace kvscope {
 
@@ -24,18 +26,6 @@ int64_t scalar(const SafetensorsFile& f, const std::string& name) {
   const auto v = f.readInt64(name);
   if (v.size() != 1) throw InputError(f.path(), name, "expected one integer (a scalar of the cache's state)");
   return v.front();
-}
-
-std::vector<int64_t> namedTokens(const SafetensorsFile& f);
-
-// The file's own token list, or the caller's; both given must agree.
-std::vector<int64_t> tokensOf(const SafetensorsFile& f, const std::vector<int64_t>& given) {
-  const std::vector<int64_t> named = namedTokens(f);
-  if (!named.empty() && !given.empty() && named != given)
-    throw InputError(f.path(), "0.tokens",
-                     "the cache names its " + std::to_string(named.size()) + " tokens, and the " +
-                         std::to_string(given.size()) + " given (--ids / --prompt) are not those");
-  return named.empty() ? given : named;
 }
 
 std::vector<int64_t> namedTokens(const SafetensorsFile& f) {
@@ -98,12 +88,7 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
                      std::to_string(classes.size()) + " cache layers; the checkpoint has " +
                          std::to_string(config.numLayers));
   int64_t offset = -1;
-  Trace t;
-  t.engine = "mlx-lm prompt cache";
-  t.mode = "cached";
-  t.model = TraceModelInfo::ofConfig(config);
-  t.model.directory = path;
-  TraceStep step;
+  std::vector<TraceLayerRecord> layers;
   for (size_t l = 0; l < classes.size(); ++l) {
     const std::string i = std::to_string(l);
     const std::string& c = classes[l];
@@ -140,25 +125,16 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
                             out.data.data() + static_cast<size_t>(h * offset * d));
       (kv == 0 ? rec.keys : rec.values) = std::move(out);
     }
-    step.layers.push_back(std::move(rec));
+    layers.push_back(std::move(rec));
   }
-  const std::vector<int64_t> tokens = tokensOf(f, givenTokens);
-  if (tokens.empty())
-    throw InputError(path, "0.tokens",
-                     "the cache names no tokens: give the ids or the text it was made from "
-                     "(kvscope-cli audit --ids / --prompt; the inspector's Prompts field)");
+  const std::vector<int64_t> tokens = savedCacheTokens(path, "0.tokens", namedTokens(f), givenTokens);
   if (static_cast<int64_t>(tokens.size()) != offset)
     throw InputError(path, "0.tokens",
                      std::to_string(tokens.size()) + " tokens for a cache of " + std::to_string(offset) + " rows");
   if (offset == 0) throw InputError(path, "0.2", "the cache is empty (offset 0)");
-  TraceRequest r;
-  r.promptIds = tokens;
-  r.stopReason = "unknown";  // a saved cache does not say whether the run went on
-  t.requests.push_back(r);
-  step.fedIds = tokens;
-  for (int64_t p = 0; p < offset; ++p) step.positions.push_back(p);
-  step.events = {"arrival"};
-  t.steps.push_back(std::move(step));
+  std::vector<int64_t> positions(static_cast<size_t>(offset));
+  std::iota(positions.begin(), positions.end(), 0);
+  Trace t = savedCacheTrace("mlx-lm prompt cache", path, config, tokens, std::move(positions), std::move(layers));
   const auto& first = f.entry("0.0");
   t.tensorDtype = first.dtype == SafetensorsDtype::F16 ? "F16" : first.dtype == SafetensorsDtype::BF16 ? "BF16" : "F32";
   t.model.computeDtype = t.tensorDtype == "F16" ? "float16" : t.tensorDtype == "BF16" ? "bfloat16" : "float32";

@@ -28,8 +28,6 @@ struct PolicyReplayReport;
 
 namespace kvscope::detail {
 
-class FindingBuilder;
-
 class DiagnosisContext;
 class FindingBuilder;
 class Tolerance;
