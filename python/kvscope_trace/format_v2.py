@@ -2,7 +2,8 @@
 table as JSON columns (`steps: {"count": N, "request": [...], ...}`) and the per-step data
 packed into one tensor per kind (`logits` [R, V], `layer{l}.k|v|cache_k|cache_v`
 [h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2],
-`ring_positions` I32 [R, Lr, S]: the slot maps of the ring layers, see layer_kinds.py).
+`ring_positions` I32 [R, Lr, S]: the slot maps of the ring layers, see layer_kinds.py;
+`experts` I32 [N, L, K]: a mixture of experts' choices, one row per fed entry).
 
 Both directions live here: parse_columns and load_packed read, pack writes. The step fields
 both versions share are read by trace.py's parse_step (handed in), which also derives
@@ -26,7 +27,8 @@ VERSION = 2
 STEP_COLUMNS = ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_mask", "chosen",
                 "rng_draws_before", "rng_draws_after", "weights_version", "events", "logits_row",
                 "appended", "snapshot_lengths", "cache_lengths", "checksum_row", "draft_count",
-                "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks")
+                "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks",
+                "expert_row")
 REQUIRED_COLUMNS = ("request", "step", "fed_ids", "positions")
 
 
@@ -40,6 +42,7 @@ class Packing:
     checksums: Optional[List[tuple]] = None  # per layer (key, value) hex, from the tensor
     ring_row: int = -1
     ring: Optional[List[Optional[List[int]]]] = None  # per layer its slot map (ring layers), from the tensor
+    expert_row: int = -1
 
 
 # ----------------------------------------------------------------------------- read
@@ -102,7 +105,8 @@ def parse_columns(sj: Any, file: str, parse_step: Callable[[_Obj, int], Any], L:
         steps.append(st)
         packing.append(Packing(logits_row=s.row("logits_row"), appended=s.counts("appended", L),
                                 snapshot_lengths=s.counts("snapshot_lengths", L),
-                                checksum_row=s.row("checksum_row"), ring_row=s.row("ring_row")))
+                                checksum_row=s.row("checksum_row"), ring_row=s.row("ring_row"),
+                                expert_row=s.row("expert_row")))
     return steps, packing
 
 
@@ -190,7 +194,36 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
         if p.checksum_row >= 0:
             p.checksums = [(f"{int(k):016x}", f"{int(v):016x}") for k, v in sums[p.checksum_row]]
     _load_ring_maps(f, trace, packing)
+    _load_experts(f, trace, packing)
     return stored
+
+
+def _load_experts(f: _Container, trace: Any, packing: List[Packing]) -> None:
+    """experts [N, L, K] (I32): each step whose expert_row names a row gets its fed entries'
+    rows (Step.experts)."""
+    L = trace.model["num_layers"]
+    table = np.zeros((0, L, 1), np.int32)
+    if "experts" in f:
+        shape = list(f.shape("experts"))
+        if f.dtype("experts") != "I32" or len(shape) != 3 or shape[1] != L or not 1 <= shape[2] <= 256:
+            raise TraceError(f.path, "experts", f"{f.dtype('experts')} {shape}, expected I32 "
+                             f"[rows, {L}, K] (model.num_layers, K = 1..256 experts per token)")
+        table = f.read("experts")
+        if (table < -1).any():
+            row = int(np.argwhere(table < -1)[0][0])
+            raise TraceError(f.path, "experts", f"row {row} holds expert {int(table[table < -1][0])} "
+                             "(an expert index >= 0, or -1 for none)")
+    for i, (s, p) in enumerate(zip(trace.steps, packing)):
+        if p.expert_row < 0:
+            continue
+        if "experts" not in f:
+            raise TraceError(f.path, "experts", f"missing, but steps.expert_row[{i}] names row "
+                             f"{p.expert_row} (truncated or inconsistent trace)")
+        n = len(s.fed_ids)
+        if p.expert_row + n > len(table):
+            raise TraceError(f.path, f"steps.expert_row[{i}]", f"rows {p.expert_row}..{p.expert_row + n - 1} "
+                             f"(one per fed entry) but experts has {len(table)} rows")
+        s.experts = np.array(table[p.expert_row:p.expert_row + n], dtype=np.int32)
 
 
 def _load_ring_maps(f: _Container, trace: Any, packing: List[Packing]) -> None:
@@ -260,6 +293,7 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
     for k in ("logits_row", "appended", "snapshot_lengths", "cache_lengths", "checksum_row"):
         c[k] = []
     c["ring_row"], rings = _ring_rows(trace)
+    c["expert_row"], experts = _expert_rows(trace)
     for i, s in enumerate(steps):
         pairs = checksums[i] if checksums is not None else [(l.checksum_k, l.checksum_v) for l in s.layers]
         c["logits_row"].append(len(logits) if s.logits is not None else -1)
@@ -289,7 +323,7 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
                 "weights_version": [0] * n, "events": [[]] * n, "logits_row": [-1] * n,
                 "appended": [None] * n, "snapshot_lengths": [None] * n, "cache_lengths": [None] * n,
                 "checksum_row": [-1] * n, "draft_count": [0] * n, "accepted_count": [0] * n,
-                "ring_row": [-1] * n}
+                "ring_row": [-1] * n, "expert_row": [-1] * n}
     for k, d in defaults.items():
         if c[k] == d:
             del c[k]
@@ -301,7 +335,24 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
         for k in s.extra:
             if k not in c and k not in STEP_COLUMNS and k != "count":
                 c[k] = [t.extra.get(k) for t in steps]
-    return c, logits, kv, snaps, sums, rings
+    return c, logits, kv, snaps, sums, rings, experts
+
+
+def _expert_rows(trace: Any):
+    """(the expert_row column, the rows of experts): a step with expert choices gets its first
+    row; a step whose entries took fewer experts than another's is padded with -1."""
+    column, rows = [], []
+    slots = max((np.asarray(s.experts).shape[2] for s in trace.steps if s.experts is not None), default=0)
+    for s in trace.steps:
+        if s.experts is None:
+            column.append(-1)
+            continue
+        e = np.full((len(s.fed_ids), trace.model["num_layers"], slots), -1, np.int32)
+        given = np.asarray(s.experts, dtype=np.int32)
+        e[:, :, :given.shape[2]] = given
+        column.append(len(rows))
+        rows.extend(e)
+    return column, rows
 
 
 def _ring_rows(trace: Any):
@@ -333,12 +384,14 @@ def pack(trace: Any, dtype: str, checksums: Optional[List[list]] = None):
     """The version-2 step columns of `trace` and its tensors as (name, array, dtype) for
     write_safetensors; a tensor whose column total is 0 is left out. `checksums`: as for
     columns_of (those a file stored as `dtype` can carry)."""
-    columns, logits, kv, snaps, sums, rings = columns_of(trace, checksums)
+    columns, logits, kv, snaps, sums, rings, experts = columns_of(trace, checksums)
     tensors = []
     if sums:  # first: U64 rows stay 8-byte aligned whatever the float dtype
         tensors.append(("checksums", np.array(sums, dtype=np.uint64), "U64"))
     if rings:  # then the I32 maps, still 8-byte aligned
         tensors.append(("ring_positions", np.array(rings, dtype=np.int32), "I32"))
+    if experts:  # I32 too
+        tensors.append(("experts", np.array(experts, dtype=np.int32), "I32"))
     if logits:
         tensors.append(("logits", np.stack(logits), dtype))
     for l, name in enumerate(trace.stored_layers()):  # named by model layer

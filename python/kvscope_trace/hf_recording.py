@@ -76,7 +76,10 @@ class _Recording:
         attn = getattr(model.config, "_attn_implementation", None) or "default"
         engine = (f"{ENGINE} recording (transformers {transformers.__version__}, "
                   f"torch {torch.__version__}, attention {attn})")
-        self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store)
+        from .hf_routing import ExpertTap
+        self.experts = ExpertTap(model, info["num_layers"])  # a mixture of experts' routers
+        self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store,
+                                 expert_tap=self.experts if self.experts.active else None)
         self.requests = 0       # requests recorded so far (ids 0..requests-1)
         self.groups = 0         # batch groups so far
         self.rows: List[int] = []  # the running generate call's request id per batch row
@@ -128,7 +131,8 @@ class _Recording:
                 request, self.step, fed, positions, logits, -1,
                 cache=getattr(out, "past_key_values", None) or cache,
                 events=["arrival"] if self.step == 0 else [], batch_index=b,
-                slot=b if len(self.rows) > 1 else request, fed_mask=fed_mask, tick=tick)
+                slot=b if len(self.rows) > 1 else request, fed_mask=fed_mask, tick=tick,
+                batch_rows=len(self.rows))
         self.step += 1
         return out
 
@@ -210,6 +214,7 @@ def recording(model, path: str, model_dir: Optional[str] = None, store: str = "F
     try:
         yield r.rec
     finally:  # the methods as they were (an instance's own, e.g. a hook's, or the class's)
+        r.experts.close()
         for n in ("forward", "generate"):
             if n in own:
                 setattr(model, n, own[n])

@@ -257,8 +257,11 @@ class TraceRecorder:
     len(fed_ids) columns), as KV Scope's uncached engine records them."""
 
     def __init__(self, model: Dict[str, Any], engine: str = ENGINE, mode: str = "cached",
-                 snapshots: bool = False, checksums: bool = True, dtype: str = "F32"):
+                 snapshots: bool = False, checksums: bool = True, dtype: str = "F32",
+                 expert_tap=None):
         self.writer = kvtrace.TraceWriter(model, engine=engine, mode=mode, dtype=dtype)
+        # a mixture of experts: hf_routing.ExpertTap on the model's routers (None: dense)
+        self.expert_tap = expert_tap
         self.mode, self.snapshots = mode, snapshots
         self.checksums = checksums and kvtrace.HAVE_XXHASH and mode == "cached"
         self.tick = 0
@@ -283,9 +286,11 @@ class TraceRecorder:
                     rng_draws_after: int = 0, events: Sequence[str] = (), batch_index: int = 0,
                     slot: Optional[int] = None, weights_version: int = 0,
                     fed_mask: Optional[Sequence[int]] = None,
-                    tick: Optional[int] = None) -> kvtrace.Step:
+                    tick: Optional[int] = None, batch_rows: int = 1) -> kvtrace.Step:
         """`tick`: the engine clock of the step (default: the next one); the rows of one
-        batched forward share theirs. `fed_mask`: 0 for left padding (see the format)."""
+        batched forward share theirs. `fed_mask`: 0 for left padding (see the format).
+        With an expert tap, the step's experts are row `batch_index` (of `batch_rows`) of the
+        latest forward's, its last len(fed_ids) entries."""
         m = self.model
         L, H, D = m["num_layers"], m["num_kv_heads"], m["head_dim"]
         events = list(events)
@@ -337,6 +342,8 @@ class TraceRecorder:
                 kw.update(checksums_k=[kvtrace.cache_checksum(k) for k, _ in rows],
                           checksums_v=[kvtrace.cache_checksum(v) for _, v in rows])
             self._lengths[request] = lengths
+        if self.expert_tap is not None:
+            kw["experts"] = self.expert_tap.take(len(fed_ids), batch_index, batch_rows)
         st = self.writer.add_step(request=request, step=step, fed_ids=fed_ids, positions=positions,
                                   chosen=chosen, logits=None if logits is None else to_numpy(logits),
                                   rng_draws_before=rng_draws_before, rng_draws_after=rng_draws_after,
@@ -569,8 +576,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     engine = (f"{ENGINE} (transformers {transformers.__version__}, torch {torch.__version__}, "
               f"attention {attn})")
+    from .hf_routing import ExpertTap
+    tap = ExpertTap(model, info["num_layers"])
     rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
-                        snapshots=args.snapshots, dtype=args.store)
+                        snapshots=args.snapshots, dtype=args.store,
+                        expert_tap=tap if tap.active else None)
     for rid, (ids, text) in enumerate(prompts):
         out = decode(forward, rec, rid, ids, args.max_new, policy, eos_ids=eos_ids,
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],

@@ -100,6 +100,9 @@ class Step:
     reused_blocks: Optional[List[int]] = None
     logits: Optional[np.ndarray] = None        # float32 [V]
     layers: List[LayerRecord] = dataclasses.field(default_factory=list)
+    # a mixture of experts: per fed entry and model layer the experts the router chose,
+    # int32 [len(fed_ids), num_layers, K], -1 for none (a dense layer, an unused slot)
+    experts: Optional[np.ndarray] = None
     extra: Dict[str, Any] = dataclasses.field(default_factory=dict)  # unknown keys, kept
 
     def rejected_count(self) -> int:

@@ -121,7 +121,7 @@ class TraceWriter:
                  draft_count: int = 0, accepted_count: int = 0,
                  ring_positions: Optional[Sequence[Sequence[int]]] = None,
                  reused_count: int = 0, reused_from: int = -1,
-                 reused_blocks: Optional[Sequence[int]] = None) -> Step:
+                 reused_blocks: Optional[Sequence[int]] = None, experts=None) -> Step:
         """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
         cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
         Checksums are computed from the snapshots when xxhash is available and none are
@@ -134,7 +134,9 @@ class TraceWriter:
         Prefix caching: reused_count N entries came from the prefix cache (prompt_ids[:N] at
         positions 0 .. N-1; fed_ids are the rest), computed for request reused_from (-1:
         unknown; else a request already added) as blocks reused_blocks (ids, informational);
-        each layer's keys/values hold the N reused rows first, then the fed tokens' records."""
+        each layer's keys/values hold the N reused rows first, then the fed tokens' records.
+        experts (a mixture of experts): [len(fed_ids), num_layers, K] integers, the experts the
+        router chose per fed entry and model layer in its order, -1 for none (a dense layer)."""
         m = self.model
         L, H, D, V = self._layer_count(), m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
@@ -167,6 +169,13 @@ class TraceWriter:
                   reused_from=int(reused_from),
                   reused_blocks=[int(b) for b in reused_blocks]
                   if reused_blocks is not None and len(reused_blocks) else None)
+        if experts is not None:
+            e = np.asarray(experts)
+            if e.ndim != 3 or e.shape[0] != len(fed_ids) or e.shape[1] != m["num_layers"] or \
+                    not 1 <= e.shape[2] <= 256 or e.dtype.kind not in "iu" or (e < -1).any():
+                raise ValueError(f"experts: shape {list(e.shape)} ({e.dtype}); expected integers >= -1 of "
+                                 f"[{len(fed_ids)} fed entries, {m['num_layers']} layers, K <= 256]")
+            st.experts = e.astype(np.int32)
         if logits is not None:
             st.logits = _float32(logits, "logits").reshape(-1)
             if st.logits.shape != (V,):

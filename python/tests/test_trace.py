@@ -211,6 +211,43 @@ class RoundTrip(TempDir, unittest.TestCase):
         self.assertEqual(t.stored_dtypes, ["F32"])
         self.assertEqual([s.step for s in t.steps_of(1)], [0, 1, 2])
 
+    def test_expert_choices_round_trip_and_damaged_ones_are_refused(self):
+        w = small_writer()
+        L = MODEL["num_layers"]
+        two = np.full((3, L, 2), -1, np.int32)
+        two[:, 0] = [[1, 3], [0, 2], [3, 1]]  # layer 0 routed, the others dense
+        three = np.full((1, L, 3), -1, np.int32)
+        three[0, 0] = [2, 0, 1]  # a step whose token took 3 experts: the file pads the others
+        w.steps[0].experts, w.steps[2].experts = two, three
+        path = self.path("experts.kvtrace")
+        w.save(path)
+        t = kvtrace.read_trace(path)
+        padded = np.full((3, L, 3), -1, np.int32)
+        padded[:, :, :2] = two
+        np.testing.assert_array_equal(t.steps[0].experts, padded)
+        np.testing.assert_array_equal(t.steps[2].experts, three)
+        self.assertIsNone(t.steps[1].experts)
+        doc = kvtrace.document(t)
+        self.assertEqual(doc["steps"]["expert_row"], [0, -1, 3, -1, -1])
+        with self.assertRaises(ValueError):  # one row per fed entry
+            w.add_step(request=0, step=2, fed_ids=[623], positions=[4], experts=np.zeros((2, L, 2), np.int32))
+        with self.assertRaises(ValueError):  # ids below -1
+            w.add_step(request=0, step=2, fed_ids=[623], positions=[4], experts=np.full((1, L, 2), -3))
+        # A damaged tensor: an id below -1, named with the file and the tensor.
+        with open(path, "rb") as f:
+            raw = bytearray(f.read())
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8:8 + n])
+        at = 8 + n + header["experts"]["data_offsets"][0]
+        raw[at:at + 4] = (-9).to_bytes(4, "little", signed=True)
+        bad = self.path("experts-bad.kvtrace")
+        with open(bad, "wb") as f:
+            f.write(bytes(raw))
+        with self.assertRaises(kvtrace.TraceError) as e:
+            kvtrace.read_trace(bad)
+        self.assertIn("experts", str(e.exception))
+        self.assertIn("expert -9", str(e.exception))
+
     def test_file_layout_is_safetensors(self):
         path = self.path("layout.kvtrace")
         small_writer().save(path)
@@ -244,7 +281,8 @@ class RoundTrip(TempDir, unittest.TestCase):
         # all-default optional columns are left out (tick == i, slot == request, no masks,
         # no snapshots, no checksums)
         left_out = ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
-                    "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks")
+                    "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks",
+                    "expert_row")
         for k in left_out:
             self.assertNotIn(k, st)
         self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - set(left_out))

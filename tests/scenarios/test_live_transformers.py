@@ -84,6 +84,7 @@ def note(family: str, run: str, expected: str, rc: int, rep: dict) -> None:
 
 
 def tearDownModule():
+    """Prints the rows noted since the last print (test_live_moe_routing shares the table)."""
     if not TABLE:
         return
     head = ("engine", "family", "run", "expected", "got", "request/step/layer/position")
@@ -91,6 +92,7 @@ def tearDownModule():
     line = lambda r: "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
     print("\nkvscope-record on real transformers, audited:\n" + line(head) + "\n" +
           "\n".join(line(r) for r in TABLE))
+    TABLE.clear()
 
 
 def demo_checkpoint(root: str, arch: str, *extra: str, name: str = None) -> str:

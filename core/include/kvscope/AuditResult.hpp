@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvscope/AuditReport.hpp"
+#include "kvscope/ExpertRouting.hpp"
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/Trace.hpp"
 
@@ -23,6 +24,11 @@ struct RequestReference {
   // A quantised cache's reference rounds its K/V; per position, how far that rounding moves
   // the logits (max |rounded - unrounded reference|). Empty otherwise.
   std::vector<float> roundingEffect;
+  // A mixture of experts whose trace records the engine's expert choices: where they
+  // differed from the reference router's own (RoutingDecision: taken on a near tie, kept
+  // otherwise). Empty otherwise, and in trace+trace mode.
+  std::vector<RoutingDecision> routing;
+  int64_t routedTokens = 0;  // stream tokens whose engine experts the reference knew
 };
 
 enum class KvKind { Keys, Values };

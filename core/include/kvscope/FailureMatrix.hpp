@@ -31,6 +31,7 @@ inline constexpr const char* WindowWrap = "window_wrap";
 inline constexpr const char* QkNormOrder = "qk_norm_order";
 inline constexpr const char* NopeLayerRope = "nope_layer_rope";
 inline constexpr const char* SoftcapDropped = "softcap_dropped";
+inline constexpr const char* ExpertRouting = "expert_routing";
 inline constexpr const char* LayerRopeTheta = "layer_rope_theta";
 inline constexpr const char* PartialRotary = "partial_rotary";
 inline constexpr const char* SinkDropped = "sink_dropped";

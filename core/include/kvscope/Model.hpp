@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvscope/Checkpoint.hpp"
+#include "kvscope/ExpertRouting.hpp"
 #include "kvscope/FloatTensor.hpp"
 #include "kvscope/KvQuantization.hpp"
 #include "kvscope/MemoryBudget.hpp"
@@ -25,6 +26,9 @@ struct ReferenceRun {
   std::vector<FloatTensor> keys;          // per layer [h_kv, T, d] as a cache would hold them
   std::vector<FloatTensor> values;        // per layer [h_kv, T, d]
   uint64_t weightsVersion = 0;
+  /// A pass given an ExpertGuide: every token and layer where the engine's experts differed
+  /// from the pass's own top-k, and whether it took them (a near tie).
+  std::vector<RoutingDecision> routing;
 };
 
 /// What a long pass (the uncached reference of a long stream) does between layers: it
@@ -76,8 +80,11 @@ class Model {
   /// turns each row as the full-prefix recompute of the step that fed it did: the prefill's
   /// rows with the set of a forward of `prefill` tokens, each later row p with that of a
   /// forward of p + 1.
+  /// `experts` (a mixture of experts): another engine's expert choices, taken where the
+  /// pass's own router cannot tell them from its own (kvscope/ExpertRouting.hpp).
   ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {},
-                         const PassWatch& watch = {}, int64_t prefill = -1) const;
+                         const PassWatch& watch = {}, int64_t prefill = -1,
+                         const ExpertGuide* experts = nullptr) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory.
@@ -90,10 +97,10 @@ class Model {
  private:
   Model() = default;
   ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                                  const PassWatch& watch, int64_t prefill) const;
+                                  const PassWatch& watch, int64_t prefill, const ExpertGuide* experts) const;
   /// One uncached forward over `ids` (referenceUnchecked joins two for LongRoPE).
   ReferenceRun onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                       const PassWatch& watch) const;
+                       const PassWatch& watch, const ExpertGuide* experts) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

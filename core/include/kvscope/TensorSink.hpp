@@ -4,6 +4,8 @@
 //   "k_proj"  [B, h_kv, s, d]  keys as cached (after RoPE where the architecture applies it)
 //   "v_proj"  [B, h_kv, s, d]  values as cached
 //   "attn_out"[B, s, H]        attention output after the output projection
+//   "experts" [B, s, K]        a mixture-of-experts layer: the experts each token took (ids as
+//                              floats, -1 for an unused slot)
 //   "hidden"  [B, s, H]        the layer's output (residual stream)
 //   "final"   [B, s, H]        after the final norm (layer = numLayers)
 //   "logits"  [B, s, V]        (layer = numLayers)

@@ -61,7 +61,12 @@ class AuditRun {
         opts_(o),
         tol_(cached.model.computeDtype, o.toleranceScale, storage, cached.model.numLayers,
              cached.kvCache, referenceRounded, attentionFactor),
-        window_(slidingWindow) {}
+        window_(slidingWindow) {
+    // A mixture of experts: the reference takes the engine's experts on near ties.
+    refs_.followExperts([this](int64_t layer, int64_t token, double maxAbs) {
+      return tol_.routerMargin(layer, token, maxAbs);
+    });
+  }
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
     AuditResult out;
@@ -83,7 +88,7 @@ class AuditRun {
 
     // Walk every request against the reference of its own stream.
     std::map<int64_t, std::vector<StepAnalysis>> analyses;
-    std::map<int64_t, const RequestReference*> latest;
+    std::map<int64_t, const RequestReference*>& latest = latest_;
     size_t done = 0;
     for (const auto& req : trace_.requests) {
       if (opts_.cancelled && opts_.cancelled()) throw AuditCancelled();
@@ -164,7 +169,8 @@ class AuditRun {
   void rowChecks(AuditStage stage, const std::map<int64_t, std::vector<StepAnalysis>>& analyses,
                  const FindingBuilder& f, std::vector<std::string>& checks) const {
     for (const FailureRow* row : RowRegistry::rows())
-      row->stageChecks({stage, trace_, analyses, tol_, f.has(row->id()), f}, checks);
+      row->stageChecks({stage, trace_, analyses, tol_, f.has(row->id()), f, latest_, refs_.modelConfig()},
+                       checks);
   }
 
   // Trace+trace lines (a batched request against its solo run); a row of the numerics stage
@@ -407,6 +413,7 @@ class AuditRun {
   const AuditOptions& opts_;
   Tolerance tol_;
   int64_t window_;
+  std::map<int64_t, const RequestReference*> latest_;  // request -> its latest reference
 };
 
 // Cross-check of the teacher-forced reference: recompute every step's row with its own

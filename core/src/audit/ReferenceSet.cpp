@@ -94,10 +94,21 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     if (ids.empty()) return nullptr;
     const TraceRequest* req = trace_->findRequest(request);
     const int64_t prefill = req ? static_cast<int64_t>(req->promptIds.size()) : -1;
-    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill);
+    ExpertGuide guide;
+    if (req && m->config().moe.numExperts > 0) guide = expertGuideOf(*trace_, *req, ids);
+    guide.margin = expertMargin_;
+    const ExpertGuide* experts = guide.slots > 0 ? &guide : nullptr;
+    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts);
     ref.request = request;
     if (trace_->kvCache.quantized())
-      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_, prefill));
+      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_, prefill, experts));
+    ref.routing = std::move(run.routing);
+    for (size_t t = 0; experts && t < ids.size(); ++t) {
+      bool known = false;
+      for (int64_t l = 0; l < guide.layers && !known; ++l)
+        known = !guide.at(static_cast<int64_t>(t), l).empty();
+      ref.routedTokens += known ? 1 : 0;
+    }
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);
@@ -105,6 +116,38 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
   }
   cache_[key] = std::move(ref);
   return &cache_[key];
+}
+
+ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
+                          const std::vector<int64_t>& stream) {
+  ExpertGuide guide;
+  const auto steps = trace.stepsOf(request.id);
+  for (const TraceStep* st : steps)
+    if (!st->experts.empty() && st->experts.layers == trace.model.numLayers) {
+      guide.slots = std::max(guide.slots, st->experts.slots);  // a step with fewer: padded
+      guide.layers = st->experts.layers;
+    }
+  if (guide.slots == 0) return guide;
+  const auto K = static_cast<size_t>(guide.slots), L = static_cast<size_t>(guide.layers);
+  guide.ids.assign(stream.size() * L * K, -1);
+  size_t next = 0;  // the stream index the request's next fed token stands for
+  for (const TraceStep* st : steps) {
+    next = std::max(next, static_cast<size_t>(std::max<int64_t>(st->reusedCount, 0)));
+    const TraceExpertChoices& e = st->experts;
+    const bool recorded = !e.empty() && e.layers == guide.layers;
+    for (size_t i = 0; i < st->fedIds.size(); ++i) {
+      if (!st->isRealEntry(i)) continue;
+      if (next >= stream.size() || st->fedIds[i] != stream[next]) {
+        ++next;  // not the stream's token here (the walk reports it): nothing to follow
+        continue;
+      }
+      for (size_t l = 0; recorded && l < L; ++l)
+        for (size_t k = 0; k < static_cast<size_t>(e.slots); ++k)
+          guide.ids[(next * L + l) * K + k] = e.ids[(i * L + l) * static_cast<size_t>(e.slots) + k];
+      ++next;
+    }
+  }
+  return guide;
 }
 
 RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int64_t>& stream) const {

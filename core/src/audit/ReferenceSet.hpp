@@ -5,6 +5,7 @@
 // rounded the same way (Model::reference): what a correct quantised cache holds.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -40,6 +41,11 @@ class ReferenceSet {
   const std::string& unavailableReason() const { return reason_; }
   /// Model mode: what the uncached passes get() computes report and poll (Model::reference).
   void watchPasses(PassWatch watch) { watch_ = std::move(watch); }
+  /// Model mode, a mixture of experts whose trace records expert choices: get()'s passes take
+  /// the engine's experts where they lie within `margin` of their own (ExpertGuide).
+  void followExperts(std::function<double(int64_t, int64_t, double)> margin) {
+    expertMargin_ = std::move(margin);
+  }
   /// Layer-0 keys of `token` at positions 0..count-1 ([count, h, d] as FloatTensor), model
   /// mode only (empty otherwise).
   FloatTensor probeLayer0(int64_t token, int64_t count, uint64_t version);
@@ -80,6 +86,13 @@ class ReferenceSet {
       requested_;  // stream length each entry was computed for
   std::string reason_;
   PassWatch watch_;
+  std::function<double(int64_t, int64_t, double)> expertMargin_;
 };
+
+/// The engine's expert choices for `request`'s stream tokens as a guide for its reference
+/// (each real fed entry that is the stream token at its place; -1 elsewhere); slots 0 when
+/// the trace records none for it.
+ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
+                          const std::vector<int64_t>& stream);
 
 }  // namespace kvscope::detail

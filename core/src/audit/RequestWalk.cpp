@@ -307,8 +307,9 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
     if (p < 0 || p >= T || c >= rec.keys.shape[1]) continue;
     const auto [ke, km] = columnDiff(rec.keys, c, ref.keys[l], p);
     const auto [ve, vm] = columnDiff(rec.values, c, ref.values[l], p);
-    const double kt = tol_.forRecord(static_cast<int64_t>(l), p, km),
-                 vt = tol_.forRecord(static_cast<int64_t>(l), p, vm);
+    const double slack = nearTieSlack(ref.routing, static_cast<int64_t>(l), p);
+    const double kt = slack * tol_.forRecord(static_cast<int64_t>(l), p, km),
+                 vt = slack * tol_.forRecord(static_cast<int64_t>(l), p, vm);
     // A symmetric per-row scale stores each row's largest element exactly.
     const bool scaleMoved =
         rowScaled_ && rowScaleGap(rec.keys, rec.values, c, ref.keys[l], ref.values[l], p) >
@@ -363,7 +364,7 @@ void RequestWalk::compareLogits(StepAnalysis& a, const RequestReference& ref) {
   }
   a.logitsCompared = true;
   a.logitError = err;
-  a.logitTol = tol_.forLogits(p, mag);
+  a.logitTol = nearTieSlack(ref.routing, -1, p) * tol_.forLogits(p, mag);
   if (p < static_cast<int64_t>(ref.roundingEffect.size()))  // a quantised cache's reference
     a.logitTol += tol_.flipFraction() * ref.roundingEffect[static_cast<size_t>(p)];
   a.top2Margin = best - second;

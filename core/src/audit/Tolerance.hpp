@@ -71,6 +71,14 @@ class Tolerance {
   /// stores that element exactly. A wrong scale moves it even when no element moves by a
   /// whole step.
   double forRowScale(int64_t layer, int64_t position, double maxAbs) const;
+  /// A mixture of experts' near-tie margin (kvscope/ExpertRouting.hpp): how far apart two
+  /// experts' router logits at `layer` and `position` may lie, for a router row whose largest
+  /// |logit| is `maxAbs`, and still be ranked either way by this run's rounding. The router
+  /// reads the layer's hidden state after its attention, as the next layer's K/V projections
+  /// do: twice (two logits, each off by its noise) the next layer's record tolerance.
+  double routerMargin(int64_t layer, int64_t position, double maxAbs) const {
+    return 2.0 * forRecord(layer + 1, position, maxAbs);
+  }
   /// Absolute tolerance for a logits row at `position` whose reference magnitude is `maxAbs`.
   double forLogits(int64_t position, double maxAbs) const;
   /// The relative base for K/V records at layer 0 (and for logits before the depth factor).

@@ -29,6 +29,7 @@ class CachedAttention : public AttentionContext {
   bool normsAfterRope(int64_t layer, int64_t row) const override;
   bool flipsRope(int64_t layer, int64_t row) const override;
   bool dropsFeature(AttentionFeature feature, int64_t layer, int64_t row) const override;
+  int64_t expertsPerToken(int64_t layer, int64_t row, int64_t topK) const override;
   bool dropsAttentionFactor(int64_t layer, int64_t row) const override;
   bool swapsLayerRope(int64_t layer, int64_t row) const override;
   bool rotatesWholeHead(int64_t layer, int64_t row) const override;

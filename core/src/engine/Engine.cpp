@@ -13,6 +13,7 @@
 #include "engine/PrefixCache.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
+#include "model/ExpertTapCollector.hpp"
 #include "model/families/ModelFamily.hpp"
 #include "kvscope/BuildInfo.hpp"
 #include "kvscope/Error.hpp"
@@ -348,20 +349,22 @@ class EngineRun {
     std::vector<std::vector<TraceLayerRecord>> records(B);
     std::vector<int64_t> accepted(B, 0);
     torch::Tensor logits;
+    // A mixture of experts' choices, recorded per entry (and the uncached engine's records).
+    detail::KvTapCollector kvTaps;
+    detail::ExpertTapCollector routed(options_.uncached ? &kvTaps : nullptr);
     if (options_.uncached) {
-      detail::KvTapCollector taps;
       detail::UncachedAttention attention(
           torch::tensor(std::vector<int64_t>(mask[0].begin(), mask[0].end()))
               .to(torch::kBool)
               .view({1, W}),
           impl_.layerWindows, &quantizer_);
-      logits = impl_.forward(idsT, posT, attention, &taps);
+      logits = impl_.forward(idsT, posT, attention, &routed);
       for (int64_t l = 0; l < cfg_.numLayers; ++l) {
         TraceLayerRecord rec;
         rec.cacheLength = W;
         const int64_t s = group[0]->step == 0 ? W : 1;  // the prompt, then one token per step
-        rec.keys = detail::toFloatTensor(taps.keys[static_cast<size_t>(l)].narrow(1, W - s, s));
-        rec.values = detail::toFloatTensor(taps.values[static_cast<size_t>(l)].narrow(1, W - s, s));
+        rec.keys = detail::toFloatTensor(kvTaps.keys[static_cast<size_t>(l)].narrow(1, W - s, s));
+        rec.values = detail::toFloatTensor(kvTaps.values[static_cast<size_t>(l)].narrow(1, W - s, s));
         records[0].push_back(std::move(rec));
       }
     } else {
@@ -373,7 +376,7 @@ class EngineRun {
         for (int64_t l = 0; l < cfg_.numLayers; ++l)
           if (faults_.chunkPositionsRestart(group[0]->id, group[0]->chunk, l))
             attention.setLayerPositions(l, torch::arange(W, torch::kLong).view({1, W}));
-      logits = impl_.forward(idsT, posT, attention, nullptr);
+      logits = impl_.forward(idsT, posT, attention, &routed);
       std::vector<std::vector<int64_t>> appendedUntil(B);
       for (size_t b = 0; b < B; ++b) {
         if (drafts[b].empty()) continue;
@@ -408,7 +411,11 @@ class EngineRun {
       st.reusedCount = hits[b].length;
       st.reusedFrom = hits[b].source;
       st.reusedBlocks = hits[b].blocks;
-      if (options_.uncached && r.step > 0) {  // the step's own tokens: the last one
+      // The experts of the entries the step records (the uncached engine: its own tokens).
+      const bool ownTokens = options_.uncached && r.step > 0;
+      st.experts = routed.choices(static_cast<int64_t>(b), ownTokens ? W - 1 : 0, ownTokens ? 1 : W,
+                                  cfg_.numLayers);
+      if (ownTokens) {  // the step's own tokens: the last one
         st.fedIds = {fed[b].back()};
         st.positions = {pos[b].back()};
       }

@@ -126,6 +126,18 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "this " + architectureName(cfg.architecture) + " checkpoint's RoPE is '" +
                      (cfg.usesRope() ? cfg.rope.type : std::string("none")) +
                      "', so there is no attention factor to drop");
+  for (const int64_t experts : faults.expertCounts()) {
+    if (cfg.moe.numExperts == 0)
+      throw UsageError("fault 'expert_routing' needs a mixture-of-experts checkpoint (num_experts "
+                       "/ num_local_experts, as Qwen3-MoE, Mixtral and GPT-OSS have); this " +
+                       architectureName(cfg.architecture) + " checkpoint has no router");
+    const int64_t taken = experts > 0 ? experts : cfg.moe.topK + 1;
+    if (taken == cfg.moe.topK || taken > cfg.moe.numExperts)
+      throw UsageError("fault 'expert_routing': experts=" + std::to_string(taken) + " but the checkpoint routes to " +
+                       std::to_string(cfg.moe.topK) + " of " + std::to_string(cfg.moe.numExperts) +
+                       " experts (num_experts_per_tok): give another count, at most " +
+                       std::to_string(cfg.moe.numExperts));
+  }
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&

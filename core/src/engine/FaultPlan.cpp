@@ -40,7 +40,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
     } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
                f.name == "softcap_dropped" || f.name == "layer_rope_theta" ||
                f.name == "partial_rotary" || f.name == "sink_dropped" ||
-               f.name == "yarn_attention_factor") {
+               f.name == "yarn_attention_factor" || f.name == "expert_routing") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -271,6 +271,22 @@ bool FaultPlan::attentionFactorDropped(int64_t request, int64_t step, int64_t la
 }
 
 bool FaultPlan::dropsAttentionFactor() const { return find("yarn_attention_factor") != nullptr; }
+
+int64_t FaultPlan::expertsPerToken(int64_t request, int64_t step, int64_t layer, int64_t topK) const {
+  for (const auto* f : all("expert_routing"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
+      return f->get("experts") > 0 ? f->get("experts") : topK + 1;
+    }
+  return topK;
+}
+
+std::vector<int64_t> FaultPlan::expertCounts() const {
+  std::vector<int64_t> out;
+  for (const auto* f : all("expert_routing")) out.push_back(f->get("experts"));
+  return out;
+}
 
 bool FaultPlan::chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const {
   for (const auto* f : all("chunk_position"))

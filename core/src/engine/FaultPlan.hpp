@@ -78,6 +78,11 @@ class FaultPlan {
   /// yarn_attention_factor: (request, step, layer) turns without YaRN's attention factor.
   bool attentionFactorDropped(int64_t request, int64_t step, int64_t layer) const;
   bool dropsAttentionFactor() const;
+  /// expert_routing: how many experts (request, step, layer)'s tokens take where the
+  /// checkpoint says `topK` (the fault's `experts`; 0 there: topK + 1).
+  int64_t expertsPerToken(int64_t request, int64_t step, int64_t layer, int64_t topK) const;
+  /// The expert counts the expert_routing faults ask for (0: topK + 1); empty without one.
+  std::vector<int64_t> expertCounts() const;
   /// chunk_position: whether prefill chunk `chunk` of `request` takes restarted positions
   /// on `layer` (-1: the position ids themselves, as the fault with layer=-1 has it).
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "cache/KvQuantizer.hpp"
+#include "kvscope/ExpertRouting.hpp"
 #include "model/AttentionFeature.hpp"
 
 namespace kvscope::detail {
@@ -103,6 +104,22 @@ class AttentionContext {
     (void)row;
     return 1;
   }
+  /// How many experts batch row `row`'s tokens take at `layer` where the checkpoint says
+  /// `topK` (the expert_routing fault: num_experts_per_tok misread); `topK` on every correct
+  /// path.
+  virtual int64_t expertsPerToken(int64_t layer, int64_t row, int64_t topK) const {
+    (void)layer;
+    (void)row;
+    return topK;
+  }
+  /// A one-row pass that takes another engine's experts where its own router's choice is a
+  /// near tie with them (ExpertRouter::follow); every difference goes to `decisions`.
+  void followExperts(const ExpertGuide* guide, std::vector<RoutingDecision>* decisions) {
+    guide_ = guide;
+    decisions_ = decisions;
+  }
+  const ExpertGuide* expertGuide() const { return guide_; }
+  std::vector<RoutingDecision>* routingDecisions() const { return decisions_; }
   /// Position ids [B, s] that `layer` rotates its queries and keys with instead of the
   /// forward's (the chunk_position fault: a kernel that computes positions per chunk; the
   /// chunk_position hypothesis the audit tests); undefined: the forward's. RoPE models only:
@@ -112,6 +129,8 @@ class AttentionContext {
 
  private:
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
+  const ExpertGuide* guide_ = nullptr;
+  std::vector<RoutingDecision>* decisions_ = nullptr;
   std::map<AttentionFeature, std::vector<int64_t>> droppedFrom_;  // [layer] first query without
                                                                  // the feature, -1: none
 };

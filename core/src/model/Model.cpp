@@ -158,11 +158,11 @@ void Model::checkReferenceMemory(int64_t tokens) const {
 }
 
 ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                              const PassWatch& watch, int64_t prefill) const {
+                              const PassWatch& watch, int64_t prefill, const ExpertGuide* experts) const {
   checkReferenceMemory(static_cast<int64_t>(ids.size()));
   return detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
-      [&] { return referenceUnchecked(ids, cache, watch, prefill); });
+      [&] { return referenceUnchecked(ids, cache, watch, prefill, experts); });
 }
 
 namespace {
@@ -178,7 +178,8 @@ void overwriteRows(FloatTensor& to, const FloatTensor& from, size_t axis, int64_
 }  // namespace
 
 ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                                       const PassWatch& watch, int64_t prefill) const {
+                                       const PassWatch& watch, int64_t prefill,
+                                       const ExpertGuide* experts) const {
   // LongRoPE turns a forward with its long factors once the forward's longest position passes
   // the original context S. When the prefill fit in S, the rows fed before S were turned with
   // the short factors by the forwards that fed them (the prefill, then one step per row): they
@@ -186,10 +187,10 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
   const int64_t switchAt = impl_->rope ? impl_->rope->factorSwitch() : 0;
   const auto T = static_cast<int64_t>(ids.size());
   if (prefill < 0 || prefill > T) prefill = T;
-  ReferenceRun run = onePass(ids, cache, watch);
+  ReferenceRun run = onePass(ids, cache, watch, experts);
   if (switchAt > 0 && T > switchAt && prefill <= switchAt) {
     const ReferenceRun prefix =
-        onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch);
+        onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch, experts);
     overwriteRows(run.logits, prefix.logits, 0, switchAt);
     for (size_t l = 0; l < run.keys.size(); ++l) {
       overwriteRows(run.keys[l], prefix.keys[l], 1, switchAt);
@@ -197,12 +198,19 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
     }
     for (size_t h = 0; h < run.hiddenStates.size(); ++h)
       overwriteRows(run.hiddenStates[h], prefix.hiddenStates[h], 0, switchAt);
+    // The rows before the switch are the prefix pass's: so are their routing decisions.
+    std::vector<RoutingDecision> routing;
+    for (auto& d : prefix.routing)
+      if (d.token < switchAt) routing.push_back(d);
+    for (auto& d : run.routing)
+      if (d.token >= switchAt) routing.push_back(d);
+    run.routing = std::move(routing);
   }
   return run;
 }
 
 ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                            const PassWatch& watch) const {
+                            const PassWatch& watch, const ExpertGuide* experts) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
@@ -213,6 +221,7 @@ ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantizatio
   const detail::KvQuantizer rounding(cache);
   detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows,
                                       &rounding);
+  if (experts && impl_->config.moe.numExperts > 0) attention.followExperts(experts, &run.routing);
   auto logits = impl_->forward(idT, pos, attention, &collector);
   collector.finish();
   run.logits = detail::toFloatTensor(logits.select(0, 0));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvscope/Error.hpp"
+#include "model/ExpertRouter.hpp"
 #include "model/ModelImpl.hpp"
 #include "model/Mxfp4.hpp"
 #include "model/Norms.hpp"
@@ -207,24 +208,25 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   return out;
 }
 
-torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
+torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
+                                  detail::TorchTapSink* taps) const {
   const auto& w = layers[static_cast<size_t>(layer)];
   const MoeConfig& moe = config.moe;
-  const int64_t H = x.size(-1);
+  const int64_t B = x.size(0), H = x.size(-1);
   const auto flat = x.reshape({-1, H});  // [N, H]
   const auto logits = project(flat, w.routerW, w.routerB).to(torch::kFloat);  // [N, E]
-  torch::Tensor topW, topE;  // [N, k]
-  if (moe.routing == MoeConfig::Routing::TopKThenSoftmax) {
-    std::tie(topW, topE) = torch::topk(logits, moe.topK, -1);
-    topW = torch::softmax(topW, -1);
-  } else {
-    std::tie(topW, topE) = torch::topk(torch::softmax(logits, -1), moe.topK, -1);
-    if (moe.normTopK) topW = topW / topW.sum(-1, true);
-  }
+  const detail::ExpertRouter router(moe);
+  std::vector<int64_t> perRow(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) perRow[static_cast<size_t>(b)] = attention.expertsPerToken(layer, b, moe.topK);
+  torch::Tensor topE = router.topExperts(logits, perRow);  // [N, k]; -1: no expert
+  if (attention.expertGuide() && B == 1 && attention.routingDecisions())
+    topE = router.follow(layer, logits, topE, *attention.expertGuide(), *attention.routingDecisions());
+  tap(taps, layer, "experts", topE.view({B, -1, topE.size(1)}).to(torch::kFloat));
+  auto topW = router.weights(logits, topE);
   topW = topW.to(flat.scalar_type());
   // Each (token, slot)'s weighted expert output, summed over the k slots in their top-k order
   // at the end, as transformers' experts do (view(N, k, H).sum(1)).
-  auto slotOut = torch::zeros({flat.size(0), moe.topK, H}, flat.options());
+  auto slotOut = torch::zeros({flat.size(0), topE.size(1), H}, flat.options());
   for (int64_t e = 0; e < moe.numExperts; ++e) {
     const auto hit = topE.eq(e).nonzero();  // [m, 2]: (token, slot)
     if (hit.size(0) == 0) continue;
@@ -257,8 +259,9 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x) const {
   return slotOut.sum(1).view_as(x);
 }
 
-torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x) const {
-  if (config.isMoeLayer(layer)) return moeBlock(layer, x);
+torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
+                                  detail::TorchTapSink* taps) const {
+  if (config.isMoeLayer(layer)) return moeBlock(layer, x, attention, taps);
   const auto& w = layers[static_cast<size_t>(layer)];
   if (config.recipe.fusedGateUp) {  // gate | up in one product, split in halves
     auto parts = project(x, w.gateUpW, torch::Tensor()).chunk(2, -1);
@@ -387,7 +390,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
                                     layerCos, layerSin, wholeCos,
                                     wholeSin, attention, taps),
                      w.postAttnNormW);
-    h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB)), w.postMlpNormW);
+    h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB), attention, taps), w.postMlpNormW);
     tap(taps, i, "hidden", h);
   }
   h = norm(h, finalW, finalB);

@@ -89,10 +89,12 @@ struct ModelImpl {
                                const torch::Tensor& sin, const torch::Tensor& wholeCos,
                                const torch::Tensor& wholeSin, detail::AttentionContext& attention,
                                detail::TorchTapSink* taps) const;
-  torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x) const;
+  torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
+                         detail::TorchTapSink* taps) const;
   /// The MoE MLP: softmax router, top-k experts (renormalised with moe.normTopK), each
   /// expert's gated MLP over the tokens routed to it, summed in expert order.
-  torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x) const;
+  torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
+                         detail::TorchTapSink* taps) const;
   /// x [.., in] times a weight in the recipe's layout, + b.
   torch::Tensor project(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
   torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;

@@ -15,7 +15,7 @@ namespace kvscope {
 
 namespace {
 
-constexpr size_t kMaxSniffedHeader = 1 << 20;
+constexpr size_t kMaxMlxHeader = 1 << 20;
 
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -56,7 +56,7 @@ std::vector<int64_t> namedTokens(const SafetensorsFile& f) {
 bool isMlxPromptCacheFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   uint64_t n = 0;
-  if (!in.read(reinterpret_cast<char*>(&n), 8) || n == 0 || n > kMaxSniffedHeader) return false;
+  if (!in.read(reinterpret_cast<char*>(&n), 8) || n == 0 || n > kMaxMlxHeader) return false;
   std::string header(static_cast<size_t>(n), '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(n))) return false;
   const auto doc = nlohmann::json::parse(header, nullptr, false);

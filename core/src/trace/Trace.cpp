@@ -47,7 +47,18 @@ bool TraceStep::operator==(const TraceStep& o) const {
          rngDrawsAfter == o.rngDrawsAfter && weightsVersion == o.weightsVersion &&
          layers == o.layers && events == o.events && draftCount == o.draftCount &&
          acceptedCount == o.acceptedCount && reusedCount == o.reusedCount &&
-         reusedFrom == o.reusedFrom && reusedBlocks == o.reusedBlocks;
+         reusedFrom == o.reusedFrom && reusedBlocks == o.reusedBlocks && experts == o.experts;
+}
+
+std::vector<int64_t> TraceExpertChoices::of(size_t entry, int64_t layer) const {
+  std::vector<int64_t> out;
+  if (slots <= 0 || layer < 0 || layer >= layers) return out;
+  const size_t at = (entry * static_cast<size_t>(layers) + static_cast<size_t>(layer)) *
+                    static_cast<size_t>(slots);
+  if (at + static_cast<size_t>(slots) > ids.size()) return out;
+  for (int64_t k = 0; k < slots; ++k)
+    if (ids[at + static_cast<size_t>(k)] >= 0) out.push_back(ids[at + static_cast<size_t>(k)]);
+  return out;
 }
 
 int64_t TraceStep::rejectedCount() const {

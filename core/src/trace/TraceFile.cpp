@@ -8,6 +8,7 @@
 #include "trace/JsonFieldReader.hpp"
 #include "trace/PackedTraceTensors.hpp"
 #include "trace/TraceJson.hpp"
+#include "trace/TraceExpertChoices.hpp"
 #include "trace/TracePacking.hpp"
 #include "trace/TraceRingLayers.hpp"
 #include "trace/TraceStepColumns.hpp"
@@ -22,6 +23,7 @@ using nlohmann::json;
 void TraceFile::write(const Trace& trace, const std::string& path, bool overwrite) {
   auto layouts = detail::planStepLayouts(trace);
   detail::planRingRows(trace, layouts);
+  detail::planExpertRows(trace, layouts);
   json doc = detail::traceHeaderToJson(trace, kFormatVersion);
   doc["steps"] = detail::stepsToColumns(trace, layouts);
   SafetensorsWriter w;
@@ -30,6 +32,7 @@ void TraceFile::write(const Trace& trace, const std::string& path, bool overwrit
   w.setMetadata("kvtrace", doc.dump());
   detail::addPackedTensors(trace, layouts, w);
   detail::addRingPositions(trace, layouts, w);
+  detail::addExpertChoices(trace, layouts, w);
   w.write(path, overwrite);
 }
 
@@ -67,6 +70,7 @@ Trace TraceFile::read(const std::string& path) {
   const detail::PackedTraceTensors tensors(*file, trace.model, layouts, trace.layerIndices());
   tensors.applyChecksums(trace);
   detail::applyRingPositions(*file, layouts, trace);
+  detail::applyExpertChoices(*file, layouts, trace);
   detail::resolveStepTensors(trace, tensors, path);
   trace.tensorDtype = tensorDtype;
   return trace;

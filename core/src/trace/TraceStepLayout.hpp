@@ -15,6 +15,7 @@ struct StepLayout {
   std::vector<std::optional<int64_t>> snapshot;   // per layer; empty: none stored
   int64_t checksumRow = -1;                       // -1: no checksums
   int64_t ringRow = -1;                           // -1: no ring slot maps
+  int64_t expertRow = -1;                         // -1: no expert choices
 
   bool hasLayerData() const {
     for (const auto* v : {&appended, &snapshot})

@@ -93,6 +93,8 @@ struct StageCheckInput {
   const Tolerance& tolerance;
   bool fired;  // the row has a finding in this audit
   const FindingBuilder& findings;  // every finding so far (a row's own evidence words its lines)
+  const std::map<int64_t, const RequestReference*>& references;  // request -> latest reference
+  const ModelConfig* config;  // the checkpoint's (nullptr in trace+trace mode)
 };
 
 /// Trace+trace mode: the audited run against a reference run of the same requests.

@@ -47,6 +47,11 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // Dropped attention sinks: the same signature as a dropped soft-cap but from position 0
       // on; claimed only when an uncached pass without the sinks reproduces every record.
       &rows::sinkDropped(),
+      // A token routed to other experts than the checkpoint's router picks, beyond the near-tie
+      // margin (the trace records the engine's experts): the layers up to the router's exact,
+      // the next layers' records wrong from that token on. After the dropped-feature rows,
+      // whose changed attention output reroutes tokens as a consequence.
+      &rows::expertRouting(),
       // Keys rotated with another RoPE scaling: before the position probe, which reads a
       // dropped linear factor f as the right key at f x the position.
       &rows::ropeScaling(),

@@ -31,5 +31,6 @@ const FailureRow& layerRopeTheta();
 const FailureRow& partialRotary();
 const FailureRow& sinkDropped();
 const FailureRow& yarnAttentionFactor();
+const FailureRow& expertRouting();
 
 }  // namespace kvscope::detail::rows

@@ -1,0 +1,109 @@
+#include "model/ExpertRouter.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace kvscope {
+
+std::vector<int64_t> ExpertGuide::at(int64_t token, int64_t layer) const {
+  std::vector<int64_t> out;
+  if (slots <= 0 || token < 0 || layer < 0 || layer >= layers) return out;
+  const auto first = static_cast<size_t>((token * layers + layer) * slots);
+  if (first + static_cast<size_t>(slots) > ids.size()) return out;
+  for (int64_t k = 0; k < slots; ++k)
+    if (ids[first + static_cast<size_t>(k)] >= 0) out.push_back(ids[first + static_cast<size_t>(k)]);
+  return out;
+}
+
+double nearTieSlack(const std::vector<RoutingDecision>& routing, int64_t layer, int64_t position) {
+  for (const auto& d : routing)
+    if (d.followed && d.token == position && (layer < 0 || d.layer < layer)) return kNearTieSlack;
+  return 1.0;
+}
+
+}  // namespace kvscope
+
+namespace kvscope::detail {
+
+namespace {
+// What topk ranks: the probabilities where the family takes the top-k of its softmax (so a
+// pass without faults or guide picks exactly the experts it always did), else the logits.
+torch::Tensor rankScores(const MoeConfig& moe, const torch::Tensor& logits) {
+  return moe.routing == MoeConfig::Routing::TopKThenSoftmax ? logits : torch::softmax(logits, -1);
+}
+}  // namespace
+
+torch::Tensor ExpertRouter::topExperts(const torch::Tensor& logits,
+                                       const std::vector<int64_t>& perRow) const {
+  const int64_t most = perRow.empty() ? moe_.topK : *std::max_element(perRow.begin(), perRow.end());
+  torch::Tensor experts = std::get<1>(torch::topk(rankScores(moe_, logits), most, -1));
+  const auto B = static_cast<int64_t>(perRow.size());
+  if (B == 0) return experts;
+  const int64_t s = logits.size(0) / B;
+  for (int64_t b = 0; b < B; ++b)
+    if (perRow[static_cast<size_t>(b)] < most)
+      experts.narrow(0, b * s, s).narrow(1, perRow[static_cast<size_t>(b)], most - perRow[static_cast<size_t>(b)]).fill_(-1);
+  return experts;
+}
+
+torch::Tensor ExpertRouter::follow(int64_t layer, const torch::Tensor& logits, const torch::Tensor& own,
+                                   const ExpertGuide& guide, std::vector<RoutingDecision>& decisions) const {
+  const auto scores = logits.contiguous();
+  const int64_t N = scores.size(0), E = scores.size(1), K = own.size(1);
+  const auto lg = scores.accessor<float, 2>();
+  const auto ownAt = own.accessor<int64_t, 2>();
+  torch::Tensor out;  // a copy only once some token takes the engine's experts
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<int64_t> engine = guide.at(n, layer);
+    if (engine.empty()) continue;
+    std::vector<int64_t> mine;
+    for (int64_t k = 0; k < K; ++k)
+      if (ownAt[n][k] >= 0) mine.push_back(ownAt[n][k]);
+    std::vector<int64_t> a = engine, b = mine;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a == b) continue;
+    RoutingDecision d;
+    d.layer = layer;
+    d.token = n;
+    d.engine = engine;
+    d.reference = mine;
+    double maxAbs = 0.0;
+    for (int64_t e = 0; e < E; ++e) maxAbs = std::max(maxAbs, std::fabs(static_cast<double>(lg[n][e])));
+    d.margin = guide.margin ? guide.margin(layer, n, maxAbs) : 0.0;
+    const bool known = std::all_of(engine.begin(), engine.end(), [E](int64_t e) { return e < E; });
+    if (!known || engine.size() != mine.size() || static_cast<int64_t>(engine.size()) > K) {
+      d.gap = std::numeric_limits<double>::infinity();
+    } else {
+      double weakestOwn = std::numeric_limits<double>::infinity();
+      for (int64_t e : mine) weakestOwn = std::min(weakestOwn, static_cast<double>(lg[n][e]));
+      for (int64_t e : engine)
+        if (!std::binary_search(b.begin(), b.end(), e))
+          d.gap = std::max(d.gap, weakestOwn - static_cast<double>(lg[n][e]));
+    }
+    d.followed = d.gap <= d.margin;
+    if (d.followed) {
+      if (!out.defined()) out = own.clone();
+      auto row = out.select(0, n);
+      row.fill_(-1);
+      for (size_t k = 0; k < engine.size(); ++k) row[static_cast<int64_t>(k)] = engine[k];
+    }
+    decisions.push_back(std::move(d));
+  }
+  return out.defined() ? out : own;
+}
+
+torch::Tensor ExpertRouter::weights(const torch::Tensor& logits, const torch::Tensor& experts) const {
+  const auto taken = experts.ge(0);
+  const auto index = experts.clamp_min(0);
+  if (moe_.routing == MoeConfig::Routing::TopKThenSoftmax)
+    return torch::softmax(logits.gather(1, index).masked_fill(taken.logical_not(),
+                                                              -std::numeric_limits<float>::infinity()),
+                          -1);
+  auto w = torch::softmax(logits, -1).gather(1, index).masked_fill(taken.logical_not(), 0.0);
+  if (moe_.normTopK) w = w / w.sum(-1, true);
+  return w;
+}
+
+}  // namespace kvscope::detail
