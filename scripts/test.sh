@@ -40,12 +40,15 @@ fi
 # packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|python_live_mlx$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit[.]|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|python_live_mlx$|engine_table(_reset)?$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"
   QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}" ctest --output-on-failure -j "${KVSCOPE_TEST_JOBS:-2}" --timeout 600 \
     "${MAIN_TESTS[@]}"
+  # The live engines' runs, one table (engine x family x run: expected and got finding).
+  [[ -f engine-table.tsv ]] && python3 "$ROOT/tests/scenarios/engine_table.py" engine-table.tsv
+  true
 )
 
 # The core, the CLI and their tests again, built with ASan + UBSan (preset `asan`: -O1, line

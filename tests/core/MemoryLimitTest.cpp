@@ -61,14 +61,25 @@ std::string ids(int64_t n) {
   return s;
 }
 
-// One layer, tiny width, a long context: a 6000-token reference needs about 2 GB
-// (attention scores over 6000 x 6000 positions), a 200-token one a few MB.
+// One layer, tiny width, a long context: a 6000-token reference attends in query chunks
+// (AttentionContext::queryRows), so its 6000 x 6000 scores are never whole (2 GB once) and it
+// needs a few hundred MB; a 200-token one a few MB.
 std::string longContextModel() {
   CheckpointSpec s = test::smallSpec();
   s.numLayers = 1;
   s.vocabSize = 4096;
   s.maxPositions = 8192;
   return test::writeScratchCheckpoint("memory-limit", "long-context", s);
+}
+
+// The same with a 65536-entry vocabulary: a 6000-token reference keeps a logits row per
+// position (1.6 GB of them), which no chunking of the attention changes.
+std::string wideVocabularyModel() {
+  CheckpointSpec s = test::smallSpec();
+  s.numLayers = 1;
+  s.vocabSize = 65536;
+  s.maxPositions = 8192;
+  return test::writeScratchCheckpoint("memory-limit", "wide-vocabulary", s);
 }
 
 constexpr uint64_t kLimit = 1500ull << 20;  // 1.5 GiB of address space
@@ -91,9 +102,16 @@ constexpr bool kCliUnderAddressSanitizer = false;
   if (kCliUnderAddressSanitizer) GTEST_SKIP() << "ASan cannot start under an address-space " \
                                                  "limit (it reserves its shadow memory)"
 
+TEST(MemoryLimit, ALongReferenceAttendsInQueryChunksWithinTheLimit) {
+  SKIP_UNDER_ADDRESS_SANITIZER();
+  // Whole, its attention scores alone were 2 GB: refused under this limit before.
+  auto r = runWithAddressLimit(kLimit, {"reference", "--model", longContextModel(), "--ids", ids(6000)});
+  EXPECT_TRUE(r.exitedWith(0)) << r;
+}
+
 TEST(MemoryLimit, ReferenceTooLongForTheLimitIsRefusedWithTheFigures) {
   SKIP_UNDER_ADDRESS_SANITIZER();
-  const auto dir = longContextModel();
+  const auto dir = wideVocabularyModel();
   auto r = runWithAddressLimit(kLimit, {"reference", "--model", dir, "--ids", ids(6000)});
   ASSERT_TRUE(r.exitedWith(2)) << r;
   EXPECT_NE(r.err.find("needs about"), std::string::npos) << r.err;
@@ -118,10 +136,13 @@ TEST(MemoryLimit, GenerationWithSnapshotsTooLargeIsRefused) {
 }
 
 TEST(MemoryLimit, EstimateCoversTheReferencePass) {
-  auto model = Model::load(longContextModel());
+  auto model = Model::load(wideVocabularyModel());
   const auto small = model->referenceMemory(200), large = model->referenceMemory(6000);
-  EXPECT_GT(large.activations, 1000ull << 20);  // the 6000^2 attention scores dominate
-  EXPECT_LT(small.total(), 64ull << 20);
+  EXPECT_GT(large.total(), 3000ull << 20);  // the 6000 logits rows of 65536, in the pass and kept
+  EXPECT_LT(small.total(), 160ull << 20);
+  // Attention in query chunks: the 6000^2 scores are counted one chunk at a time.
+  const auto chunked = Model::load(longContextModel())->referenceMemory(6000);
+  EXPECT_LT(chunked.activations, 700ull << 20);
   EXPECT_GT(small.weights, 0u);
   MemoryAvailable tight;
   tight.ram = 100ull << 20;

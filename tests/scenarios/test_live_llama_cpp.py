@@ -35,6 +35,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "llama_state"))
 import foreign_runs as fr  # noqa: E402
+from engine_table import EngineTable, where  # noqa: E402
 import gguf_convert  # noqa: E402
 
 LLAMA_CPP = os.environ.get("KVSCOPE_LLAMA_CPP", "")
@@ -53,12 +54,12 @@ if not os.path.isfile(os.path.join(LLAMA_CPP, "llama.cpp", "convert_hf_to_gguf.p
 
 PROMPT = [5, 17, 300, 41, 99, 7, 12, 250, 3, 64]
 OTHER = PROMPT[:6] + [88, 91, 33, 47]
-TABLE = [["engine", "family", "run", "expected", "got", "where"]]
+ENGINE = f"llama.cpp (llama-cpp-python {llama_cpp.__version__})"
+TABLE = EngineTable(ENGINE + " under audit")
 
 
 def tearDownModule():
-    if len(TABLE) > 1:
-        print(f"\nllama.cpp (llama-cpp-python {llama_cpp.__version__}) under audit:\n" + fr.table(TABLE))
+    TABLE.print_and_clear()
 
 
 def convert(model: str, outtype: str, out: str) -> None:
@@ -85,9 +86,8 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
     def check(self, family: str, run: str, trace: str, model: str, expect: fr.Expectation,
               position=None) -> fr.Outcome:
         got = fr.audit(trace, model=model)
-        where = got.where() + (f" p{got.first['position']}" if got.first else "")
-        TABLE.append(["llama.cpp", family, run, ", ".join(expect.findings) or "clean",
-                      ", ".join(got.roots) or got.verdict or got.error, where])
+        TABLE.add(ENGINE, family, run, ", ".join(expect.findings) or "clean",
+                  ", ".join(got.roots) or got.verdict or got.error, where(got.first))
         problems = got.problems(expect)
         if position is not None and (got.first or {}).get("position") != position:
             problems.append(f"first position {(got.first or {}).get('position')} != {position}")
@@ -112,7 +112,7 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
                 ("qwen3", "f16", "sampled, V transposed (no flash attention)", sampled + ["--flash-attn", "off"])]
         for family, weights, run, extra in runs:
             with self.subTest(family=family, run=run):
-                out = os.path.join(self.tmp.name, f"{family}-{weights}-{len(TABLE)}.kvtrace")
+                out = os.path.join(self.tmp.name, f"{family}-{weights}-{len(TABLE.rows)}.kvtrace")
                 state = out.replace(".kvtrace", ".ggsq")
                 self.record(self.gguf[family, weights], out, "--save-state", state, *extra)
                 gguf = self.gguf[family, weights]

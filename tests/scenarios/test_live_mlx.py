@@ -37,6 +37,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 import foreign_runs as fr  # noqa: E402
+from engine_table import EngineTable, where  # noqa: E402
 
 try:
     import mlx.core  # noqa: F401
@@ -52,12 +53,12 @@ PROMPT = [5, 17, 300, 41, 99, 7, 12, 250, 3, 64]
 OTHER = PROMPT[:6] + [88, 91, 33, 47]
 MODELS = {"llama": os.path.join(REPO, "tests", "fixtures", "hf", "models", "llama"),
           "qwen3": os.path.join(REPO, "tests", "fixtures", "families", "models", "qwen3")}
-TABLE = [["engine", "family", "run", "expected", "got", "where"]]
+ENGINE = f"mlx-lm {mlx_lm.__version__}"
+TABLE = EngineTable(ENGINE + " under audit")
 
 
 def tearDownModule():
-    if len(TABLE) > 1:
-        print(f"\nmlx-lm {mlx_lm.__version__} under audit:\n" + fr.table(TABLE))
+    TABLE.print_and_clear()
 
 
 class MlxUnderAuditTest(unittest.TestCase):
@@ -81,9 +82,9 @@ class MlxUnderAuditTest(unittest.TestCase):
 
     def check(self, family: str, run: str, trace: str, expect: fr.Expectation, extra=(), position=None):
         got = fr.audit(trace, model=MODELS[family], extra=list(extra))
-        TABLE.append(["mlx-lm", family, run, ", ".join(expect.findings) or "clean",
-                      ", ".join(got.roots) or got.verdict or got.error,
-                      got.where() + (f" p{got.first['position']}" if got.first else "")])
+        TABLE.add(ENGINE, family, run, ", ".join(expect.findings) or "clean",
+                  ", ".join(got.roots) or got.verdict or got.error,
+                  where(got.first))
         problems = got.problems(expect)
         if position is not None and (got.first or {}).get("position") != position:
             problems.append(f"first position {(got.first or {}).get('position')} != {position}")
@@ -119,8 +120,8 @@ class MlxUnderAuditTest(unittest.TestCase):
                    extra=["--ids", ",".join(map(str, PROMPT))])
         r = subprocess.run([fr.cli_path(), "audit", "--model", MODELS["llama"], "--trace", plain],
                            capture_output=True, text=True)
-        TABLE.append(["mlx-lm", "llama", "prompt cache without tokens, none given", "exit 2 naming 0.tokens",
-                      f"exit {r.returncode}", "-"])
+        TABLE.add(ENGINE, "llama", "prompt cache without tokens, none given", "exit 2 naming 0.tokens",
+                  f"exit {r.returncode}", "-")
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("0.tokens", r.stderr)
 

@@ -26,6 +26,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 import foreign_runs as fr  # noqa: E402
+from engine_table import EngineTable  # noqa: E402
 
 try:
     import torch
@@ -70,29 +71,22 @@ def norm_after_rope():
 
 # One table for the whole module, printed at its end: engine, family and run -> the finding
 # expected and the one got, with its request, step, layer and position.
-TABLE = []
+TABLE = EngineTable("kvscope-record on real transformers, audited")
 
 
 def note(family: str, run: str, expected: str, rc: int, rep: dict) -> None:
-    """One row of the module's table (expected "clean" or a finding id)."""
+    """One row of the table (expected "clean" or a finding id)."""
     findings = rep.get("findings") or []
     got = ",".join(f["id"] for f in findings) or ("clean" if rc == 0 else f"exit {rc}")
     w = findings[0]["where"] if findings else {}
     where = "" if not findings else (f"{w.get('request')}/{w.get('step')}/{w.get('layer')}/"
                                      f"{w.get('position')}")
-    TABLE.append((f"transformers {transformers.__version__}", family, run, expected, got, where))
+    TABLE.add(f"transformers {transformers.__version__}", family, run, expected, got, where)
 
 
 def tearDownModule():
     """Prints the rows noted since the last print (test_live_moe_routing shares the table)."""
-    if not TABLE:
-        return
-    head = ("engine", "family", "run", "expected", "got", "request/step/layer/position")
-    widths = [max(len(str(r[i])) for r in TABLE + [head]) for i in range(len(head))]
-    line = lambda r: "  " + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
-    print("\nkvscope-record on real transformers, audited:\n" + line(head) + "\n" +
-          "\n".join(line(r) for r in TABLE))
-    TABLE.clear()
+    TABLE.print_and_clear()
 
 
 def demo_checkpoint(root: str, arch: str, *extra: str, name: str = None) -> str:

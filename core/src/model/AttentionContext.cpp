@@ -2,6 +2,11 @@
 
 namespace kvscope::detail {
 
+int64_t AttentionContext::queryRows(int64_t B, int64_t heads, int64_t s, int64_t t, int64_t elements) {
+  const int64_t perRow = std::max<int64_t>(1, B * heads * t);
+  return std::max<int64_t>(1, std::min(s, elements / perRow));
+}
+
 torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tensor& keyIdx,
                                const torch::Tensor& keyValid, int64_t window) {
   auto q = queryIdx.view({-1, 1});  // [s, 1]

@@ -120,6 +120,17 @@ class AttentionContext {
   }
   const ExpertGuide* expertGuide() const { return guide_; }
   std::vector<RoutingDecision>* routingDecisions() const { return decisions_; }
+  /// How many query rows one attention product takes at once: all s of a short forward, so
+  /// many of a long one that its [B, heads, rows, t] scores, probabilities and mask stay
+  /// within `elements` each (kScoreElements: 64 MiB of float32) instead of growing with
+  /// s x t. The one rule for the forward and its memory estimate (ModelImpl::forwardMemory).
+  static int64_t queryRows(int64_t B, int64_t heads, int64_t s, int64_t t, int64_t elements = kScoreElements);
+  static constexpr int64_t kScoreElements = int64_t{1} << 24;
+  int64_t queryChunk(int64_t B, int64_t heads, int64_t s, int64_t t) const {
+    return queryRows(B, heads, s, t, scoreElements_);
+  }
+  /// A smaller budget than kScoreElements (a test chunks a short forward with it).
+  void limitScoreElements(int64_t elements) { scoreElements_ = elements; }
   /// Position ids [B, s] that `layer` rotates its queries and keys with instead of the
   /// forward's (the chunk_position fault: a kernel that computes positions per chunk; the
   /// chunk_position hypothesis the audit tests); undefined: the forward's. RoPE models only:
@@ -130,6 +141,7 @@ class AttentionContext {
  private:
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
   const ExpertGuide* guide_ = nullptr;
+  int64_t scoreElements_ = kScoreElements;
   std::vector<RoutingDecision>* decisions_ = nullptr;
   std::map<AttentionFeature, std::vector<int64_t>> droppedFrom_;  // [layer] first query without
                                                                  // the feature, -1: none

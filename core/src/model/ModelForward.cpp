@@ -171,7 +171,35 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     keys = keys.repeat_interleave(nh / nkv, 1);
     values = values.repeat_interleave(nh / nkv, 1);
   }
-  torch::Tensor scores = torch::matmul(q, keys.transpose(-1, -2));
+  // The queries in row chunks, so that a long forward never holds its whole [B, h, s, t]
+  // scores (AttentionContext::queryChunk; a short one is one chunk).
+  const int64_t rows = attention.queryChunk(B, nh, s, keys.size(2));
+  torch::Tensor context;  // [B, nh, s, d]
+  if (rows >= s) {
+    context = attendQueries(layer, q, keys, values, kv.allowed, attention, 0, s);
+  } else {
+    std::vector<torch::Tensor> parts;
+    for (int64_t first = 0; first < s; first += rows) {
+      const int64_t n = std::min(rows, s - first);
+      parts.push_back(attendQueries(layer, q.narrow(2, first, n), keys, values, kv.allowed.narrow(2, first, n),
+                                    attention, first, s));
+    }
+    context = torch::cat(parts, 2);
+  }
+  auto out = context.transpose(1, 2).reshape({B, s, nh * d});
+  out = project(out, w.oW, w.oB);
+  tap(taps, layer, "attn_out", out);
+  return out;
+}
+
+torch::Tensor ModelImpl::attendQueries(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
+                                       const torch::Tensor& values, const torch::Tensor& allowed,
+                                       const detail::AttentionContext& attention, int64_t first, int64_t s) const {
+  const auto& w = layers[static_cast<size_t>(layer)];
+  const int64_t B = q.size(0), nh = q.size(1), n = q.size(2), d = config.headDim;
+  // A feature's per-query rows [B, 1, s, 1] narrowed to these queries.
+  auto queriesOf = [&](const torch::Tensor& all) { return all.defined() && n != s ? all.narrow(2, first, n) : all; };
+  torch::Tensor scores = torch::matmul(q, keys.transpose(-1, -2));  // [B, nh, n, t]
   if (config.attentionScale > 0)
     scores = scores * static_cast<float>(config.attentionScale);
   else if (config.recipe.divideScoresBySqrtD)
@@ -184,11 +212,11 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     // softcap_dropped fault, or the audit's hypothesis) keep the raw scores.
     const auto cap = static_cast<float>(config.attnLogitSoftcap);
     const torch::Tensor capped = torch::tanh(scores / cap) * cap;
-    const torch::Tensor raw = attention.droppedQueries(detail::AttentionFeature::Softcap, layer, B, s);
+    const torch::Tensor raw = queriesOf(attention.droppedQueries(detail::AttentionFeature::Softcap, layer, B, s));
     scores = raw.defined() ? torch::where(raw, scores, capped) : capped;
   }
   // Finite minimum like transformers, so fully masked (padding) rows stay finite.
-  scores = scores.masked_fill(kv.allowed.logical_not(), std::numeric_limits<float>::lowest());
+  scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
   torch::Tensor probs = torch::softmax(scores, -1);
   if (w.sinksW.defined()) {
     // GPT-OSS: each head's learned sink logit joins every query's softmax (after the row's
@@ -196,16 +224,13 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     // rows a path runs without the sinks (sink_dropped, or the audit's hypothesis) keep the
     // plain softmax.
     const int64_t t = scores.size(-1);
-    auto combined = torch::cat({scores, w.sinksW.to(scores.scalar_type()).view({1, nh, 1, 1}).expand({B, nh, s, 1})}, -1);
+    auto combined = torch::cat({scores, w.sinksW.to(scores.scalar_type()).view({1, nh, 1, 1}).expand({B, nh, n, 1})}, -1);
     combined = combined - std::get<0>(combined.max(-1, true));
     const torch::Tensor sunk = torch::softmax(combined, -1).narrow(-1, 0, t);
-    const torch::Tensor plain = attention.droppedQueries(detail::AttentionFeature::Sinks, layer, B, s);
+    const torch::Tensor plain = queriesOf(attention.droppedQueries(detail::AttentionFeature::Sinks, layer, B, s));
     probs = plain.defined() ? torch::where(plain, probs, sunk) : sunk;
   }
-  auto out = torch::matmul(probs, values).transpose(1, 2).reshape({B, s, nh * d});
-  out = project(out, w.oW, w.oB);
-  tap(taps, layer, "attn_out", out);
-  return out;
+  return torch::matmul(probs, values);
 }
 
 torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,

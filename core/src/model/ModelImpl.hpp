@@ -93,6 +93,11 @@ struct ModelImpl {
                          detail::TorchTapSink* taps) const;
   /// The MoE MLP: softmax router, top-k experts (renormalised with moe.normTopK), each
   /// expert's gated MLP over the tokens routed to it, summed in expert order.
+  /// Queries q [B, nh, n, d] (rows first..first+n-1 of a forward of s) over keys and values
+  /// [B, nh, t, d] with the mask rows `allowed` [B, 1, n, t]: the context [B, nh, n, d].
+  torch::Tensor attendQueries(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
+                              const torch::Tensor& values, const torch::Tensor& allowed,
+                              const detail::AttentionContext& attention, int64_t first, int64_t s) const;
   torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
                          detail::TorchTapSink* taps) const;
   /// x [.., in] times a weight in the recipe's layout, + b.

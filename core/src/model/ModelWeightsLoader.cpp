@@ -114,10 +114,11 @@ MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
   MemoryNeed m;
   m.weights = weightBytes();
   // Live at once in the widest step: the residual stream and a few [B, s, H] temporaries,
-  // q/k/v, repeated K/V, scores + probabilities + mask, the MLP's [B, s, I] temporaries,
+  // q/k/v, repeated K/V, one query chunk's scores + probabilities + mask, the MLP's [B, s, I] temporaries,
   // the logits, and the blocked-upcast buffer.
   m.activations = f(6 * rows * c.hiddenSize) + f(rows * (c.numHeads + 2 * c.numKvHeads) * c.headDim) +
-                  f(2 * B * c.numHeads * t * c.headDim) + f(3 * B * c.numHeads * s * t) +
+                  f(2 * B * c.numHeads * t * c.headDim) +
+                  f(3 * B * c.numHeads * detail::AttentionContext::queryRows(B, c.numHeads, s, t) * t) +
                   static_cast<uint64_t>(B * s * t) + f(4 * rows * c.intermediateSize) +
                   f(rows * c.vocabSize) + (16u << 20);
   return m;
