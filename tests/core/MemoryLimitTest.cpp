@@ -61,26 +61,23 @@ std::string ids(int64_t n) {
   return s;
 }
 
-// One layer, tiny width, a long context: a 6000-token reference attends in query chunks
-// (AttentionContext::queryRows), so its 6000 x 6000 scores are never whole (2 GB once) and it
-// needs a few hundred MB; a 200-token one a few MB.
-std::string longContextModel() {
+// One layer, tiny width, a long context, a vocabulary of `vocab` entries.
+std::string longContextModel(const std::string& name, int64_t vocab) {
   CheckpointSpec s = test::smallSpec();
   s.numLayers = 1;
-  s.vocabSize = 4096;
+  s.vocabSize = vocab;
   s.maxPositions = 8192;
-  return test::writeScratchCheckpoint("memory-limit", "long-context", s);
+  return test::writeScratchCheckpoint("memory-limit", name, s);
 }
 
-// The same with a 65536-entry vocabulary: a 6000-token reference keeps a logits row per
-// position (1.6 GB of them), which no chunking of the attention changes.
-std::string wideVocabularyModel() {
-  CheckpointSpec s = test::smallSpec();
-  s.numLayers = 1;
-  s.vocabSize = 65536;
-  s.maxPositions = 8192;
-  return test::writeScratchCheckpoint("memory-limit", "wide-vocabulary", s);
-}
+// A 6000-token reference attends in query chunks (AttentionContext::queryRows), so its
+// 6000 x 6000 scores are never whole (2 GB once) and it needs a few hundred MB; a 200-token
+// one a few MB.
+std::string longContextModel() { return longContextModel("long-context", 4096); }
+
+// With a 65536-entry vocabulary a 6000-token reference keeps a logits row per position
+// (1.6 GB of them), which no chunking of the attention changes.
+std::string wideVocabularyModel() { return longContextModel("wide-vocabulary", 65536); }
 
 constexpr uint64_t kLimit = 1500ull << 20;  // 1.5 GiB of address space
 
