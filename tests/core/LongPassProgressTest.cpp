@@ -74,6 +74,30 @@ TEST(LongPassProgress, AnAuditReportsItsReferencePassLayerByLayerAndCancelsInIt)
   EXPECT_FALSE(containsText(messages, last));
 }
 
+// Each request's reference is one uncached pass over its whole stream, whatever its number of
+// steps (stage 1's own check of the logits reads that pass too); re-derivations run only where
+// a row tests a cause. The report says how many it took.
+TEST(LongPassProgress, AnAuditTakesOnePassPerRequestAndSaysHowMany) {
+  auto model = Model::load(test::hfModel("llama"));
+  std::vector<RequestSpec> reqs(2);
+  reqs[0].promptIds = {5, 17, 300, 41};
+  reqs[1].promptIds = {9, 8, 7};
+  for (auto& r : reqs) r.maxNewTokens = 5;
+  const AuditReport clean = Auditor::audit(*model, Engine(model).run(reqs, {})).report;
+  // Streams of 4 + 5 and 3 + 5 tokens: 9 and 8 positions, one pass each.
+  EXPECT_TRUE(containsText(clean.stages.front().checks,
+                           "note: 2 uncached reference passes over 17 positions for 2 requests (one per request and "
+                           "weights version), 0 re-derivations of a diverged run"))
+      << clean.toText();
+  EngineOptions faulty;
+  const auto gemma = Model::load(test::fixture("families/models/gemma2"));
+  faulty.faults = {FaultSpec::parse("softcap_dropped:layer=1,step=1")};
+  const AuditReport rep = Auditor::audit(*gemma, Engine(gemma).run({reqs[0]}, faulty)).report;
+  ASSERT_TRUE(rep.hasFinding("softcap_dropped")) << rep.toText();
+  EXPECT_TRUE(containsText(rep.stages.front().checks, "note: 1 uncached reference pass over 9 positions")) << rep.toText();
+  EXPECT_FALSE(containsText(rep.stages.front().checks, ", 0 re-derivations")) << rep.toText();
+}
+
 TEST(LongPassProgress, AnAuditJobSaysWhatItLoadsAndCancelsBeforeTheNextPiece) {
   AuditJobSpec spec;
   spec.modelDir = test::hfModel("llama");

@@ -29,6 +29,7 @@ struct ReferenceRun {
   /// A pass given an ExpertGuide: every token and layer where the engine's experts differed
   /// from the pass's own top-k, and whether it took them (a near tie).
   std::vector<RoutingDecision> routing;
+  int64_t passes = 1;  // forwards it took: 2 where LongRoPE's prefill rows need their own
 };
 
 /// What a long pass (the uncached reference of a long stream) does between layers: it

@@ -14,6 +14,7 @@
 #include "audit/rows/reference/FirstRecords.hpp"
 #include "audit/rows/reference/ReferenceFinding.hpp"
 #include "audit/ReferenceSet.hpp"
+#include "audit/ReferenceStageLines.hpp"
 #include "audit/RequestWalk.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/Error.hpp"
@@ -24,30 +25,6 @@ namespace kvscope {
 using namespace detail;
 
 namespace {
-// LongRoPE turns each forward with short_factor while the forward is at most
-// original_max_position_embeddings positions long and with long_factor beyond (per forward,
-// as transformers does): which set each request's records were turned with, for the report.
-std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& trace) {
-  std::vector<std::string> out;
-  const int64_t S = c.usesRope() ? detail::RotaryEmbedding::factorSwitchOf(c.rope) : 0;
-  if (S == 0) return out;
-  for (const auto& r : trace.requests) {
-    const auto P = static_cast<int64_t>(r.promptIds.size());
-    const int64_t steps = static_cast<int64_t>(trace.stepsOf(r.id).size());
-    std::string line = "ok: LongRoPE (original context " + std::to_string(S) + "): request " + std::to_string(r.id) + "'s ";
-    if (P > S)
-      line += "records all turn with long_factor (its " + std::to_string(P) + "-token prefill already passes " +
-              std::to_string(S) + " positions)";
-    else if (S - P + 1 >= steps)
-      line += "records all turn with short_factor (no forward passes " + std::to_string(S) + " positions)";
-    else
-      line += "records turn with short_factor through step " + std::to_string(S - P) + " and with long_factor from step " +
-              std::to_string(S - P + 1) + " (position " + std::to_string(S) + ") on; a cache kept across that step holds "
-              "keys turned with the short factors (transformers' Phi-3 generate recomputes it there)";
-    out.push_back(line);
-  }
-  return out;
-}
 
 
 class AuditRun {
@@ -66,6 +43,19 @@ class AuditRun {
     refs_.followExperts([this](int64_t layer, int64_t token, double maxAbs) {
       return tol_.routerMargin(layer, token, maxAbs);
     });
+  }
+
+  /// A long stream's uncached reference takes a while (a minute for 8B models): the passes of
+  /// request `id` (the `done`-th of the trace's) report it layer by layer, and Cancel stops
+  /// them between layers.
+  void watchReference(double done, int64_t id) {
+    const double n = static_cast<double>(std::max<size_t>(1, trace_.requests.size()));
+    refs_.watchPasses({opts_.cancelled, [this, id, done, n](int64_t layer, int64_t layers) {
+                         if (!opts_.progress) return;
+                         opts_.progress((done + static_cast<double>(layer) / static_cast<double>(layers)) / n,
+                                        "request " + std::to_string(id) + ": uncached reference, layer " +
+                                            std::to_string(layer) + " of " + std::to_string(layers));
+                       }});
   }
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
@@ -95,15 +85,7 @@ class AuditRun {
       const double n = static_cast<double>(trace_.requests.size()),
                    first = static_cast<double>(done++);
       if (opts_.progress) opts_.progress(first / n, "request " + std::to_string(req.id));
-      // A long stream's uncached reference takes a while (a minute for 8B models): report it
-      // layer by layer, and let Cancel stop it between layers.
-      refs_.watchPasses(
-          {opts_.cancelled, [&, id = req.id, first, n](int64_t layer, int64_t layers) {
-             if (!opts_.progress) return;
-             opts_.progress((first + static_cast<double>(layer) / static_cast<double>(layers)) / n,
-                            "request " + std::to_string(id) + ": uncached reference, layer " +
-                                std::to_string(layer) + " of " + std::to_string(layers));
-           }});
+      watchReference(first, req.id);
       const auto stream = req.stream();
       RequestWalk walk(
           trace_, req, tol_, [&](uint64_t v) { return refs_.get(req.id, v, stream); },
@@ -353,6 +335,8 @@ class AuditRun {
   AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {
     AuditReport& rep = out.report;
     rep.findings = findings.finish();
+    if (refs_.hasModel() && !rep.stages.empty())
+      rep.stages.front().checks.push_back(referencePassLine(refs_.passes(), trace_));
     auto divergent = [](const Finding& f) { return RowRegistry::row(f.id).spec().divergent; };
     const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(), divergent);
     bool failed = false;
@@ -482,26 +466,33 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
              std::to_string(model.embeddingRows()) + " rows");
         break;
       }
+  ReferenceSet refs(model, cached, options.weightsDirectories);
+  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype, detail::RotaryEmbedding::attentionFactorOf(c));
   if (findings.empty() && !cached.requests.empty()) {
+    // The first request's own reference, the pass the walk reads too (never a pass of its own).
     const auto& r0 = cached.requests.front();
-    std::vector<int64_t> prompt = r0.promptIds;
-    if (static_cast<int64_t>(prompt.size()) > c.maxPositions) prompt.resize(static_cast<size_t>(c.maxPositions));
-    ReferenceRun run = model.reference(prompt);
-    const auto V = run.logits.shape[1];
-    const float* last = run.logits.data.data() + (run.logits.shape[0] - 1) * V;
-    const bool finite = std::all_of(last, last + V, [](float x) { return std::isfinite(x); });
-    if (!finite) fail("the reference logits of request " + std::to_string(r0.id) + "'s prompt are not finite");
-    else
-      s1.checks.push_back("ok: reference logits of request " + std::to_string(r0.id) + "'s prompt (" + std::to_string(prompt.size()) +
-                          " tokens, inference mode, no cache) are finite; top token " +
-                          std::to_string(std::max_element(last, last + V) - last));
+    const int64_t prompt = std::min<int64_t>(static_cast<int64_t>(r0.promptIds.size()), c.maxPositions);
+    run.watchReference(0, r0.id);
+    const RequestReference* ref = prompt > 0 ? refs.get(r0.id, model.weightsVersion(), r0.stream()) : nullptr;
+    if (!ref || ref->logits.shape.size() != 2 || ref->logits.shape[0] < prompt) {
+      s1.checks.push_back("not checked: the reference logits of request " + std::to_string(r0.id) + "'s prompt (" +
+                          (refs.unavailableReason().empty() ? "no reference" : refs.unavailableReason()) + ")");
+    } else {
+      const auto V = ref->logits.shape[1];
+      const float* last = ref->logits.data.data() + (prompt - 1) * V;
+      const bool finite = std::all_of(last, last + V, [](float x) { return std::isfinite(x); });
+      if (!finite)
+        fail("the reference logits of request " + std::to_string(r0.id) + "'s prompt are not finite");
+      else
+        s1.checks.push_back("ok: reference logits of request " + std::to_string(r0.id) + "'s prompt (" +
+                            std::to_string(prompt) + " tokens, inference mode, no cache) are finite; top token " +
+                            std::to_string(std::max_element(last, last + V) - last));
+    }
   }
   for (const std::string& line : longRopeFactorSets(c, cached)) s1.checks.push_back(line);
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";
-  ReferenceSet refs(model, cached, options.weightsDirectories);
-  AuditRun run(cached, refs, options, model.config().slidingWindow, cached.tensorDtype, detail::RotaryEmbedding::attentionFactorOf(c));
   AuditResult result = run.run(s1, findings, "model " + model.checkpoint().directory() + "; trace by " + cached.engine,
                                // The built-in engine names itself "kvscope <version>"; kvscope-record's
                                // traces are another engine's.

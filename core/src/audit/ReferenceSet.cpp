@@ -99,9 +99,15 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     guide.margin = expertMargin_;
     const ExpertGuide* experts = guide.slots > 0 ? &guide : nullptr;
     ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts);
+    passes_.references += run.passes;
+    passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
     ref.request = request;
-    if (trace_->kvCache.quantized())
-      ref.roundingEffect = roundingEffect(run, m->reference(ids, {}, watch_, prefill, experts));
+    if (trace_->kvCache.quantized()) {
+      const ReferenceRun exact = m->reference(ids, {}, watch_, prefill, experts);
+      passes_.references += exact.passes;
+      passes_.referenceTokens += exact.passes * static_cast<int64_t>(ids.size());
+      ref.roundingEffect = roundingEffect(run, exact);
+    }
     ref.routing = std::move(run.routing);
     for (size_t t = 0; experts && t < ids.size(); ++t) {
       bool known = false;
@@ -181,6 +187,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& i
   if (!model_ || ids.empty()) return nullptr;
   const Model* m = modelFor(version);
   if (!m || static_cast<int64_t>(ids.size()) > m->config().maxPositions) return nullptr;
+  ++passes_.rederivations;
   return std::make_unique<ReferenceRun>(m->reference(ids, trace_->kvCache));
 }
 
@@ -201,6 +208,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
   if (!m) return nullptr;
   const auto T = static_cast<int64_t>(ids.size());
   m->checkReferenceMemory(T);
+  ++passes_.rederivations;
   try {
     return guardAllocations("the uncached pass of an audit hypothesis", [&] {
       torch::InferenceMode guard;

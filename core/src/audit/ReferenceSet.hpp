@@ -53,6 +53,15 @@ class ReferenceSet {
   /// `version`; empty when the checkpoint has none or in trace+trace mode.
   FloatTensor keyNormWeight(int64_t layer, uint64_t version);
   bool hasModel() const { return model_ != nullptr; }
+  /// Model mode: the uncached forwards this set ran so far: the references get() computed
+  /// (one per request and weights version, a quantised cache's unrounded twin, LongRoPE's
+  /// prefill pass) and the re-derivations the diagnosis asked for (branch, hypothesis).
+  struct PassCount {
+    int64_t references = 0;
+    int64_t referenceTokens = 0;  // positions those passes computed, summed
+    int64_t rederivations = 0;
+  };
+  const PassCount& passes() const { return passes_; }
   /// The checkpoint's configuration (its RoPE scaling, ...); nullptr in trace+trace mode.
   const ModelConfig* modelConfig() const { return model_ ? &model_->config() : nullptr; }
   /// Model mode only: an uncached pass over `ids` (e.g. a stream prefix followed by a
@@ -87,6 +96,7 @@ class ReferenceSet {
   std::string reason_;
   PassWatch watch_;
   std::function<double(int64_t, int64_t, double)> expertMargin_;
+  PassCount passes_;
 };
 
 /// The engine's expert choices for `request`'s stream tokens as a guide for its reference

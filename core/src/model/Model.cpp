@@ -205,6 +205,7 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
     for (auto& d : run.routing)
       if (d.token >= switchAt) routing.push_back(d);
     run.routing = std::move(routing);
+    run.passes = 2;
   }
   return run;
 }

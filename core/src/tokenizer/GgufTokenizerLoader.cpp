@@ -13,7 +13,7 @@ namespace {
 // llama.cpp's BPE pre-tokenizers (llm_tokenizer_bpe, by tokenizer.ggml.pre): the expressions
 // each piece of text is split by, one after the other, and whether a pre-token found whole
 // in the vocabulary skips the merges (ignore_merges).
-struct PreTokenizer {
+struct LlamaCppPreTokenizer {
   std::vector<const char*> names;
   std::vector<const char*> expressions;
   bool ignoreMerges;
@@ -30,8 +30,8 @@ const char* const kQwen35 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
     "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-const std::vector<PreTokenizer>& preTokenizers() {
-  static const std::vector<PreTokenizer> all = {
+const std::vector<LlamaCppPreTokenizer>& llamaCppPreTokenizers() {
+  static const std::vector<LlamaCppPreTokenizer> all = {
       {{"default"},
        {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"},
        false},
@@ -51,7 +51,7 @@ const std::vector<PreTokenizer>& preTokenizers() {
 
 std::string knownPreTokenizers() {
   std::string s;
-  for (const auto& p : preTokenizers())
+  for (const auto& p : llamaCppPreTokenizers())
     for (const char* n : p.names) s += (s.empty() ? "" : ", ") + std::string(n);
   return s;
 }
@@ -88,8 +88,8 @@ std::unique_ptr<Tokenizer> bpe(const GgufFile& f, const std::vector<std::string>
                                const std::vector<int64_t>& types) {
   const GgufValue* preValue = f.find("tokenizer.ggml.pre");
   const std::string pre = preValue ? f.string("tokenizer.ggml.pre") : "default";
-  const PreTokenizer* p = nullptr;
-  for (const auto& x : preTokenizers())
+  const LlamaCppPreTokenizer* p = nullptr;
+  for (const auto& x : llamaCppPreTokenizers())
     for (const char* n : x.names)
       if (pre == n) p = &x;
   if (!p)

@@ -1,0 +1,38 @@
+#include "audit/ReferenceStageLines.hpp"
+
+#include "model/RotaryEmbedding.hpp"
+
+namespace kvscope::detail {
+
+std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& trace) {
+  std::vector<std::string> out;
+  const int64_t S = c.usesRope() ? detail::RotaryEmbedding::factorSwitchOf(c.rope) : 0;
+  if (S == 0) return out;
+  for (const auto& r : trace.requests) {
+    const auto P = static_cast<int64_t>(r.promptIds.size());
+    const int64_t steps = static_cast<int64_t>(trace.stepsOf(r.id).size());
+    std::string line = "ok: LongRoPE (original context " + std::to_string(S) + "): request " + std::to_string(r.id) + "'s ";
+    if (P > S)
+      line += "records all turn with long_factor (its " + std::to_string(P) + "-token prefill already passes " +
+              std::to_string(S) + " positions)";
+    else if (S - P + 1 >= steps)
+      line += "records all turn with short_factor (no forward passes " + std::to_string(S) + " positions)";
+    else
+      line += "records turn with short_factor through step " + std::to_string(S - P) + " and with long_factor from step " +
+              std::to_string(S - P + 1) + " (position " + std::to_string(S) + ") on; a cache kept across that step holds "
+              "keys turned with the short factors (transformers' Phi-3 generate recomputes it there)";
+    out.push_back(line);
+  }
+  return out;
+}
+
+std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& trace) {
+  const size_t requests = trace.requests.size();
+  return "note: " + std::to_string(n.references) + " uncached reference pass" + (n.references == 1 ? "" : "es") +
+         " over " + std::to_string(n.referenceTokens) + " positions for " + std::to_string(requests) + " request" +
+         (requests == 1 ? "" : "s") + " (one per request and weights version" +
+         (trace.kvCache.quantized() ? ", twice for a quantised cache's rounding" : "") + "), " +
+         std::to_string(n.rederivations) + " re-derivation" + (n.rederivations == 1 ? "" : "s") + " of a diverged run";
+}
+
+}  // namespace kvscope::detail

@@ -1,0 +1,24 @@
+// Stage 1's lines about the reference itself: which LongRoPE factor set each request's
+// records were turned with, and how many uncached forwards the audit took.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "audit/ReferenceSet.hpp"
+#include "kvscope/ModelConfig.hpp"
+#include "kvscope/Trace.hpp"
+
+namespace kvscope::detail {
+
+/// LongRoPE turns each forward with short_factor while the forward is at most
+/// original_max_position_embeddings positions long and with long_factor beyond (per forward,
+/// as transformers does): which set each request's records were turned with, for the report.
+std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& trace);
+
+/// "note: N uncached reference passes over P positions for R requests (...), M
+/// re-derivations of a diverged run": each request's reference is one pass over its stream
+/// whatever its number of steps; re-derivations run only where a row tests a cause.
+std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& trace);
+
+}  // namespace kvscope::detail
