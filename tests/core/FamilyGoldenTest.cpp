@@ -48,14 +48,14 @@ FloatTensor lastPositions(const FloatTensor& t, int64_t keep) {
 FloatTensor goldenRow(const FloatTensor& t, int64_t r) { return test::rows(t, r, 1); }
 
 // transformers' expert choices for a prompt (golden/FAMILY.routing.safetensors, [T, L, K]) as
-// the guide an audit builds from a trace that records them.
-ExpertGuide routingGuide(const std::string& f, const std::string& name, int64_t layers) {
+// the choices a trace records.
+ExpertChoices routingGolden(const std::string& f, const std::string& name, int64_t layers) {
   auto file = SafetensorsFile::open(familyGolden(f, ".routing.safetensors"));
-  ExpertGuide g;
-  g.layers = layers;
-  g.slots = file->entry(name).shape.at(2);
-  g.ids = file->readInt64(name);
-  return g;
+  ExpertChoices c;
+  c.layers = layers;
+  c.slots = file->entry(name).shape.at(2);
+  c.ids = file->readInt64(name);
+  return c;
 }
 
 // The experts KV Scope's reference takes per position and layer ([T][L] sorted ids).
@@ -162,11 +162,11 @@ TEST_P(FamilyGolden, Bf16RunsOfTransformersSitInsideTheBf16Tolerances) {
     // nearTieSlack); none may lie beyond the margin.
     ExpertGuide guide;
     if (model->config().moe.numExperts > 0) {
-      guide = routingGuide(f, p + "bf16.experts", model->config().numLayers);
+      guide.choices = routingGolden(f, p + "bf16.experts", model->config().numLayers);
       guide.margin = [&tol](int64_t l, int64_t t, double m) { return tol.routerMargin(l, t, m); };
     }
     ReferenceRun run = model->reference(meta["prompts"][i]["ids"].get<std::vector<int64_t>>(), {}, {}, -1,
-                                        guide.slots > 0 ? &guide : nullptr);
+                                        guide.choices.empty() ? nullptr : &guide);
     for (const auto& d : run.routing) {
       EXPECT_TRUE(d.followed) << "layer " << d.layer << " token " << d.token << ": gap " << d.gap << " beyond margin "
                               << d.margin;
@@ -222,7 +222,7 @@ TEST_P(FamilyGolden, FloatRoutingTakesTransformersExperts) {
   const int64_t L = model->config().numLayers;
   for (size_t i = 0; i < meta["prompts"].size(); ++i) {
     const std::string p = "p" + std::to_string(i) + ".";
-    const ExpertGuide want = routingGuide(f, p + "f32.experts", L);
+    const ExpertChoices want = routingGolden(f, p + "f32.experts", L);
     ExpertSink sink;
     const auto ids = meta["prompts"][i]["ids"].get<std::vector<int64_t>>();
     model->referenceWithTaps(ids, sink);
@@ -230,7 +230,7 @@ TEST_P(FamilyGolden, FloatRoutingTakesTransformersExperts) {
     for (size_t t = 0; t < ids.size(); ++t)
       for (int64_t l = 0; l < L; ++l) {
         if (!model->config().isMoeLayer(l)) continue;
-        auto expected = want.at(static_cast<int64_t>(t), l);
+        auto expected = want.of(t, l);
         std::sort(expected.begin(), expected.end());
         EXPECT_EQ(sink.byToken[t][static_cast<size_t>(l)], expected) << "prompt " << i << " token " << t << " layer " << l;
       }

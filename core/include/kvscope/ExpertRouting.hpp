@@ -1,6 +1,7 @@
-// A mixture-of-experts router's choices seen from two sides: what another engine chose (an
-// ExpertGuide an uncached pass may follow) and what the pass decided where its own router
-// chose otherwise (RoutingDecision). Plain values; the rule is in model/ExpertRouter.
+// A mixture-of-experts router's choices seen from two sides: what an engine chose
+// (ExpertChoices: a trace's `experts`, the ExpertGuide an uncached pass may follow) and what
+// the pass decided where its own router chose otherwise (RoutingDecision). Plain values; the
+// rule is in model/ExpertRouter.
 //
 // Why: a router's top-k is discontinuous. When two experts' router logits lie closer than the
 // engine's rounding noise (bf16 compute), the engine may take the other expert, and from
@@ -17,15 +18,26 @@
 
 namespace kvscope {
 
+/// The experts a router chose, per token and model layer (the trace's `experts`,
+/// docs/trace-format.md "Expert choices").
+struct ExpertChoices {
+  int64_t slots = 0;         // K, experts per token; 0: none recorded
+  int64_t layers = 0;        // model layers (a dense layer's entries hold -1)
+  std::vector<int64_t> ids;  // [tokens, layers, slots], the router's order; -1: no expert
+  bool empty() const { return slots == 0; }
+  /// The experts (>= 0) of token `token` at `layer`, in the router's order; empty when none
+  /// were recorded there.
+  std::vector<int64_t> of(size_t token, int64_t layer) const;
+  bool operator==(const ExpertChoices& o) const {
+    return slots == o.slots && layers == o.layers && ids == o.ids;
+  }
+};
+
 struct ExpertGuide {
-  int64_t slots = 0;         // K: experts per token
-  int64_t layers = 0;        // model layers
-  std::vector<int64_t> ids;  // [tokens of the pass, layers, slots]; -1: none known
+  ExpertChoices choices;  // the engine's, per token of the pass; -1: none known
   /// How far apart (in router logits) two choices may be and still be a near tie, at `layer`
   /// and token index `token`, for a router row whose largest |logit| is `maxAbs`.
   std::function<double(int64_t layer, int64_t token, double maxAbs)> margin;
-  /// The engine's experts (>= 0) for `token` at `layer`; empty when none were recorded.
-  std::vector<int64_t> at(int64_t token, int64_t layer) const;
 };
 
 /// Where the engine's experts and the pass's own top-k differed.

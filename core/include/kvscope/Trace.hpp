@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kvscope/ExpertRouting.hpp"
 #include "kvscope/FaultSpec.hpp"
 
 #include "kvscope/FloatTensor.hpp"
@@ -87,21 +88,6 @@ struct TraceLayerRecord {
   int64_t keptRecords(int64_t lengthBefore, int64_t appended) const;
 };
 
-/// Mixture of experts: the experts an engine's router chose, per fed entry and model layer
-/// (file tensor "experts", docs/trace-format.md "Expert choices").
-struct TraceExpertChoices {
-  int64_t slots = 0;          // K, experts per entry; 0: none recorded
-  int64_t layers = 0;         // model layers (a dense layer's entries hold -1)
-  std::vector<int64_t> ids;   // [fed entries, layers, slots], the router's order; -1: no expert
-  bool empty() const { return slots == 0; }
-  /// The experts (>= 0) of fed entry `entry` at `layer`, in the router's order; empty when
-  /// none were recorded there.
-  std::vector<int64_t> of(size_t entry, int64_t layer) const;
-  bool operator==(const TraceExpertChoices& o) const {
-    return slots == o.slots && layers == o.layers && ids == o.ids;
-  }
-};
-
 struct TraceStep {
   int64_t request = 0;
   int64_t step = 0;              // 0 = prefill, k = feeding generated token k-1
@@ -129,9 +115,10 @@ struct TraceStep {
   int64_t reusedCount = 0;
   int64_t reusedFrom = -1;
   std::vector<int64_t> reusedBlocks;
-  // A mixture-of-experts model: the experts the router chose for each fed entry (empty: not
-  // recorded), so that an audit can tell a near-tie routing flip from a routing bug.
-  TraceExpertChoices experts;
+  // A mixture-of-experts model: the experts the router chose for each fed entry (one token
+  // per fed entry; empty: not recorded), so that an audit can tell a near-tie routing flip
+  // from a routing bug.
+  ExpertChoices experts;
   bool operator==(const TraceStep& o) const;
   /// Fed entries that are rejected draft tokens (draftCount - acceptedCount).
   int64_t rejectedCount() const;

@@ -97,7 +97,7 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     ExpertGuide guide;
     if (req && m->config().moe.numExperts > 0) guide = expertGuideOf(*trace_, *req, ids);
     guide.margin = expertMargin_;
-    const ExpertGuide* experts = guide.slots > 0 ? &guide : nullptr;
+    const ExpertGuide* experts = guide.choices.empty() ? nullptr : &guide;
     ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts);
     passes_.references += run.passes;
     passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
@@ -109,12 +109,12 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
       ref.roundingEffect = roundingEffect(run, exact);
     }
     ref.routing = std::move(run.routing);
-    for (size_t t = 0; experts && t < ids.size(); ++t) {
-      bool known = false;
-      for (int64_t l = 0; l < guide.layers && !known; ++l)
-        known = !guide.at(static_cast<int64_t>(t), l).empty();
-      ref.routedTokens += known ? 1 : 0;
-    }
+    const ExpertChoices& engine = guide.choices;
+    const auto row = static_cast<size_t>(engine.layers * engine.slots);  // one token's ids
+    for (size_t t = 0; experts && t < ids.size(); ++t)
+      ref.routedTokens += std::any_of(engine.ids.begin() + static_cast<std::ptrdiff_t>(t * row),
+                                      engine.ids.begin() + static_cast<std::ptrdiff_t>((t + 1) * row),
+                                      [](int64_t id) { return id >= 0; });
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);
@@ -127,20 +127,21 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
 ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
                           const std::vector<int64_t>& stream) {
   ExpertGuide guide;
+  ExpertChoices& out = guide.choices;
   const auto steps = trace.stepsOf(request.id);
   for (const TraceStep* st : steps)
     if (!st->experts.empty() && st->experts.layers == trace.model.numLayers) {
-      guide.slots = std::max(guide.slots, st->experts.slots);  // a step with fewer: padded
-      guide.layers = st->experts.layers;
+      out.slots = std::max(out.slots, st->experts.slots);  // a step with fewer: padded
+      out.layers = st->experts.layers;
     }
-  if (guide.slots == 0) return guide;
-  const auto K = static_cast<size_t>(guide.slots), L = static_cast<size_t>(guide.layers);
-  guide.ids.assign(stream.size() * L * K, -1);
+  if (out.empty()) return guide;
+  const auto K = static_cast<size_t>(out.slots), L = static_cast<size_t>(out.layers);
+  out.ids.assign(stream.size() * L * K, -1);
   size_t next = 0;  // the stream index the request's next fed token stands for
   for (const TraceStep* st : steps) {
     next = std::max(next, static_cast<size_t>(std::max<int64_t>(st->reusedCount, 0)));
-    const TraceExpertChoices& e = st->experts;
-    const bool recorded = !e.empty() && e.layers == guide.layers;
+    const ExpertChoices& e = st->experts;
+    const bool recorded = !e.empty() && e.layers == out.layers;
     for (size_t i = 0; i < st->fedIds.size(); ++i) {
       if (!st->isRealEntry(i)) continue;
       if (next >= stream.size() || st->fedIds[i] != stream[next]) {
@@ -149,7 +150,7 @@ ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
       }
       for (size_t l = 0; recorded && l < L; ++l)
         for (size_t k = 0; k < static_cast<size_t>(e.slots); ++k)
-          guide.ids[(next * L + l) * K + k] = e.ids[(i * L + l) * static_cast<size_t>(e.slots) + k];
+          out.ids[(next * L + l) * K + k] = e.ids[(i * L + l) * static_cast<size_t>(e.slots) + k];
       ++next;
     }
   }

@@ -4,26 +4,6 @@
 #include <cmath>
 #include <limits>
 
-namespace kvscope {
-
-std::vector<int64_t> ExpertGuide::at(int64_t token, int64_t layer) const {
-  std::vector<int64_t> out;
-  if (slots <= 0 || token < 0 || layer < 0 || layer >= layers) return out;
-  const auto first = static_cast<size_t>((token * layers + layer) * slots);
-  if (first + static_cast<size_t>(slots) > ids.size()) return out;
-  for (int64_t k = 0; k < slots; ++k)
-    if (ids[first + static_cast<size_t>(k)] >= 0) out.push_back(ids[first + static_cast<size_t>(k)]);
-  return out;
-}
-
-double nearTieSlack(const std::vector<RoutingDecision>& routing, int64_t layer, int64_t position) {
-  for (const auto& d : routing)
-    if (d.followed && d.token == position && (layer < 0 || d.layer < layer)) return kNearTieSlack;
-  return 1.0;
-}
-
-}  // namespace kvscope
-
 namespace kvscope::detail {
 
 namespace {
@@ -55,7 +35,7 @@ torch::Tensor ExpertRouter::follow(int64_t layer, const torch::Tensor& logits, c
   const auto ownAt = own.accessor<int64_t, 2>();
   torch::Tensor out;  // a copy only once some token takes the engine's experts
   for (int64_t n = 0; n < N; ++n) {
-    const std::vector<int64_t> engine = guide.at(n, layer);
+    const std::vector<int64_t> engine = guide.choices.of(static_cast<size_t>(n), layer);
     if (engine.empty()) continue;
     std::vector<int64_t> mine;
     for (int64_t k = 0; k < K; ++k)

@@ -1,6 +1,6 @@
 // Collects the experts a mixture of experts' router took in one forward (the "experts" tap,
 // [B, s, K] per MoE layer) and hands every other tap to `inner`: what the engine records in
-// a trace's TraceExpertChoices.
+// a trace's ExpertChoices.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,8 +26,8 @@ class ExpertTapCollector : public TorchTapSink {
   }
   /// Batch row `row`'s entries [first, first + count) over `layers` model layers (dense ones
   /// -1); empty when the forward routed nothing.
-  TraceExpertChoices choices(int64_t row, int64_t first, int64_t count, int64_t layers) const {
-    TraceExpertChoices out;
+  ExpertChoices choices(int64_t row, int64_t first, int64_t count, int64_t layers) const {
+    ExpertChoices out;
     if (experts_.empty()) return out;
     int64_t slots = 0;
     for (const auto& [l, t] : experts_) slots = std::max(slots, t.size(2));

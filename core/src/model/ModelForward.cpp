@@ -246,7 +246,8 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const d
   torch::Tensor topE = router.topExperts(logits, perRow);  // [N, k]; -1: no expert
   if (attention.expertGuide() && B == 1 && attention.routingDecisions())
     topE = router.follow(layer, logits, topE, *attention.expertGuide(), *attention.routingDecisions());
-  tap(taps, layer, "experts", topE.view({B, -1, topE.size(1)}).to(torch::kFloat));
+  // The engine records the experts; no tensor is made for a forward nobody taps.
+  if (taps && taps->wants("experts")) taps->onTensor(layer, "experts", topE.view({B, -1, topE.size(1)}).to(torch::kFloat));
   auto topW = router.weights(logits, topE);
   topW = topW.to(flat.scalar_type());
   // Each (token, slot)'s weighted expert output, summed over the k slots in their top-k order

@@ -50,17 +50,6 @@ bool TraceStep::operator==(const TraceStep& o) const {
          reusedFrom == o.reusedFrom && reusedBlocks == o.reusedBlocks && experts == o.experts;
 }
 
-std::vector<int64_t> TraceExpertChoices::of(size_t entry, int64_t layer) const {
-  std::vector<int64_t> out;
-  if (slots <= 0 || layer < 0 || layer >= layers) return out;
-  const size_t at = (entry * static_cast<size_t>(layers) + static_cast<size_t>(layer)) *
-                    static_cast<size_t>(slots);
-  if (at + static_cast<size_t>(slots) > ids.size()) return out;
-  for (int64_t k = 0; k < slots; ++k)
-    if (ids[at + static_cast<size_t>(k)] >= 0) out.push_back(ids[at + static_cast<size_t>(k)]);
-  return out;
-}
-
 int64_t TraceStep::rejectedCount() const {
   return std::max<int64_t>(0, draftCount - acceptedCount);
 }

@@ -21,7 +21,7 @@ void planExpertRows(const Trace& trace, std::vector<StepLayout>& layouts) {
     const TraceStep& s = trace.steps[i];
     layouts[i].expertRow = -1;
     if (s.experts.empty()) continue;
-    const TraceExpertChoices& e = s.experts;
+    const ExpertChoices& e = s.experts;
     const auto fed = static_cast<int64_t>(s.fedIds.size());
     if (e.layers != trace.model.numLayers || e.slots < 1 || e.slots > kMaxSlots ||
         static_cast<int64_t>(e.ids.size()) != fed * e.layers * e.slots)
@@ -54,7 +54,7 @@ void addExpertChoices(const Trace& trace, const std::vector<StepLayout>& layouts
   std::vector<int32_t> data;
   for (size_t i = 0; i < layouts.size(); ++i) {
     if (layouts[i].expertRow < 0) continue;
-    const TraceExpertChoices& e = trace.steps[i].experts;
+    const ExpertChoices& e = trace.steps[i].experts;
     const size_t rows = e.ids.size() / static_cast<size_t>(e.slots);  // entries x layers
     for (size_t r = 0; r < rows; ++r)
       for (int64_t k = 0; k < slots; ++k)

@@ -23,7 +23,7 @@ void planExpertRows(const Trace& trace, std::vector<StepLayout>& layouts);
 void addExpertChoices(const Trace& trace, const std::vector<StepLayout>& layouts,
                       SafetensorsWriter& writer);
 /// Validates `experts` against the model's layers and the steps' `expert_row`, and copies
-/// each step's rows into its TraceExpertChoices.
+/// each step's rows into its ExpertChoices.
 void applyExpertChoices(const SafetensorsFile& file, const std::vector<StepLayout>& layouts,
                         Trace& trace);
 

@@ -88,12 +88,12 @@ class ExpertRoutingRow final : public FailureRow {
       for (const auto& d : ref->routing) {
         if (!d.followed) {
           ++beyond;
-        } else if (d.gap >= widest) {
-          ++followed;
+          continue;
+        }
+        ++followed;
+        if (d.gap >= widest) {
           widest = d.gap;
           widestMargin = d.margin;
-        } else {
-          ++followed;
         }
       }
     }
