@@ -41,7 +41,7 @@ def info(trace: Trace, path: str = "") -> str:
                    + (f", original context {rope['original_max_position_embeddings']}"
                       if rope.get("original_max_position_embeddings") else ""))
     kinds = layer_kinds.parse_layer_kinds(trace.extra, path, m["num_layers"])
-    if kinds and any(k["kind"] == "sliding" for k in kinds):
+    if kinds and any(k["kind"] != "full" for k in kinds):
         maps = sum(1 for s in trace.steps if any(l.ring_positions is not None for l in s.layers))
         out.append("layer kinds: " + layer_kinds.describe(kinds)
                    + (f"; ring slot maps on {maps} steps" if layer_kinds.ring_slots(kinds) else ""))

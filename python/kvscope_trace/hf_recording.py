@@ -29,7 +29,7 @@ import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import trace as kvtrace
-from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, cache_length,
+from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, cache_length, config_layer_types,
                        model_info, to_numpy, watch_updates)
 
 
@@ -79,7 +79,8 @@ class _Recording:
         from .hf_routing import ExpertTap
         self.experts = ExpertTap(model, info["num_layers"])  # a mixture of experts' routers
         self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store,
-                                 expert_tap=self.experts if self.experts.active else None)
+                                 expert_tap=self.experts if self.experts.active else None,
+                                 layer_types=config_layer_types(model.config))
         self.requests = 0       # requests recorded so far (ids 0..requests-1)
         self.groups = 0         # batch groups so far
         self.rows: List[int] = []  # the running generate call's request id per batch row

@@ -6,7 +6,8 @@ transformers 5 routers (`gate` / `router` modules of Qwen3-MoE, Mixtral, GPT-OSS
 (logits, scores, indices): the indices are what the block's experts use. transformers 4's
 Mixtral and Qwen3-MoE gate is a Linear returning the logits; the block takes
 topk(softmax(logits in float32), top_k), which the hook computes the same way. GPT-OSS in 4.x
-returns (scores, indices). A block is a module with `experts` and a `gate` or `router`
+returns (scores, indices); Llama 4's router returns (sigmoid scores, logits) and the block
+takes the top_k logits. A block is a module with `experts` and a `gate` or `router`
 module, under `layers.<i>.`."""
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class ExpertTap:
             last = out[-1] if isinstance(out, tuple) else None
             if last is not None and torch.is_tensor(last) and not last.is_floating_point():
                 idx = last
+            elif isinstance(out, tuple) and len(out) == 2 and all(torch.is_tensor(t) and t.is_floating_point()
+                                                                  for t in out):
+                # Llama 4's router: (scores, logits); the block takes topk(logits, top_k)
+                idx = torch.topk(out[1], int(block.top_k), dim=-1).indices
             else:  # a Linear gate (transformers 4): the block's softmax, then its top-k
                 logits = out[0] if isinstance(out, tuple) else out
                 idx = torch.topk(torch.softmax(logits.float(), dim=-1), int(block.top_k), dim=-1).indices

@@ -105,11 +105,14 @@ def begin_forward(cache) -> None:
         setattr(cache, APPENDED_ATTR, {})
 
 
-def layer_kinds(cache) -> Optional[List[Dict[str, Any]]]:
+def layer_kinds(cache, layer_types: Optional[Sequence[str]] = None) -> Optional[List[Dict[str, Any]]]:
     """The trace's layer_kinds for a transformers cache with sliding layers (None without
     one): a `DynamicSlidingWindowLayer` keeps the last `sliding_window - 1` rows in fed order,
     so it is a sliding layer whose cache holds `sliding_window - 1` slots (ring_slots); a
-    sliding layer of another type is refused by name rather than recorded wrongly."""
+    sliding layer of another type is refused by name rather than recorded wrongly. transformers
+    caches a chunked layer (Llama 4's "chunked_attention" in the config's `layer_types`) in
+    the same layer class with `sliding_window` = attention_chunk_size: it is recorded as a
+    chunked layer of that chunk, its ring of `chunk - 1` slots."""
     layers = getattr(cache, "layers", None)
     if not isinstance(layers, (list, tuple)) or not any(getattr(l, "is_sliding", False) for l in layers):
         return None
@@ -122,8 +125,17 @@ def layer_kinds(cache) -> Optional[List[Dict[str, Any]]]:
         if type(l).__name__ != "DynamicSlidingWindowLayer" or w < 2:
             raise TypeError(f"cache layer {i} is a {type(l).__name__} (sliding window {w}): "
                             "kvscope-record knows the layout of DynamicSlidingWindowLayer only")
-        out.append({"kind": "sliding", "window": w, "ring_slots": w - 1})
+        chunked = layer_types is not None and i < len(layer_types) and layer_types[i] == "chunked_attention"
+        out.append({"kind": "chunked", "chunk": w, "ring_slots": w - 1} if chunked
+                   else {"kind": "sliding", "window": w, "ring_slots": w - 1})
     return out
+
+
+def config_layer_types(config) -> Optional[List[str]]:
+    """The (text) config's layer_types, None where it has none."""
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types = getattr(c, "layer_types", None)
+    return list(types) if isinstance(types, (list, tuple)) else None
 
 
 def cache_length(cache) -> int:
@@ -258,8 +270,10 @@ class TraceRecorder:
 
     def __init__(self, model: Dict[str, Any], engine: str = ENGINE, mode: str = "cached",
                  snapshots: bool = False, checksums: bool = True, dtype: str = "F32",
-                 expert_tap=None):
+                 expert_tap=None, layer_types: Optional[Sequence[str]] = None):
         self.writer = kvtrace.TraceWriter(model, engine=engine, mode=mode, dtype=dtype)
+        # the model config's layer_types: which of the cache's sliding layers are chunked
+        self.layer_types = list(layer_types) if layer_types else None
         # a mixture of experts: hf_routing.ExpertTap on the model's routers (None: dense)
         self.expert_tap = expert_tap
         self.mode, self.snapshots = mode, snapshots
@@ -309,7 +323,7 @@ class TraceRecorder:
             prev = self._lengths.setdefault(request, [0] * L)
             appended = getattr(cache, APPENDED_ATTR, None)
             if appended is not None and self.mode == "cached" and "layer_kinds" not in self.writer.extra:
-                kinds = layer_kinds(cache)
+                kinds = layer_kinds(cache, self.layer_types)
                 if kinds is not None:
                     self.writer.extra["layer_kinds"] = kinds
             if appended is not None and self.mode == "cached":
@@ -580,7 +594,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     tap = ExpertTap(model, info["num_layers"])
     rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
                         snapshots=args.snapshots, dtype=args.store,
-                        expert_tap=tap if tap.active else None)
+                        expert_tap=tap if tap.active else None,
+                        layer_types=config_layer_types(model.config))
     for rid, (ids, text) in enumerate(prompts):
         out = decode(forward, rec, rid, ids, args.max_new, policy, eos_ids=eos_ids,
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],

@@ -1,5 +1,6 @@
-"""The trace document's optional "layer_kinds" array: per model layer, full or sliding-window
-attention and, for a sliding layer, whether its cache is a ring of `ring_slots` physical slots
+"""The trace document's optional "layer_kinds" array: per model layer, full, sliding-window or
+chunked attention (Llama 4: a query sees only its own chunk of `chunk` positions) and, for a
+sliding or chunked layer, whether its cache is a ring of `ring_slots` physical slots
 (docs/trace-format.md, "Sliding-window layers and ring caches"). Validated like the C++
 reader; the array itself is kept in Trace.extra, as read. The ring slot maps (the
 `ring_positions` tensor, `steps.ring_row`) are read and written by format_v2.py, which asks
@@ -11,13 +12,13 @@ from typing import Any, Dict, List, Optional
 
 from .container import TraceError, _is_int
 
-KINDS = ("full", "sliding")
+KINDS = ("full", "sliding", "chunked")
 MAX_SLOTS = 1 << 28  # the largest window or ring the C++ reader takes
 
 
 def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Optional[List[Dict[str, Any]]]:
-    """The validated entries (None when the field is absent): {"kind", "window", "ring_slots"},
-    window and ring_slots 0 where they do not apply."""
+    """The validated entries (None when the field is absent): {"kind", "window", "chunk",
+    "ring_slots"}, each 0 where it does not apply."""
     if doc.get("layer_kinds") is None:
         return None
     j = doc["layer_kinds"]
@@ -32,18 +33,20 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
             raise TraceError(file, at, f"expected an object (one per model layer), found {e!r}")
         kind = e.get("kind")
         if kind not in KINDS:
-            raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: full, sliding)")
-        window, slots = e.get("window"), e.get("ring_slots")
-        if kind == "sliding":
-            if window is None:
-                raise TraceError(file, f"{at}.window", "missing: a sliding layer needs its window "
+            raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: full, sliding, chunked)")
+        window, chunk, slots = e.get("window"), e.get("chunk"), e.get("ring_slots")
+        span = {"sliding": ("window", window), "chunked": ("chunk", chunk)}.get(kind)
+        if span is not None:
+            name, value = span
+            if value is None:
+                raise TraceError(file, f"{at}.{name}", f"missing: a {kind} layer needs its {name} "
                                  "(a positive integer)")
-            if not _is_int(window) or not 0 < window <= MAX_SLOTS:
-                raise TraceError(file, f"{at}.window", f"expected an integer in [1, {MAX_SLOTS}], found {window!r}")
+            if not _is_int(value) or not 0 < value <= MAX_SLOTS:
+                raise TraceError(file, f"{at}.{name}", f"expected an integer in [1, {MAX_SLOTS}], found {value!r}")
         if slots is not None:
-            if kind != "sliding":
-                raise TraceError(file, f"{at}.ring_slots", "a ring cache is for sliding layers only "
-                                 "(this layer is full)")
+            if kind == "full":
+                raise TraceError(file, f"{at}.ring_slots", "a ring cache is for sliding and chunked "
+                                 "layers only (this layer is full)")
             if not _is_int(slots) or not 0 < slots <= MAX_SLOTS:
                 raise TraceError(file, f"{at}.ring_slots", f"expected an integer in [1, {MAX_SLOTS}], found {slots!r}")
             if slots_of is not None and slots != slots_of[1]:
@@ -52,7 +55,7 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
                                  "same number of slots")
             slots_of = slots_of or (i, slots)
         out.append({"kind": kind, "window": window if kind == "sliding" else 0,
-                    "ring_slots": slots or 0})
+                    "chunk": chunk if kind == "chunked" else 0, "ring_slots": slots or 0})
     return out
 
 
@@ -75,7 +78,7 @@ def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
         return ""
     groups: List[tuple] = []  # ((kind, window, slots), [layers]) in order of first appearance
     for l, k in enumerate(kinds):
-        key = (k["kind"], k["window"], k["ring_slots"])
+        key = (k["kind"], k["window"] or k.get("chunk", 0), k["ring_slots"])
         g = next((g for g in groups if g[0] == key), None)
         if g is None:
             groups.append((key, [l]))
@@ -83,7 +86,7 @@ def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
             g[1].append(l)
     parts = []
     for (kind, window, slots), layers in groups:
-        what = f"sliding window {window}" if kind == "sliding" else "full"
+        what = {"sliding": f"sliding window {window}", "chunked": f"chunks of {window}"}.get(kind, "full")
         parts.append(f"{what} on {_ranges(layers)}" + (f", ring of {slots} slots" if slots else ""))
     return "; ".join(parts)
 

@@ -119,6 +119,15 @@ class RingTrace(TempDir, unittest.TestCase):
         self.assertNotIn("layer kinds", info(plain))
         self.assertIn("sliding window 3 on layers 0-3", info(kvtrace.read_trace(self.path("sliding_no_ring.kvtrace"))))
 
+    def test_chunked_layers_round_trip(self):
+        """Llama 4's chunked layers, as kvscope-record writes transformers' (a ring of chunk - 1)."""
+        kinds = [{"kind": "chunked", "chunk": 4, "ring_slots": 3}, {"kind": "full"}] * 2
+        path = self.path("chunked.kvtrace")
+        ring_writer(kinds, maps=False).save(path)
+        t = kvtrace.read_trace(path)
+        self.assertEqual(t.extra["layer_kinds"], kinds)
+        self.assertIn("chunks of 4 on layers 0, 2, ring of 3 slots; full on layers 1, 3", info(t))
+
     def test_malformed_layer_kinds_are_named(self):
         def kinds(edit):
             def f(d):
@@ -128,7 +137,9 @@ class RingTrace(TempDir, unittest.TestCase):
             "not an array": ("layer_kinds", lambda d: d.update(layer_kinds={"kind": "full"})),
             "one entry short": ("layer_kinds", kinds(lambda k: k.pop())),
             "an entry not an object": ("layer_kinds[1]", kinds(lambda k: k.__setitem__(1, "sliding"))),
-            "unknown kind": ("layer_kinds[2].kind", kinds(lambda k: k[2].update(kind="chunked"))),
+            "unknown kind": ("layer_kinds[2].kind", kinds(lambda k: k[2].update(kind="local"))),
+            "chunk missing": ("layer_kinds[2].chunk", kinds(lambda k: k[2].update(kind="chunked"))),
+            "chunk zero": ("layer_kinds[0].chunk", kinds(lambda k: k[0].update(kind="chunked", chunk=0))),
             "window missing": ("layer_kinds[2].window", kinds(lambda k: k[2].pop("window"))),
             "window zero": ("layer_kinds[2].window", kinds(lambda k: k[2].update(window=0))),
             "window not an integer": ("layer_kinds[1].window", kinds(lambda k: k[1].update(window=4.5))),

@@ -297,6 +297,8 @@ TEST(RingWindow, ReaderRefusesBadLayerKindsAndSlotMaps) {
       {"short", [](json& d) { d["layer_kinds"].erase(0); }, {}, "layer_kinds"},
       {"kind", [](json& d) { d["layer_kinds"][1]["kind"] = "local"; }, {}, "layer_kinds[1].kind"},
       {"window", [](json& d) { d["layer_kinds"][2]["window"] = 0; }, {}, "layer_kinds[2].window"},
+      {"chunk", [](json& d) { d["layer_kinds"][2] = {{"kind", "chunked"}, {"ring_slots", 6}}; }, {},
+       "layer_kinds[2].chunk"},
       {"ring-on-full",
        [](json& d) {
          d["layer_kinds"][0] = {{"kind", "full"}, {"ring_slots", 6}};

@@ -100,7 +100,8 @@ def demo_checkpoint(root: str, arch: str, *extra: str, name: str = None) -> str:
 # Families transformers 4.57 does not have: their live tests run under 5.x only.
 V5_ONLY = ("ministral3",)
 DEMO_ARCHES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "olmo2", "granite", "smollm3",
-               "phi3", "gemma2", "gemma3_text", "gpt_oss", "mixtral", "olmo3", "glm4", "ministral3")
+               "phi3", "gemma2", "gemma3_text", "gpt_oss", "mixtral", "olmo3", "glm4", "ministral3",
+               "llama4_text")
 
 
 def v4_readable(root: str, family: str) -> str:
@@ -164,7 +165,8 @@ class EveryFamilyTest(unittest.TestCase):
             "qwen3": QWEN3,
             **{f: v4_readable(cls.tmp.name, f) for f in ("qwen3_moe", "olmo2", "granite", "smollm3", "phi3", "gemma2",
                                                              "gemma3_text", "gpt_oss", "phi3_longrope", "mixtral",
-                                                             "olmo3", "glm4", "ministral3", "gemma3")},
+                                                             "olmo3", "glm4", "ministral3", "gemma3",
+                                                             "llama4_text", "llama4")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",

@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -83,16 +83,23 @@ struct MoeConfig {
   int64_t intermediateSize = 0;  // each expert's (moe_intermediate_size)
   bool normTopK = false;         // norm_topk_prob: the chosen probabilities renormalised to 1
   // SoftmaxThenTopK: softmax over every expert in float32, the k most probable (Qwen3-MoE,
-  // Mixtral); TopKThenSoftmax: the k largest router logits, softmax over those k (GPT-OSS).
-  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax };
+  // Mixtral); TopKThenSoftmax: the k largest router logits, softmax over those k (GPT-OSS);
+  // TopKThenSigmoid: the k largest router logits, each weighted by its own sigmoid (Llama 4).
+  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax, TopKThenSigmoid };
   Routing routing = Routing::SoftmaxThenTopK;
   bool routerBias = false;       // the router has a bias (GPT-OSS)
   // Gated: down(act(gate x) * up x), one tensor per expert; ClampedGlu: GPT-OSS's experts,
   // stacked [E, in, out] with biases, gate and up interleaved in one product (even columns
   // gate, odd up), gate clamped above and up both sides at gluLimit, (up + 1) * gate *
   // sigmoid(gluAlpha * gate).
-  enum class Expert { Gated, ClampedGlu };
+  // StackedGated: Llama 4's experts, stacked [E, H, 2Im] (gate the first Im columns, up the
+  // rest) and [E, Im, H], no biases, down(act(gate x) * up x).
+  enum class Expert { Gated, ClampedGlu, StackedGated };
   Expert expert = Expert::Gated;
+  bool weightInputs = false;     // the router weight scales the expert's input (Llama 4), not
+                                 // its output
+  int64_t sharedIntermediateSize = 0;  // > 0: a shared gated MLP every token takes, added to
+                                       // the experts' sum (Llama 4's shared_expert)
   double gluAlpha = 1.702, gluLimit = 7.0;
   std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
 };
@@ -129,6 +136,14 @@ struct ModelConfig {
                                       // (NoPE: no_rope_layers); empty: every layer rotates
   double queryScaleBeta = 0.0;        // Ministral 3: rotated queries x (1 + beta ln(1 + floor(p /
   int64_t queryScaleContext = 0;      // queryScaleContext))) (llama_4_scaling_beta); 0: none
+  int64_t queryScaleOffset = 0;       // Llama 4: floor((p + 1) / floor_scale), so 1
+  bool queryScaleNopeOnly = false;    // Llama 4: only the NoPE layers' queries are scaled
+                                      // (attn_temperature_tuning)
+  bool qkL2Norm = false;              // Llama 4's use_qk_norm: q and k divided by their RMS over
+                                      // each head (no weight) after RoPE, on the RoPE layers
+  int64_t attentionChunk = 0;         // Llama 4: a chunked layer's query sees only the keys of
+  std::vector<bool> chunkedLayers;    // its own chunk of attentionChunk positions
+                                      // (attention_chunk_size); per layer: true where it applies
   double embeddingMultiplier = 1.0;   // Granite: embeddings are scaled by it
   double attentionScale = 0.0;        // scores' scale (Granite's attention_multiplier); 0: 1/sqrt(d)
   double residualMultiplier = 1.0;    // Granite: each sublayer's output, before the residual add
@@ -157,6 +172,8 @@ struct ModelConfig {
 
   bool usesRope() const { return recipe.positions == BlockRecipe::Positions::Rope; }
   bool isSlidingLayer(int64_t layer) const;
+  /// Whether `layer` attends within chunks of attentionChunk positions (Llama 4).
+  bool isChunkedLayer(int64_t layer) const;
   /// Whether `layer` rotates its queries and keys (a RoPE model, not a NoPE layer).
   bool ropeOn(int64_t layer) const;
   /// Whether `layer`'s MLP is the mixture of experts (moe.layers).

@@ -63,8 +63,10 @@ struct TraceRequest {
 struct TraceLayerKind {
   int64_t window = 0;     // 0: full attention; W > 0: a query sees the last W cache entries
   int64_t ringSlots = 0;  // > 0: the layer's cache is a ring of this many physical slots
+  int64_t chunk = 0;      // C > 0: a query sees only the keys of its own chunk of C positions
+                          // (Llama 4's chunked attention; window 0)
   bool operator==(const TraceLayerKind& o) const {
-    return window == o.window && ringSlots == o.ringSlots;
+    return window == o.window && ringSlots == o.ringSlots && chunk == o.chunk;
   }
   bool ring() const { return ringSlots > 0; }
 };

@@ -490,6 +490,7 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
     }
   }
   for (const std::string& line : longRopeFactorSets(c, cached)) s1.checks.push_back(line);
+  for (const std::string& line : layerKindLines(c, cached)) s1.checks.push_back(line);
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "audit/ColumnDiff.hpp"
+#include "audit/HypothesisFit.hpp"
 #include "audit/NumberText.hpp"
 
 namespace kvscope::detail {
@@ -11,22 +11,6 @@ namespace kvscope::detail {
 namespace {
 // A record error below this fraction of its tolerance is float noise.
 constexpr double kNoiseFraction = 0.05;
-
-// max |row - ref[p]| and max |ref[p]| for a logits row [V] against ref [T, V].
-ColumnDiff logitsRowDiff(const FloatTensor& row, const FloatTensor& ref, int64_t p) {
-  ColumnDiff d;
-  if (ref.shape.size() != 2 || p < 0 || p >= ref.shape[0] || row.numel() != ref.shape[1]) return d;
-  const int64_t V = ref.shape[1];
-  d.err = 0;
-  for (int64_t v = 0; v < V; ++v) {
-    const float want = ref.data[static_cast<size_t>(p * V + v)];
-    const float got = row.data[static_cast<size_t>(v)];
-    const double diff = std::isnan(got) != std::isnan(want) ? INFINITY : std::fabs(got - want);
-    d.err = std::max(d.err, diff);
-    d.mag = std::max(d.mag, static_cast<double>(std::fabs(want)));
-  }
-  return d;
-}
 }  // namespace
 
 bool DroppedFeatureHypothesis::test(const std::vector<const StepAnalysis*>& steps,
@@ -39,34 +23,14 @@ bool DroppedFeatureHypothesis::test(const std::vector<const StepAnalysis*>& step
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
   const auto run = refs_.hypothesis(stream, positions, change, steps.front()->version);
   if (!run) return false;
-  DroppedFeatureMatch t = m;
-  t.layersAbove = above;
-  for (const StepAnalysis* a : steps) {
-    for (size_t l = 0; l < a->step->layers.size() && l < run->keys.size(); ++l) {
-      const TraceLayerRecord& rec = a->step->layers[l];
-      if (!trace_.hasLayer(static_cast<int64_t>(l)) || rec.keys.shape.size() != 3) continue;
-      for (size_t j = 0; j < a->streamIndex.size(); ++j) {
-        const int64_t p = a->streamIndex[j];
-        if (p < 0 || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;
-        const ColumnDiff dk = columnDiff(rec.keys, static_cast<int64_t>(j), run->keys[l], p);
-        const ColumnDiff dv = columnDiff(rec.values, static_cast<int64_t>(j), run->values[l], p);
-        const double tol = tol_.forRecord(static_cast<int64_t>(l), p, std::max(dk.mag, dv.mag));
-        if (dk.err > tol || dv.err > tol) return false;  // a record the hypothesis does not give
-        t.hypothesisError = std::max({t.hypothesisError, dk.err, dv.err});
-        t.tolerance = std::max(t.tolerance, tol);
-        ++t.records;
-      }
-    }
-    if (a->step->logits.numel() > 0 && a->rejected == 0) {
-      const int64_t p = a->lastRealStreamIndex();
-      const ColumnDiff d = logitsRowDiff(a->step->logits, run->logits, p);
-      if (d.err > tol_.forLogits(p, d.mag)) return false;
-      t.hypothesisLogitError = std::max(t.hypothesisLogitError, d.err);
-      ++t.logitRows;
-    }
-  }
-  if (t.records + t.logitRows == 0) return false;
-  m = t;
+  const auto fit = fitHypothesis(trace_, tol_, steps, *run);
+  if (!fit) return false;
+  m.layersAbove = above;
+  m.records = fit->records;
+  m.logitRows = fit->logitRows;
+  m.hypothesisError = fit->error;
+  m.hypothesisLogitError = fit->logitError;
+  m.tolerance = fit->tolerance;
   return true;
 }
 
@@ -100,27 +64,13 @@ std::optional<DroppedFeatureMatch> DroppedFeatureHypothesis::explain(
     m.firstPosition = first.firstBadStreamIndex;
   }
   m.logitError = first.logitsCompared ? first.logitError : 0.0;
-  // The steps the hypothesis must reproduce: the request's, with the same weights, until
-  // something structural happens.
-  std::vector<const StepAnalysis*> compared;
-  int64_t last = -1;
-  m.onset = -1;
-  for (const StepAnalysis* a : steps) {
-    if (a->structural() || a->referenceMissing || a->version != first.version) break;
-    compared.push_back(a);
-    for (const int64_t p : a->streamIndex) {
-      last = std::max(last, p);
-      if (a == &first && p >= 0 && (m.onset < 0 || p < m.onset)) m.onset = p;
-    }
-  }
-  const TraceRequest* req = trace_.findRequest(first.step->request);
-  if (!req || m.onset < 0 || last < 0) return std::nullopt;
-  std::vector<int64_t> stream = req->stream();
-  if (last >= static_cast<int64_t>(stream.size())) return std::nullopt;
-  stream.resize(static_cast<size_t>(last + 1));
+  // The steps the hypothesis must reproduce.
+  const auto h = hypothesisSteps(trace_, steps);
+  if (!h) return std::nullopt;
+  m.onset = h->onset;
   m.positionZeroExact = !logitsOnly && m.onset == 0 && first.firstBadStreamIndex > 0;
-  if (test(compared, stream, m.layer, /*above=*/true, m)) return m;
-  if (m.layer < n - 1 && test(compared, stream, m.layer, /*above=*/false, m)) return m;
+  if (test(h->compared, h->stream, m.layer, /*above=*/true, m)) return m;
+  if (m.layer < n - 1 && test(h->compared, h->stream, m.layer, /*above=*/false, m)) return m;
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <utility>
 
@@ -24,6 +25,8 @@ struct PassHypothesis {
   /// Per feature (the soft-cap, the sinks): layers computing their attention without it
   /// from this query index on.
   std::map<AttentionFeature, std::map<int64_t, int64_t>> droppedFrom;
+  /// Chunked layers masked as a sliding window of their chunk's size (the chunk_mask row).
+  std::set<int64_t> chunkAsWindow;
 };
 
 class ReferenceSet {

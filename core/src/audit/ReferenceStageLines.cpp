@@ -26,6 +26,34 @@ std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& t
   return out;
 }
 
+namespace {
+std::string spanText(int64_t window, int64_t chunk) {
+  return window > 0 ? "sliding window " + std::to_string(window)
+         : chunk > 0 ? "chunks of " + std::to_string(chunk)
+                     : "full attention";
+}
+}  // namespace
+
+std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace) {
+  if (trace.layerKinds.empty()) return {};
+  int64_t differ = 0, first = -1;
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    const TraceLayerKind k = trace.layerKind(l);
+    const int64_t window = c.isSlidingLayer(l) ? c.slidingWindow : 0, chunk = c.isChunkedLayer(l) ? c.attentionChunk : 0;
+    if (k.window == window && k.chunk == chunk) continue;
+    if (first < 0) first = l;
+    ++differ;
+  }
+  if (differ == 0) return {"ok: the trace's layer_kinds fit the checkpoint's attention on every layer"};
+  const TraceLayerKind k = trace.layerKind(first);
+  const int64_t window = c.isSlidingLayer(first) ? c.slidingWindow : 0;
+  const int64_t chunk = c.isChunkedLayer(first) ? c.attentionChunk : 0;
+  return {"note: the trace's layer_kinds[" + std::to_string(first) + "] says " + spanText(k.window, k.chunk) +
+          " but the checkpoint's layer " + std::to_string(first) + " has " + spanText(window, chunk) +
+          (differ > 1 ? " (and " + std::to_string(differ - 1) + " more layer" + (differ > 2 ? "s differ)" : " differs)") : "") +
+          "; the reference computes the checkpoint's"};
+}
+
 std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& trace) {
   const size_t requests = trace.requests.size();
   return "note: " + std::to_string(n.references) + " uncached reference pass" + (n.references == 1 ? "" : "es") +

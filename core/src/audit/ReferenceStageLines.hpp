@@ -21,4 +21,10 @@ std::vector<std::string> longRopeFactorSets(const ModelConfig& c, const Trace& t
 /// whatever its number of steps; re-derivations run only where a row tests a cause.
 std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& trace);
 
+/// The trace's layer_kinds against the checkpoint's attention per layer (its sliding window
+/// or its chunk): "ok" when they agree, a "note" naming the first layer that does not (the
+/// audit computes the checkpoint's; a recorder that states another span is wrong, or its
+/// engine runs another mask, which the records then show); nothing when the trace has none.
+std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace);
+
 }  // namespace kvscope::detail

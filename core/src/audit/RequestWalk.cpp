@@ -225,8 +225,8 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
 void RequestWalk::checkRing(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, int64_t held) {
   if (rec.ringPositions.empty()) return;  // no map recorded: nothing to check the slots with
   ++a.ringMapsChecked;
-  RingMapProblem problem = checkRingMap(rec.ringPositions, fedPositions_, fedCacheIndex_,
-                                        trace_.layerKind(static_cast<int64_t>(l)).window);
+  const TraceLayerKind& kind = trace_.layerKind(static_cast<int64_t>(l));
+  RingMapProblem problem = checkRingMap(rec.ringPositions, fedPositions_, fedCacheIndex_, kind.window, kind.chunk);
   if (problem.ok() && ringChecksumsMatch(l, rec, held) == false) problem.kind = "checksum";
   if (!problem.ok() && a.ringLayer < 0) {
     a.ringLayer = static_cast<int>(l);

@@ -22,7 +22,7 @@ std::string RingMapProblem::describe() const {
 }
 
 RingMapProblem checkRingMap(const std::vector<int64_t>& map, const std::vector<int64_t>& fed,
-                            const std::vector<int64_t>& cacheIndexOf, int64_t window) {
+                            const std::vector<int64_t>& cacheIndexOf, int64_t window, int64_t chunk) {
   RingMapProblem out;
   const auto S = static_cast<int64_t>(map.size());
   std::map<int64_t, int64_t> held;  // position -> slots holding it
@@ -30,7 +30,8 @@ RingMapProblem checkRingMap(const std::vector<int64_t>& map, const std::vector<i
     if (p >= 0) ++held[p];
   const std::set<int64_t> everFed(fed.begin(), fed.end());
   const auto n = static_cast<int64_t>(fed.size());
-  out.needed = std::min<int64_t>(n, std::max<int64_t>(window - 1, 1));
+  // The next query's keys: the last W - 1 entries, or on a chunked layer those of its chunk.
+  out.needed = chunk > 0 ? n % chunk : std::min<int64_t>(n, std::max<int64_t>(window - 1, 1));
   auto slotOf = [&](int64_t i) { return S > 0 ? cacheIndexOf[static_cast<size_t>(i)] % S : -1; };
   for (int64_t i = n - out.needed; i < n; ++i) {
     const int64_t p = fed[static_cast<size_t>(i)];

@@ -23,8 +23,9 @@ struct RingMapProblem {
 
 /// `map`: per slot the position it holds (-1 empty/padding). `fed`: the request's real
 /// positions fed so far, in stream order; `cacheIndexOf[i]`: the cache index fed entry i took
-/// (its ring slot is that mod the slot count). `window`: the layer's sliding window W.
+/// (its ring slot is that mod the slot count). `window`: the layer's sliding window W; `chunk`: a chunked layer's chunk C
+/// (then the next query needs the entries of its own chunk, n mod C of them).
 RingMapProblem checkRingMap(const std::vector<int64_t>& map, const std::vector<int64_t>& fed,
-                            const std::vector<int64_t>& cacheIndexOf, int64_t window);
+                            const std::vector<int64_t>& cacheIndexOf, int64_t window, int64_t chunk = 0);
 
 }  // namespace kvscope::detail

@@ -159,7 +159,22 @@ KvView CachedAttention::attend(int64_t layer, const torch::Tensor& kNew, const t
     // It changes what a query sees once the cache holds more than the window.
     if (newLength > windows_[L]) faults_.noteFired("window_off_by_one", -1, group_[0]->step, layer);
   }
-  return {keys, values, buildAllowedMask(queryIdx, keyIdx, valid, window)};
+  const torch::Tensor ord = layerChunk(layer) > 0 ? streamOrdinals(valid) : torch::Tensor();
+  const torch::Tensor queryOrd = ord.defined() ? ord.narrow(1, newLength - s, s) : ord;
+  const int64_t chunk = chunkOf(layer, window, queryOrd);
+  return {keys, values, buildAllowedMask(queryIdx, keyIdx, valid, window, chunk, queryOrd, ord)};
+}
+
+int64_t CachedAttention::chunkOf(int64_t layer, int64_t& window, const torch::Tensor& queryOrd) const {
+  const int64_t chunk = layerChunk(layer);
+  if (chunk == 0 || !faults_.chunkAsWindow(layer)) return chunk;
+  // chunk_mask: the chunked layer masked as a sliding window of the chunk's size, so a query
+  // past a chunk's first position also sees the previous chunk's last keys. That changes what
+  // a query sees from its request's position `chunk` on, except on a chunk's last position.
+  window = chunk;
+  const auto beyond = queryOrd.ge(chunk).logical_and(torch::remainder(queryOrd, chunk).lt(chunk - 1));
+  if (chunk > 1 && beyond.any().item<bool>()) faults_.noteFired("chunk_mask", -1, group_[0]->step, layer);
+  return 0;
 }
 
 KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tensor>& ks,
@@ -194,13 +209,25 @@ KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tenso
       slots.put(slot, j, real ? fedPositions_[b][static_cast<size_t>(inStep)] : -1);
       index.push_back(j);
     }
-    std::vector<int64_t> valid;
-    for (int64_t j : index) valid.push_back(r.valid[static_cast<size_t>(j)]);
+    std::vector<int64_t> valid, keyOrd, queryOrd;
+    std::vector<int64_t> ordinal;  // per cache index: its place among the request's real tokens
+    for (size_t j = 0, seen = 0; j < static_cast<size_t>(newLength); ++j) {
+      seen += r.valid[j];
+      ordinal.push_back(static_cast<int64_t>(seen) - 1);
+    }
+    for (int64_t j : index) {
+      valid.push_back(r.valid[static_cast<size_t>(j)]);
+      keyOrd.push_back(ordinal[static_cast<size_t>(j)]);
+    }
+    for (int64_t j = newLength - s; j < newLength; ++j) queryOrd.push_back(ordinal[static_cast<size_t>(j)]);
     auto keyIdx = torch::tensor(index, torch::kLong);
     auto queryIdx = torch::arange(newLength - s, newLength, torch::kLong);
+    const auto qOrd = torch::tensor(queryOrd, torch::kLong).view({1, -1});
+    int64_t window = windows_[L];
+    const int64_t chunk = chunkOf(layer, window, qOrd);
     masks.push_back(buildAllowedMask(
         queryIdx, keyIdx, torch::tensor(valid, torch::kLong).to(torch::kBool).view({1, -1}),
-        windows_[L]));
+        window, chunk, qOrd, torch::tensor(keyOrd, torch::kLong).view({1, -1})));
   }
   if (keys.size() == 1) return {keys[0], values[0], masks[0]};
   return {torch::cat(keys, 0), torch::cat(values, 0), torch::cat(masks, 0)};

@@ -47,6 +47,10 @@ class CachedAttention : public AttentionContext {
   /// over: the slots held before the forward, then the new records.
   KvView attendRing(int64_t layer, const std::vector<torch::Tensor>& ks,
                     const std::vector<torch::Tensor>& vs, int64_t s);
+  /// The chunk `layer`'s mask keeps (0: none); the chunk_mask fault turns it into a sliding
+  /// `window` of the chunk's size instead (noting the firing once a query of `queryOrd`
+  /// [B, s] sees across a chunk's edge).
+  int64_t chunkOf(int64_t layer, int64_t& window, const torch::Tensor& queryOrd) const;
   std::vector<std::vector<uint8_t>> fedMask_;
   std::vector<std::vector<int64_t>> fedPositions_;
   const FaultPlan& faults_;

@@ -143,7 +143,7 @@ class EngineRun {
     trace.model = modelInfo();
     trace.faults = faults_.describe();
     trace.kvCache = quantizer_.format();
-    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, ringWindow_);
+    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, impl_.layerChunks, ringWindow_);
     trace_ = &trace;
     int64_t tick = 0;
     const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},
@@ -186,7 +186,7 @@ class EngineRun {
     }
     if (!faults_.empty())
       trace.faultFirings = faults_.firings(detail::runFacts(
-          requests_, trace, tick - 1, prefix_ != nullptr, prefillChunk_, impl_.layerWindows));
+          requests_, trace, tick - 1, prefix_ != nullptr, prefillChunk_, impl_.layerWindows, impl_.layerChunks));
     return trace;
   }
 

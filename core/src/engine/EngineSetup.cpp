@@ -138,6 +138,17 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                        " experts (num_experts_per_tok): give another count, at most " +
                        std::to_string(cfg.moe.numExperts));
   }
+  for (const int64_t l : faults.chunkMaskLayers()) {
+    if (cfg.attentionChunk == 0)
+      throw UsageError("fault 'chunk_mask' needs a checkpoint with chunked attention layers "
+                       "(attention_chunk_size and chunked_attention layer_types, as Llama 4 has); "
+                       "this " + architectureName(cfg.architecture) + " checkpoint has none, so no "
+                       "chunk mask to mistake for a sliding window");
+    if (l >= 0 && !cfg.isChunkedLayer(l))
+      throw UsageError("fault 'chunk_mask': layer " + std::to_string(l) +
+                       " attends over every entry (not a chunked_attention layer); name a chunked "
+                       "layer or layer=-1");
+  }
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&
@@ -159,17 +170,26 @@ std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool
   return out;
 }
 
-std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows, bool ring) {
-  if (std::none_of(layerWindows.begin(), layerWindows.end(), [](int64_t w) { return w > 0; }))
+std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
+                                            const std::vector<int64_t>& layerChunks, bool ring) {
+  const auto positive = [](int64_t w) { return w > 0; };
+  if (std::none_of(layerWindows.begin(), layerWindows.end(), positive) &&
+      std::none_of(layerChunks.begin(), layerChunks.end(), positive))
     return {};
   std::vector<TraceLayerKind> out;
-  for (int64_t w : layerWindows) out.push_back({w, ring && w > 0 ? w : 0});
+  for (size_t l = 0; l < layerWindows.size(); ++l) {
+    const int64_t w = layerWindows[l];
+    TraceLayerKind k{w, ring && w > 0 ? w : 0};
+    k.chunk = l < layerChunks.size() ? layerChunks[l] : 0;
+    out.push_back(k);
+  }
   return out;
 }
 
 FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,
                              int64_t lastTick, bool prefixCache, int64_t prefillChunk,
-                             const std::vector<int64_t>& layerWindows) {
+                             const std::vector<int64_t>& layerWindows,
+                             const std::vector<int64_t>& layerChunks) {
   FaultPlan::RunFacts facts;
   facts.requests = static_cast<int64_t>(requests.size());
   facts.lastTick = lastTick;
@@ -183,6 +203,7 @@ FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Tr
   for (const auto& st : trace.steps) facts.prefixHit = facts.prefixHit || st.reusedCount > 0;
   facts.slidingWindow =
       std::any_of(layerWindows.begin(), layerWindows.end(), [](int64_t w) { return w > 0; });
+  for (int64_t c : layerChunks) facts.attentionChunk = std::max(facts.attentionChunk, c);
   return facts;
 }
 

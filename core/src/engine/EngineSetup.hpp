@@ -24,13 +24,16 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
 /// Per layer its ring (as many slots as its window) when `ring`, else none (0 slots).
 std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring);
 
-/// The trace's layer_kinds: empty for a model without a sliding layer (files unchanged).
-std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows, bool ring);
+/// The trace's layer_kinds: empty for a model without a sliding or chunked layer (files
+/// unchanged).
+std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
+                                            const std::vector<int64_t>& layerChunks, bool ring);
 
 /// What a finished run was like, for the reasons its faults never fired.
 FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,
                              int64_t lastTick, bool prefixCache, int64_t prefillChunk,
-                             const std::vector<int64_t>& layerWindows);
+                             const std::vector<int64_t>& layerWindows,
+                             const std::vector<int64_t>& layerChunks);
 
 /// Whether `a` and `b` choose different tokens from `logits` (each from a copy of `rng`).
 bool choiceDiffers(const std::vector<float>& logits, const SamplingPolicy& a,

@@ -21,7 +21,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
                          "': source must be an earlier layer than layer (its records must exist "
                          "when layer runs)");
     } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
-               f.name == "window_off_by_one" || f.name == "window_wrap") {
+               f.name == "window_off_by_one" || f.name == "window_wrap" || f.name == "chunk_mask") {
       checkLayer(f, "layer", true);
     } else if (f.name == "speculative_rollback") {
       checkLayer(f, "layer", true);
@@ -152,6 +152,18 @@ int64_t FaultPlan::windowExtra(int64_t layer) const {
   for (const auto* f : all("window_off_by_one"))
     if (f->get("layer") < 0 || f->get("layer") == layer) return 1;
   return 0;
+}
+
+bool FaultPlan::chunkAsWindow(int64_t layer) const {
+  for (const auto* f : all("chunk_mask"))
+    if (f->get("layer") < 0 || f->get("layer") == layer) return true;
+  return false;
+}
+
+std::vector<int64_t> FaultPlan::chunkMaskLayers() const {
+  std::vector<int64_t> out;
+  for (const auto* f : all("chunk_mask")) out.push_back(f->get("layer"));
+  return out;
 }
 
 int64_t FaultPlan::ringWrapShift(int64_t request, int64_t layer) const {
@@ -390,6 +402,9 @@ std::vector<FaultFiring> FaultPlan::firings(const RunFacts& facts) const {
       why = "no cache grew past its sliding window";
     else if (f.name == "window_wrap")
       why = "no ring wrapped before a later forward (no request held more entries than its window)";
+    else if (f.name == "chunk_mask")
+      why = "no query got past its request's first " + std::to_string(facts.attentionChunk) +
+            " positions (the first chunk, where a sliding window of the chunk's size sees the same keys)";
     else if (f.name == "chunk_position")
       why = "no prompt reached chunk " + std::to_string(f.get("chunk")) + " (chunks of " +
             std::to_string(f.get("size")) + " tokens)";

@@ -32,6 +32,10 @@ class FaultPlan {
   bool rngExtraDraw(int64_t request, int64_t step) const;
   bool rngReseed(int64_t request, int64_t step) const;
   int64_t windowExtra(int64_t layer) const;
+  /// chunk_mask: `layer`'s chunked attention masked as a sliding window of the chunk's size.
+  bool chunkAsWindow(int64_t layer) const;
+  /// The layers the chunk_mask faults name (-1 for every chunked layer).
+  std::vector<int64_t> chunkMaskLayers() const;
   /// window_wrap: the slots (request, layer)'s ring entries move by once it has wrapped (-1:
   /// one slot back; 0 without the fault).
   int64_t ringWrapShift(int64_t request, int64_t layer) const;
@@ -116,6 +120,7 @@ class FaultPlan {
     bool prefixHit = false;        // some prefix lookup handed rows over
     bool sampled = false;          // some request samples (temperature > 0)
     bool slidingWindow = false;    // some layer has a sliding window
+    int64_t attentionChunk = 0;    // the chunk of the chunked layers (0: none)
   };
   /// Per fault, in order: where it first fired, or why it never did.
   std::vector<FaultFiring> firings(const RunFacts& facts) const;

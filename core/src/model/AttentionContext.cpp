@@ -8,14 +8,22 @@ int64_t AttentionContext::queryRows(int64_t B, int64_t heads, int64_t s, int64_t
 }
 
 torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tensor& keyIdx,
-                               const torch::Tensor& keyValid, int64_t window) {
+                               const torch::Tensor& keyValid, int64_t window, int64_t chunk,
+                               const torch::Tensor& queryOrd, const torch::Tensor& keyOrd) {
   auto q = queryIdx.view({-1, 1});  // [s, 1]
   auto k = keyIdx.view({1, -1});    // [1, t]
   auto allowed = k.le(q);
   if (window > 0) allowed = allowed.logical_and(k.gt(q - window));
   // [B, 1, s, t]
-  return allowed.unsqueeze(0).unsqueeze(0).logical_and(keyValid.unsqueeze(1).unsqueeze(1));
+  allowed = allowed.unsqueeze(0).unsqueeze(0).logical_and(keyValid.unsqueeze(1).unsqueeze(1));
+  if (chunk > 0) {
+    const auto same = torch::floor_divide(queryOrd, chunk).unsqueeze(2).eq(torch::floor_divide(keyOrd, chunk).unsqueeze(1));
+    allowed = allowed.logical_and(same.unsqueeze(1));
+  }
+  return allowed;
 }
+
+torch::Tensor streamOrdinals(const torch::Tensor& valid) { return valid.to(torch::kLong).cumsum(1) - 1; }
 
 const torch::Tensor& AttentionContext::layerPositions(int64_t layer) const {
   static const torch::Tensor none;
@@ -59,7 +67,13 @@ KvView UncachedAttention::attend(int64_t layer, const torch::Tensor& kNew,
                                  const torch::Tensor& vNew) {
   const int64_t s = kNew.size(2);
   auto idx = torch::arange(s, torch::kLong);
-  return {kNew, vNew, buildAllowedMask(idx, idx, keyValid_, windows_.at(static_cast<size_t>(layer)))};
+  int64_t chunk = layerChunk(layer), window = windows_.at(static_cast<size_t>(layer));
+  if (chunk > 0 && chunkAsWindow_.count(layer) > 0) {
+    window = chunk;
+    chunk = 0;
+  }
+  const torch::Tensor ord = chunk > 0 ? streamOrdinals(keyValid_) : torch::Tensor();
+  return {kNew, vNew, buildAllowedMask(idx, idx, keyValid_, window, chunk, ord, ord)};
 }
 
 void UncachedAttention::roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) {

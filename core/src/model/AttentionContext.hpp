@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include "cache/KvQuantizer.hpp"
 #include "kvscope/ExpertRouting.hpp"
@@ -137,8 +138,17 @@ class AttentionContext {
   /// learned position embeddings take the forward's positions once, at the input.
   const torch::Tensor& layerPositions(int64_t layer) const;
   void setLayerPositions(int64_t layer, torch::Tensor positions);
+  /// Per layer, the chunk of positions a chunked layer's queries attend within (Llama 4's
+  /// attention_chunk_size; 0: not chunked). Every forward sets its model's
+  /// (ModelImpl::layerChunks) before the first layer runs.
+  void setLayerChunks(const std::vector<int64_t>& chunks) { chunks_ = chunks; }
+  int64_t layerChunk(int64_t layer) const {
+    const auto l = static_cast<size_t>(layer);
+    return l < chunks_.size() ? chunks_[l] : 0;
+  }
 
  private:
+  std::vector<int64_t> chunks_;
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
   const ExpertGuide* guide_ = nullptr;
   int64_t scoreElements_ = kScoreElements;
@@ -148,12 +158,19 @@ class AttentionContext {
 };
 
 /// allowed[b, 0, i, j] = keyValid[b, j] && keyIdx[j] <= queryIdx[i] &&
-///                       (window == 0 || keyIdx[j] > queryIdx[i] - window)
-/// queryIdx: [s] slot indices of the queries, keyIdx: [t], keyValid: [B, t] bool.
+///                       (window == 0 || keyIdx[j] > queryIdx[i] - window) &&
+///                       (chunk == 0 || keyOrd[b, j] / chunk == queryOrd[b, i] / chunk)
+/// queryIdx: [s] slot indices of the queries, keyIdx: [t], keyValid: [B, t] bool; with a
+/// chunk, queryOrd [B, s] and keyOrd [B, t]: each entry's place among its request's real
+/// tokens (streamOrdinals), so padding does not move a chunk's edges (transformers subtracts
+/// the left padding for the same reason).
 /// This is transformers' mask: causal and sliding-window terms on cache indices, padding
 /// on the attention mask (positions only enter through RoPE / learned embeddings).
 torch::Tensor buildAllowedMask(const torch::Tensor& queryIdx, const torch::Tensor& keyIdx,
-                               const torch::Tensor& keyValid, int64_t window);
+                               const torch::Tensor& keyValid, int64_t window, int64_t chunk = 0,
+                               const torch::Tensor& queryOrd = {}, const torch::Tensor& keyOrd = {});
+/// Each entry's place among the real entries before it of its row: cumsum(valid) - 1, [B, t].
+torch::Tensor streamOrdinals(const torch::Tensor& valid);
 
 /// Attends over the fed tokens only: a full-prefix, uncached pass. `keyValid` [B, s] marks
 /// real tokens (all true without padding).
@@ -166,8 +183,12 @@ class UncachedAttention : public AttentionContext {
       : keyValid_(std::move(keyValid)), windows_(std::move(layerWindows)), quantizer_(quantizer) {}
   KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
   void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
+  /// An audit hypothesis (the chunk_mask row): `layer`'s chunk masked as a sliding window of
+  /// the chunk's size, as a kernel that treats chunked attention as sliding-window attention.
+  void maskChunkAsWindow(int64_t layer) { chunkAsWindow_.insert(layer); }
 
  private:
+  std::set<int64_t> chunkAsWindow_;
   torch::Tensor keyValid_;  // [B, s] bool
   std::vector<int64_t> windows_;
   const KvQuantizer* quantizer_;

@@ -10,7 +10,7 @@ namespace {
 // What topk ranks: the probabilities where the family takes the top-k of its softmax (so a
 // pass without faults or guide picks exactly the experts it always did), else the logits.
 torch::Tensor rankScores(const MoeConfig& moe, const torch::Tensor& logits) {
-  return moe.routing == MoeConfig::Routing::TopKThenSoftmax ? logits : torch::softmax(logits, -1);
+  return moe.routing == MoeConfig::Routing::SoftmaxThenTopK ? torch::softmax(logits, -1) : logits;
 }
 }  // namespace
 
@@ -77,6 +77,8 @@ torch::Tensor ExpertRouter::follow(int64_t layer, const torch::Tensor& logits, c
 torch::Tensor ExpertRouter::weights(const torch::Tensor& logits, const torch::Tensor& experts) const {
   const auto taken = experts.ge(0);
   const auto index = experts.clamp_min(0);
+  if (moe_.routing == MoeConfig::Routing::TopKThenSigmoid)  // each chosen logit's own sigmoid
+    return torch::sigmoid(logits.gather(1, index)).masked_fill(taken.logical_not(), 0.0);
   if (moe_.routing == MoeConfig::Routing::TopKThenSoftmax)
     return torch::softmax(logits.gather(1, index).masked_fill(taken.logical_not(),
                                                               -std::numeric_limits<float>::infinity()),

@@ -69,6 +69,11 @@ bool ModelConfig::isSlidingLayer(int64_t layer) const {
          slidingLayers[static_cast<size_t>(layer)];
 }
 
+bool ModelConfig::isChunkedLayer(int64_t layer) const {
+  return attentionChunk > 0 && layer >= 0 && layer < static_cast<int64_t>(chunkedLayers.size()) &&
+         chunkedLayers[static_cast<size_t>(layer)];
+}
+
 namespace {
 std::string shortNumber(double x) {
   char buf[32];
@@ -79,7 +84,9 @@ std::string shortNumber(double x) {
 
 std::string ModelConfig::layerDescription(int64_t layer) const {
   std::vector<std::string> parts;
-  parts.push_back(isSlidingLayer(layer) ? "sliding window " + std::to_string(slidingWindow) : "full attention");
+  parts.push_back(isSlidingLayer(layer)   ? "sliding window " + std::to_string(slidingWindow)
+                 : isChunkedLayer(layer) ? "chunks of " + std::to_string(attentionChunk)
+                                         : "full attention");
   if (usesRope()) {
     if (!ropeOn(layer)) {
       parts.push_back("NoPE");
@@ -90,6 +97,7 @@ std::string ModelConfig::layerDescription(int64_t layer) const {
       if (slidingRope && !(*slidingRope == this->rope)) rope += " theta " + shortNumber(r.theta);
       if (r.partialRotaryFactor < 1.0) rope += ", partial " + shortNumber(r.partialRotaryFactor);
       if (recipe.ropeInterleaved) rope += ", pairs (2i, 2i+1)";
+      if (qkL2Norm) rope += ", q/k L2 norm";
       parts.push_back(rope);
     }
   } else {
@@ -97,8 +105,10 @@ std::string ModelConfig::layerDescription(int64_t layer) const {
   }
   if (attentionSinks) parts.push_back("sinks");
   if (attnLogitSoftcap > 0) parts.push_back("soft-cap " + shortNumber(attnLogitSoftcap));
+  if (queryScaleBeta > 0 && (!queryScaleNopeOnly || !ropeOn(layer))) parts.push_back("query temperature");
   if (isMoeLayer(layer))
-    parts.push_back("MoE " + std::to_string(moe.topK) + " of " + std::to_string(moe.numExperts) + " experts");
+    parts.push_back("MoE " + std::to_string(moe.topK) + " of " + std::to_string(moe.numExperts) + " experts" +
+                    (moe.sharedIntermediateSize > 0 ? " + shared" : ""));
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
   return out;

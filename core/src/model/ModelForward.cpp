@@ -132,6 +132,10 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   if (config.ropeOn(layer)) {
     q = rotate(q, cos, sin);
     k = rotate(k, cos, sin);
+    if (config.qkL2Norm) {  // Llama 4: the rotated q and k over their RMS, no weight
+      q = detail::rmsNorm(q, {}, config.normEps);
+      k = detail::rmsNorm(k, {}, config.normEps);
+    }
     if (w.kNormW.defined()) {
       // Rows that norm after RoPE (qk_norm_order).
       const auto late = rowsWhere(B, [&](int64_t b) { return attention.normsAfterRope(layer, b); });
@@ -153,10 +157,12 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     q = torch::where(rows, turns ? qPlain : rotate(qPlain, cos, sin), q);
     k = torch::where(rows, turns ? kPlain : rotate(kPlain, cos, sin), k);
   }
-  if (config.queryScaleBeta > 0) {
-    // Ministral 3 (Llama 4's attention temperature): the rotated queries times
-    // 1 + beta ln(1 + floor(p / context)) at their position p; keys and values untouched.
-    const auto p = positions.to(torch::kFloat) / static_cast<float>(config.queryScaleContext);
+  if (config.queryScaleBeta > 0 && (!config.queryScaleNopeOnly || !config.ropeOn(layer))) {
+    // The attention temperature: the (rotated) queries times 1 + beta ln(1 + floor((p +
+    // offset) / context)) at their position p (Ministral 3: offset 0, every layer; Llama 4:
+    // offset 1, the NoPE layers); keys and values untouched.
+    const auto p = (positions.to(torch::kFloat) + static_cast<float>(config.queryScaleOffset)) /
+                   static_cast<float>(config.queryScaleContext);
     const auto scale = 1 + config.queryScaleBeta * torch::log(1 + torch::floor(p));
     q = q * scale.unsqueeze(1).unsqueeze(-1).to(q.scalar_type());  // [B, 1, s, 1]
   }
@@ -273,16 +279,27 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const d
       ye = (mx ? detail::linearStored((up + 1) * glu, detail::dequantizeMxfp4(w.downBlocks, w.downScales, e), {})
                : detail::conv1dStored((up + 1) * glu, w.stackedDownW[e], {})) +
            w.stackedDownB[e];
+    } else if (moe.expert == MoeConfig::Expert::StackedGated) {
+      // Llama 4: [in, out] per expert, gate the first half of the product and up the second;
+      // the router's weight scales the expert's input.
+      const auto in = moe.weightInputs ? xe * topW.index({tokens, slots}).unsqueeze(-1) : xe;
+      const auto halves = detail::conv1dStored(in, w.stackedGateUpW[e], {}).chunk(2, -1);
+      ye = detail::conv1dStored(halves[1] * activation(config.activation, halves[0]), w.stackedDownW[e], {});
     } else {
       const auto ue = static_cast<size_t>(e);
       ye = project(activation(config.activation, project(xe, w.expertGateW[ue], torch::Tensor())) *
                        project(xe, w.expertUpW[ue], torch::Tensor()),
                    w.expertDownW[ue], torch::Tensor());
     }
-    ye = ye * topW.index({tokens, slots}).unsqueeze(-1);
+    if (!moe.weightInputs) ye = ye * topW.index({tokens, slots}).unsqueeze(-1);
     slotOut.index_put_({tokens, slots}, ye);
   }
-  return slotOut.sum(1).view_as(x);
+  auto out = slotOut.sum(1);
+  if (w.sharedGateW.defined())  // Llama 4's shared expert, which every token takes
+    out = project(activation(config.activation, project(flat, w.sharedGateW, {})) * project(flat, w.sharedUpW, {}),
+                  w.sharedDownW, {}) +
+          out;
+  return out.view_as(x);
 }
 
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
@@ -341,6 +358,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
                                  detail::TorchTapSink* taps) const {
   torch::InferenceMode guard;
   checkInputs(ids, positions);  // before any embedding or position row is read
+  attention.setLayerChunks(layerChunks);
   torch::Tensor h = detail::upcastRows(embed, ids.reshape({-1})).view({ids.size(0), ids.size(1), -1});
   if (embedScale != 1.0) h = h * embedScale;
   if (posEmbed.defined()) h = h + detail::upcastRows(posEmbed, positions.reshape({-1})).view_as(h);

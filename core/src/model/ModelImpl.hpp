@@ -34,6 +34,7 @@ struct LayerWeights {
   torch::Tensor stackedGateUpW, stackedGateUpB;  // stacked experts: [E, H, 2Im] (gate/up
                                                  // interleaved), [E, 2Im]
   torch::Tensor stackedDownW, stackedDownB;      // [E, Im, H], [E, H]
+  torch::Tensor sharedGateW, sharedUpW, sharedDownW;  // the shared expert: [Is, H], [Is, H], [H, Is]
   // The same stacked experts stored as MXFP4 (Mxfp4.hpp) instead: blocks [E, out, in/32, 16]
   // and scales [E, out, in/32] uint8, out/in of nn.Linear's orientation (gate|up: 2Im x H).
   torch::Tensor gateUpBlocks, gateUpScales, downBlocks, downScales;
@@ -50,6 +51,7 @@ struct ModelImpl {
   std::unique_ptr<detail::RotaryEmbedding> rope;         // the full-attention layers'
   std::unique_ptr<detail::RotaryEmbedding> slidingRope;  // the sliding layers' (config.slidingRope)
   std::vector<int64_t> layerWindows;  // per layer: sliding window, 0 = full attention
+  std::vector<int64_t> layerChunks;   // per layer: attention chunk (Llama 4), 0 = none
   double embedScale = 1.0;  // config.embeddingMultiplier, in the embedding's dtype where the
                             // recipe rounds it (recipe.embeddingScaleInWeightDtype)
   uint64_t weightsVersion = 0;

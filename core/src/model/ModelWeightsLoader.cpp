@@ -202,6 +202,15 @@ void ModelImpl::loadWeights() {
           items.push_back({n.stackedDown, &w.stackedDownW, {E, Im, H}, true});
         }
         E = 0;  // no per-expert tensors
+      } else if (c.moe.expert == MoeConfig::Expert::StackedGated) {  // [E, in, out], no biases
+        items.push_back({n.stackedGateUp, &w.stackedGateUpW, {E, H, 2 * Im}, true});
+        items.push_back({n.stackedDown, &w.stackedDownW, {E, Im, H}, true});
+        E = 0;
+      }
+      if (const int64_t Is = c.moe.sharedIntermediateSize; Is > 0) {
+        items.push_back({n.sharedGate, &w.sharedGateW, matrix(Is, H), true});
+        items.push_back({n.sharedUp, &w.sharedUpW, matrix(Is, H), true});
+        items.push_back({n.sharedDown, &w.sharedDownW, matrix(H, Is), true});
       }
       w.expertGateW.resize(static_cast<size_t>(E));
       w.expertUpW.resize(static_cast<size_t>(E));
@@ -269,6 +278,9 @@ void ModelImpl::loadWeights() {
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)
     if (c.isSlidingLayer(i)) layerWindows[static_cast<size_t>(i)] = c.slidingWindow;
+  layerChunks.assign(static_cast<size_t>(c.numLayers), 0);
+  for (int64_t i = 0; i < c.numLayers; ++i)
+    if (c.isChunkedLayer(i)) layerChunks[static_cast<size_t>(i)] = c.attentionChunk;
 }
 
 }  // namespace kvscope

@@ -16,10 +16,12 @@ inline torch::Tensor rmsMultiplier(const torch::Tensor& w, BlockRecipe::Norm kin
   return w;
 }
 
-/// weight * (x / sqrt(mean(x^2 over the last dim) + eps)).
+/// weight * (x / sqrt(mean(x^2 over the last dim) + eps)); an undefined weight: none (Llama
+/// 4's weightless q/k "L2" norm).
 inline torch::Tensor rmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
-  return weight * (x * torch::rsqrt(variance + eps));
+  auto normed = x * torch::rsqrt(variance + eps);
+  return weight.defined() ? weight * normed : normed;
 }
 
 inline torch::Tensor layerNorm(const torch::Tensor& x, const torch::Tensor& weight,

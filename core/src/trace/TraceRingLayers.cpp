@@ -21,6 +21,12 @@ json layerKindsToJson(const std::vector<TraceLayerKind>& kinds) {
   if (kinds.empty()) return nullptr;
   json a = json::array();
   for (const auto& k : kinds) {
+    if (k.chunk > 0) {
+      json j = {{"kind", "chunked"}, {"chunk", k.chunk}};
+      if (k.ring()) j["ring_slots"] = k.ringSlots;
+      a.push_back(std::move(j));
+      continue;
+    }
     if (k.window <= 0) {
       a.push_back({{"kind", "full"}});
       continue;
@@ -52,11 +58,14 @@ std::vector<TraceLayerKind> layerKindsFromJson(const json& doc, const std::strin
     if (kind == "sliding") {
       k.window = e.integerIn("window", 1, limits::kPositions);
       if (e.has("ring_slots")) k.ringSlots = e.integerIn("ring_slots", 1, limits::kCacheLength);
+    } else if (kind == "chunked") {
+      k.chunk = e.integerIn("chunk", 1, limits::kPositions);
+      if (e.has("ring_slots")) k.ringSlots = e.integerIn("ring_slots", 1, limits::kCacheLength);
     } else if (kind == "full") {
       if (e.has("ring_slots"))
         e.fail("ring_slots", "a full-attention layer keeps every entry and has no ring");
     } else {
-      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding)");
+      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding, chunked)");
     }
     if (k.ring() && slots > 0 && k.ringSlots != slots)
       e.fail("ring_slots", std::to_string(k.ringSlots) + " slots, but layer " +

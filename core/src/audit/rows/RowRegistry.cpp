@@ -47,6 +47,10 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // Dropped attention sinks: the same signature as a dropped soft-cap but from position 0
       // on; claimed only when an uncached pass without the sinks reproduces every record.
       &rows::sinkDropped(),
+      // A chunked layer masked as a sliding window of the chunk: the same signature as a
+      // dropped feature (a layer's records exact, the next one's wrong) but only past the
+      // first chunk; claimed only when an uncached pass with that mask reproduces every record.
+      &rows::chunkMask(),
       // A token routed to other experts than the checkpoint's router picks, beyond the near-tie
       // margin (the trace records the engine's experts): the layers up to the router's exact,
       // the next layers' records wrong from that token on. After the dropped-feature rows,

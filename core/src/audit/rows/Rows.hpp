@@ -32,5 +32,6 @@ const FailureRow& partialRotary();
 const FailureRow& sinkDropped();
 const FailureRow& yarnAttentionFactor();
 const FailureRow& expertRouting();
+const FailureRow& chunkMask();
 
 }  // namespace kvscope::detail::rows

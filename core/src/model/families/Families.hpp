@@ -22,5 +22,6 @@ const ModelFamily& mixtralFamily();
 const ModelFamily& olmo3Family();
 const ModelFamily& glm4Family();
 const ModelFamily& ministral3Family();
+const ModelFamily& llama4Family();
 
 }  // namespace kvscope

@@ -41,6 +41,8 @@ struct WeightNames {
   // Stacked experts (MoeConfig::Expert::ClampedGlu): one [E, in, out] tensor for every
   // expert's interleaved gate|up product and one for the down products, each with a bias [E, out].
   std::string stackedGateUp, stackedGateUpBias, stackedDown, stackedDownBias;
+  // A shared expert beside the routed ones (MoeConfig::sharedIntermediateSize): a gated MLP.
+  std::string sharedGate, sharedUp, sharedDown;
   std::string expert(int64_t layer, int64_t e, const std::string& suffix) const {
     return this->layer(layer, expertPrefix + std::to_string(e) + "." + suffix);
   }

@@ -4,13 +4,14 @@
 // is its attention output, so the records of the layers after it (or only the logits).
 #include "audit/ReferenceSet.hpp"
 #include "audit/rows/DroppedFeatureRow.hpp"
+#include "audit/rows/AttentionOutputRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/sink_dropped/SinkDroppedEvidence.hpp"
 
 namespace kvscope::detail::rows {
 namespace {
 
-class SinkDroppedRow final : public FailureRow {
+class SinkDroppedRow final : public AttentionOutputRow {
  public:
   const RowSpec& spec() const override {
     static const RowSpec s{
@@ -36,23 +37,11 @@ class SinkDroppedRow final : public FailureRow {
     return s;
   }
 
-  bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
-                      const RequestReference&, const Evidence& ev) const override {
-    return explain(ctx, r, a, ev, false);
-  }
-
-  bool explainLogits(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
-                     const Evidence& ev) const override {
-    return explain(ctx, r, a, ev, true);
-  }
-
-  std::optional<TimelineMarker> marker(const Finding& f) const override {
-    return TimelineMarker{f.step, "sink_dropped", "layer " + std::to_string(f.layer) + " sinks dropped", true};
-  }
-
  private:
-  static bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
-                      bool logitsOnly) {
+  std::string markerWords() const override { return "sinks dropped"; }
+
+  bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
+               bool logitsOnly) const override {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || !config->attentionSinks) return false;
     return explainDroppedFeature(ctx, r, a, ev, logitsOnly, AttentionFeature::Sinks, SinkDroppedEvidence::finding);

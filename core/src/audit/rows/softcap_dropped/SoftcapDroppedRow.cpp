@@ -5,13 +5,14 @@
 // records of the layers after it (or only the logits).
 #include "audit/ReferenceSet.hpp"
 #include "audit/rows/DroppedFeatureRow.hpp"
+#include "audit/rows/AttentionOutputRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/rows/softcap_dropped/SoftcapDroppedEvidence.hpp"
 
 namespace kvscope::detail::rows {
 namespace {
 
-class SoftcapDroppedRow final : public FailureRow {
+class SoftcapDroppedRow final : public AttentionOutputRow {
  public:
   const RowSpec& spec() const override {
     static const RowSpec s{
@@ -38,24 +39,11 @@ class SoftcapDroppedRow final : public FailureRow {
     return s;
   }
 
-  bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
-                      const RequestReference&, const Evidence& ev) const override {
-    return explain(ctx, r, a, ev, false);
-  }
-
-  bool explainLogits(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
-                     const Evidence& ev) const override {
-    return explain(ctx, r, a, ev, true);
-  }
-
-  std::optional<TimelineMarker> marker(const Finding& f) const override {
-    return TimelineMarker{f.step, "softcap_dropped",
-                          "layer " + std::to_string(f.layer) + " soft-cap dropped", true};
-  }
-
  private:
-  static bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
-                      bool logitsOnly) {
+  std::string markerWords() const override { return "soft-cap dropped"; }
+
+  bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
+               bool logitsOnly) const override {
     const ModelConfig* config = ctx.refs.modelConfig();
     if (!config || !(config->attnLogitSoftcap > 0)) return false;
     const double cap = config->attnLogitSoftcap;

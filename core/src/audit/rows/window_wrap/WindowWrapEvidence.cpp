@@ -21,7 +21,7 @@ FindingDraft windowWrapFinding(const Trace& trace, const StepAnalysis& onset,
   }
   int64_t fullLayers = 0;
   for (int64_t l = 0; l < trace.model.numLayers; ++l)
-    fullLayers += trace.layerKind(l).window > 0 ? 0 : 1;
+    fullLayers += trace.layerKind(l).window > 0 || trace.layerKind(l).chunk > 0 ? 0 : 1;
   std::map<std::string, double> ev{
       {"window", static_cast<double>(kind.window)},
       {"ring_slots", static_cast<double>(kind.ringSlots)},
