@@ -319,7 +319,9 @@ class TraceRecorder:
                     rows.append((np.zeros((H, 0, D), np.float32), np.zeros((H, 0, D), np.float32)))
                 else:
                     rows.append((cache_row(k, batch_index), cache_row(v, batch_index)))
-            lengths = [k.shape[1] for k, _ in rows]
+            # An engine's cache that drops rows (mlx-lm's ChunkedKVCache) says how many entries
+            # each layer was fed.
+            lengths = list(getattr(cache, "logical_lengths", None) or [k.shape[1] for k, _ in rows])
             prev = self._lengths.setdefault(request, [0] * L)
             appended = getattr(cache, APPENDED_ATTR, None)
             if appended is not None and self.mode == "cached" and "layer_kinds" not in self.writer.extra:

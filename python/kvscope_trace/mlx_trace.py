@@ -4,9 +4,12 @@
         [--save-state FINAL.safetensors] --out RUN.kvtrace
 
 mlx-lm loads the checkpoint (`mlx_lm.load`: HuggingFace safetensors or an MLX conversion) and
-runs it with its own cache (`make_prompt_cache`: a KVCache per layer); after every forward the
-recorder takes the logits row and each layer's rows (`keys[..., :offset, :]`) and records the
-rows that are new since the previous step. Tokens are chosen with KV Scope's policy and
+runs it with its own cache (`make_prompt_cache`: a KVCache per layer, or Llama 4's
+ChunkedKVCache on its chunked layers); after every forward the recorder takes the logits row
+and, per layer, the rows the forward appended (the last ones the layer holds). A ChunkedKVCache
+drops the rows before the current chunk (`maybe_trim_front`): its layers are recorded as
+chunked (`layer_kinds`), with the entries fed as their length and without checksums, which
+would cover only the rows it kept. Tokens are chosen with KV Scope's policy and
 generator (hf_trace.decode). `--save-state` writes the last request's cache with mlx-lm's own
 `save_prompt_cache`, its metadata naming the tokens it holds ("tokens": "1,2,3"), which
 `kvscope-cli audit --model DIR --trace FILE.safetensors` reads (kvscope/MlxPromptCacheTrace.hpp).
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,26 +31,55 @@ from . import __version__
 from . import trace as kvtrace
 
 
+_READ = ("KVCache", "ChunkedKVCache")
+
+
+def _held(c):
+    """The rows an mlx-lm cache layer holds, [1, h_kv, t, d] float32 mlx arrays (None when
+    empty): a KVCache's first `offset`, a ChunkedKVCache's since its `start_position`."""
+    if c.keys is None:
+        return None, None
+    n = c.offset - getattr(c, "start_position", 0)
+    mx = _mx()
+    return c.keys[..., :n, :].astype(mx.float32), c.values[..., :n, :].astype(mx.float32)
+
+
+def layer_kinds(mlx_cache) -> Optional[List[Dict[str, Any]]]:
+    """The trace's layer_kinds for an mlx-lm cache with chunked layers (None without one)."""
+    names = [type(c).__name__ for c in mlx_cache]
+    for i, n in enumerate(names):
+        if n not in _READ:
+            raise TypeError(f"cache layer {i} is an mlx-lm {n}; the recorder reads KVCache and ChunkedKVCache")
+    if "ChunkedKVCache" not in names:
+        return None
+    return [{"kind": "chunked", "chunk": int(c.chunk_size)} if type(c).__name__ == "ChunkedKVCache"
+            else {"kind": "full"} for c in mlx_cache]
+
+
 class _CacheView:
     """An mlx-lm cache as hf_trace's cache adapter reads it (`layers[i].keys/.values`,
-    [1, h_kv, t, d] numpy), holding the mlx-lm cache the next forward continues."""
+    [1, h_kv, t, d] numpy: the rows each layer holds; `logical_lengths`: the entries fed to
+    each; and what the latest forward appended), holding the mlx-lm cache the next forward
+    continues."""
 
-    def __init__(self, mlx_cache):
+    def __init__(self, mlx_cache, fed: int):
+        from .hf_trace import APPENDED_ATTR
         self.mlx = mlx_cache
+        self.logical_lengths = [int(c.offset) for c in mlx_cache]
+        appended = {}
+        for i, c in enumerate(mlx_cache):
+            k, v = _held(c)
+            if k is not None:
+                appended[i] = (np.array(k[..., k.shape[2] - fed:, :]), np.array(v[..., v.shape[2] - fed:, :]))
+        setattr(self, APPENDED_ATTR, appended)
 
     @property
     def layers(self):
+        layer_kinds(self.mlx)  # refuses a layer type it cannot read
         out = []
-        for i, c in enumerate(self.mlx):
-            if type(c).__name__ != "KVCache":
-                raise TypeError(f"cache layer {i} is an mlx-lm {type(c).__name__}; the recorder reads KVCache "
-                                "layers (full attention)")
-            if c.keys is None:
-                out.append(SimpleNamespace(keys=None, values=None))
-                continue
-            k = np.array(c.keys[..., :c.offset, :].astype(_mx().float32))
-            v = np.array(c.values[..., :c.offset, :].astype(_mx().float32))
-            out.append(SimpleNamespace(keys=k, values=v))
+        for c in self.mlx:
+            k, v = _held(c)
+            out.append(SimpleNamespace(keys=None if k is None else np.array(k), values=None if v is None else np.array(v)))
         return out
 
 
@@ -83,7 +115,7 @@ class MlxSession:
         offset = self.cache[0].offset
         if positions[0] != offset:
             raise ValueError(f"mlx-lm feeds at the cache offset {offset}, not position {positions[0]}")
-        return self.logits(ids), _CacheView(self.cache)
+        return self.logits(ids), _CacheView(self.cache, len(ids))
 
     def trim(self, n: int) -> int:
         from mlx_lm.models.cache import trim_prompt_cache
@@ -102,7 +134,8 @@ class MlxSession:
         cfg = transformers.AutoConfig.from_pretrained(self.model_dir)
         kinds = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(self.model.parameters())}
         dtype = "bfloat16" if "bfloat16" in kinds else "float16" if "float16" in kinds else "float32"
-        return model_info(cfg, self.model_dir, int(cfg.vocab_size), dtype, fingerprint=fingerprint)
+        vocab = int(cfg.get_text_config().vocab_size)  # a multimodal config (Llama 4): its text model's
+        return model_info(cfg, self.model_dir, vocab, dtype, fingerprint=fingerprint)
 
     def engine_name(self) -> str:
         import mlx.core
@@ -123,7 +156,14 @@ def record(args, policy: Dict[str, Any]) -> int:
     prompts: List[Tuple[List[int], str]] = [(list(s.tokenizer.encode(t)), t) for t in args.prompt]
     prompts += [([int(x) for x in p.split(",") if x.strip()], "") for p in args.prompt_ids]
     info = s.model_info(fingerprint=not args.no_fingerprint)
-    rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=args.store)
+    kinds = layer_kinds(s.new_cache())
+    if kinds and args.snapshots:
+        raise SystemExit("kvscope-record: --snapshots needs every row of each layer; mlx-lm's ChunkedKVCache "
+                         "keeps only the current chunk's")
+    rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=args.store,
+                        checksums=not kinds)  # a chunked layer's checksum would cover the rows it kept
+    if kinds:
+        rec.writer.extra["layer_kinds"] = kinds
     eos = s.tokenizer.eos_token_ids if hasattr(s.tokenizer, "eos_token_ids") else []
     last: List[int] = []
     for rid, (ids, text) in enumerate(prompts):

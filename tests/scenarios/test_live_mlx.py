@@ -11,6 +11,9 @@ pinned in tests/live/requirements-mlx.txt (scripts/live-python.sh --mlx):
 - The cache mlx-lm saves (save_prompt_cache) audits clean by itself: with the token list the
   recorder puts in its metadata, and without it (a cache mlx_lm.cache_prompt made) with the
   tokens given by --ids.
+- Llama 4 as released (Llama4ForConditionalGeneration; 4 layers, layers 0-2 chunked over 8
+  positions, layer 3 NoPE and full): mlx-lm runs its ChunkedKVCache on the chunked layers (it
+  drops the rows before the current chunk); recorded as chunked layers, the run audits clean.
 - A prompt-cache reuse off by one token through mlx-lm's own API: request 1 shares 6 prompt
   tokens with request 0, whose cache is trimmed (trim_prompt_cache) to 7 entries instead of 6
   and reused; request 1 feeds its tokens from position 7. Recorded as the prefix hit the
@@ -61,6 +64,31 @@ def tearDownModule():
     TABLE.print_and_clear()
 
 
+def llama4_checkpoint(out: str) -> str:
+    """A tiny random Llama 4 as released (the family fixture's text model, 4 layers so that
+    mlx-lm's fixed pattern, every fourth layer NoPE and full, is the config's), written by
+    transformers with the 4.x keys mlx-lm's TextArgs requires (rope_theta, rope_scaling)."""
+    import torch
+    sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "families"))
+    from family_specs import FAMILIES, LLAMA4_TEXT
+    text = {k: v for k, v in LLAMA4_TEXT.items() if k != "no_rope_layers"}
+    text["num_hidden_layers"] = 4
+    config = transformers.AutoConfig.for_model(**dict(FAMILIES["llama4"]["config"], text_config=text))
+    torch.manual_seed(4)
+    model = transformers.Llama4ForConditionalGeneration._from_config(config, dtype=torch.float32)
+    model.save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(MODELS["llama"], f), os.path.join(out, f))
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    rope = cfg["text_config"]["rope_parameters"]
+    cfg["text_config"].update(rope_theta=rope["rope_theta"],
+                              rope_scaling={k: v for k, v in rope.items() if k != "rope_theta"})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return out
+
+
 class MlxUnderAuditTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -75,6 +103,8 @@ class MlxUnderAuditTest(unittest.TestCase):
         with open(os.path.join(full, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
         MODELS["qwen3 (no window)"] = full
+
+        MODELS["llama4"] = llama4_checkpoint(os.path.join(cls.tmp.name, "llama4"))
 
     @classmethod
     def tearDownClass(cls):
@@ -102,6 +132,15 @@ class MlxUnderAuditTest(unittest.TestCase):
                                                     "--save-state", cache, "--out", out, *extra]), 0)
                     self.check(family, run, out, fr.Expectation())
                     self.check(family, f"{run}: saved prompt cache", cache, fr.Expectation())
+        # Llama 4: mlx-lm's ChunkedKVCache on layers 0-2 (chunks of 8; the 10-token prompt and 8
+        # decode steps cross two chunk edges).
+        out = os.path.join(self.tmp.name, "llama4.kvtrace")
+        self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS["llama4"], "--prompt-ids",
+                                        ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
+                                        "--out", out]), 0)
+        self.assertEqual([k["kind"] for k in kvtrace.read_trace(out).extra["layer_kinds"]],
+                         ["chunked", "chunked", "chunked", "full"])
+        self.check("llama4", "greedy, ChunkedKVCache", out, fr.Expectation())
         # The windowed fixture: mlx-lm does not window; the audit names the row.
         out = os.path.join(self.tmp.name, "qwen3-windowed.kvtrace")
         self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS["qwen3"], "--prompt-ids",

@@ -6,6 +6,8 @@
 // that layer matches (they are computed before its attention); the layer after it differs from
 // the first query past the first chunk, or only the logits. Claimed when an uncached pass whose
 // chunked layers attend over a sliding window of the chunk reproduces every record from there.
+#include <iterator>
+
 #include "audit/HypothesisFit.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/ReferenceSet.hpp"
@@ -94,8 +96,11 @@ class ChunkMaskRow final : public AttentionOutputRow {
       std::string ex = logitsOnly ? "every K/V record is exact but the logits differ from position " + std::to_string(first)
                                   : "layer " + l + "'s K/V records are exact but layer " + std::to_string(layer + 1) +
                                         "'s differ from position " + std::to_string(first);
+      std::string names;  // "0", "0 and 2", "0, 2 and 4"
+      for (auto it = change.chunkAsWindow.begin(); it != change.chunkAsWindow.end(); ++it)
+        names += (names.empty() ? "" : std::next(it) == change.chunkAsWindow.end() ? " and " : ", ") + std::to_string(*it);
       ex += ", past the first chunk of " + std::to_string(C) + " positions; an uncached pass whose chunked layer" +
-            (layers > 1 ? "s " + l + " and on attend" : " " + l + " attends") + " over the last " +
+            (layers > 1 ? "s " + names + " attend" : " " + names + " attends") + " over the last " +
             std::to_string(C) + " keys (a sliding window of the chunk's size) instead of the query's own chunk "
             "reproduces all " + std::to_string(fit->records) + " record(s) (max diff " + numberText(fit->error) +
             ", tolerance " + numberText(fit->tolerance) + ")";
