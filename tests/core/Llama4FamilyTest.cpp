@@ -167,6 +167,22 @@ TEST(ChunkMask, TheLastLayerAloneShowsInTheLogitsOnly) {
   EXPECT_EQ(f.evidence.at("windowed_layers"), 1.0);
 }
 
+// no_rope_layers read inverted on Llama 4 flips the q/k L2 norm and the query temperature with
+// the rotation: the key records alone cannot show it (position 0 differs too); the row's
+// re-derivation with layer 1 run as a rotary layer reproduces the run.
+TEST(NopeLayerRope, Llama4sLayerRunAsTheOtherKindIsFound) {
+  auto model = Model::load(llama4());
+  const AuditReport rep = Auditor::audit(*model, test::runWithFaults(llama4(), {"nope_layer_rope:layer=1"})).report;
+  const Finding& f = test::onlyFinding(rep, finding::NopeLayerRope);
+  EXPECT_EQ(f.step, 0);
+  EXPECT_EQ(f.layer, 1);
+  EXPECT_EQ(f.position, 0);  // the L2 norm changes position 0's key too
+  EXPECT_EQ(f.evidence.at("flipped_layers"), 1.0);
+  EXPECT_EQ(f.evidence.at("chunks_flipped"), 0.0);
+  EXPECT_EQ(f.evidence.at("layer_rotates"), 0.0);
+  EXPECT_LE(f.evidence.at("hypothesis_error"), f.evidence.at("tolerance"));
+}
+
 TEST(ChunkMask, ACleanRunAShortRunAndCheckpointsOrLayersWithoutChunks) {
   auto model = Model::load(llama4());
   const AuditReport clean = Auditor::audit(*model, test::runWithFaults(llama4(), {})).report;

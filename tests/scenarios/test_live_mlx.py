@@ -14,6 +14,10 @@ pinned in tests/live/requirements-mlx.txt (scripts/live-python.sh --mlx):
 - Llama 4 as released (Llama4ForConditionalGeneration; 4 layers, layers 0-2 chunked over 8
   positions, layer 3 NoPE and full): mlx-lm runs its ChunkedKVCache on the chunked layers (it
   drops the rows before the current chunk); recorded as chunked layers, the run audits clean.
+  mlx-lm's Llama 4 takes every fourth layer as NoPE whatever `no_rope_layers` says (and chunks
+  the others): with no_rope_layers [1, 0, 1, 1] the audit says `nope_layer_rope` at layer 1,
+  position 0, the layers where the list and the interval rule disagree (1 and 3) run as the
+  other kind, their chunking with them.
 - A prompt-cache reuse off by one token through mlx-lm's own API: request 1 shares 6 prompt
   tokens with request 0, whose cache is trimmed (trim_prompt_cache) to 7 entries instead of 6
   and reused; request 1 feeds its tokens from position 7. Recorded as the prefix hit the
@@ -141,6 +145,21 @@ class MlxUnderAuditTest(unittest.TestCase):
         self.assertEqual([k["kind"] for k in kvtrace.read_trace(out).extra["layer_kinds"]],
                          ["chunked", "chunked", "chunked", "full"])
         self.check("llama4", "greedy, ChunkedKVCache", out, fr.Expectation())
+        listed = os.path.join(self.tmp.name, "llama4-listed")
+        shutil.copytree(MODELS["llama4"], listed)
+        with open(os.path.join(listed, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["text_config"].update(no_rope_layers=[1, 0, 1, 1], layer_types=[
+            "chunked_attention", "full_attention", "chunked_attention", "chunked_attention"])
+        with open(os.path.join(listed, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        MODELS["llama4, no_rope_layers [1, 0, 1, 1]"] = listed
+        out = os.path.join(self.tmp.name, "llama4-listed.kvtrace")
+        self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", listed, "--prompt-ids",
+                                        ",".join(map(str, PROMPT)), "--max-new", "4", "--ignore-eos",
+                                        "--out", out]), 0)
+        self.check("llama4, no_rope_layers [1, 0, 1, 1]", "greedy: mlx-lm's fixed NoPE pattern", out,
+                   fr.Expectation(["nope_layer_rope"], first_step=0, first_layer=1), position=0)
         # The windowed fixture: mlx-lm does not window; the audit names the row.
         out = os.path.join(self.tmp.name, "qwen3-windowed.kvtrace")
         self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS["qwen3"], "--prompt-ids",

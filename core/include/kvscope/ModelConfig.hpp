@@ -134,6 +134,9 @@ struct ModelConfig {
   bool attentionSinks = false;        // a learned sink logit per head in each softmax (GPT-OSS)
   std::vector<bool> ropeLayers;       // per layer: false where it has no position encoding
                                       // (NoPE: no_rope_layers); empty: every layer rotates
+  std::vector<bool> intervalRopeLayers;  // the same from no_rope_layer_interval alone (every
+                                         // interval-th layer NoPE): what a path that ignores
+                                         // no_rope_layers runs; empty: the family has no such rule
   double queryScaleBeta = 0.0;        // Ministral 3: rotated queries x (1 + beta ln(1 + floor(p /
   int64_t queryScaleContext = 0;      // queryScaleContext))) (llama_4_scaling_beta); 0: none
   int64_t queryScaleOffset = 0;       // Llama 4: floor((p + 1) / floor_scale), so 1

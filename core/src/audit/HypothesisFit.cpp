@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "audit/ColumnDiff.hpp"
+#include "audit/NumberText.hpp"
 
 namespace kvscope::detail {
 
@@ -75,6 +76,22 @@ std::optional<HypothesisFit> fitHypothesis(const Trace& trace, const Tolerance& 
   }
   if (t.records + t.logitRows == 0) return std::nullopt;
   return t;
+}
+
+std::string fitText(const HypothesisFit& fit) {
+  std::string s = "all " + std::to_string(fit.records) + " record(s) (max diff " + numberText(fit.error) +
+                  ", tolerance " + numberText(fit.tolerance) + ")";
+  if (fit.logitRows > 0)
+    s += " and " + std::to_string(fit.logitRows) + " logits row(s) (max diff " + numberText(fit.logitError) + ")";
+  return s;
+}
+
+void addFitEvidence(std::map<std::string, double>& ev, const HypothesisFit& fit) {
+  ev["hypothesis_error"] = fit.error;
+  ev["hypothesis_logit_error"] = fit.logitError;
+  ev["tolerance"] = fit.tolerance;
+  ev["records_compared"] = static_cast<double>(fit.records);
+  ev["logit_rows_compared"] = static_cast<double>(fit.logitRows);
 }
 
 }  // namespace kvscope::detail

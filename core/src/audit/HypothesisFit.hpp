@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -37,5 +39,13 @@ struct HypothesisFit {
 /// of `steps`; nullopt when one lies beyond its tolerance or nothing was compared.
 std::optional<HypothesisFit> fitHypothesis(const Trace& trace, const Tolerance& tol,
                                            const std::vector<const StepAnalysis*>& steps, const ReferenceRun& run);
+
+/// "all N record(s) (max diff E, tolerance T) and M logits row(s) (max diff L)", for a
+/// finding's sentence about the pass that reproduced them.
+std::string fitText(const HypothesisFit& fit);
+
+/// The fit's evidence: hypothesis_error, hypothesis_logit_error, tolerance, records_compared,
+/// logit_rows_compared.
+void addFitEvidence(std::map<std::string, double>& ev, const HypothesisFit& fit);
 
 }  // namespace kvscope::detail

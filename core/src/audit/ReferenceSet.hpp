@@ -27,6 +27,10 @@ struct PassHypothesis {
   std::map<AttentionFeature, std::map<int64_t, int64_t>> droppedFrom;
   /// Chunked layers masked as a sliding window of their chunk's size (the chunk_mask row).
   std::set<int64_t> chunkAsWindow;
+  /// Layers reading their no_rope_layers entry inverted (the nope_layer_rope row), and whether
+  /// their chunking flips with it.
+  std::set<int64_t> ropeFlipped;
+  bool chunksFlip = false;
 };
 
 class ReferenceSet {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -141,14 +142,28 @@ class AttentionContext {
   /// Per layer, the chunk of positions a chunked layer's queries attend within (Llama 4's
   /// attention_chunk_size; 0: not chunked). Every forward sets its model's
   /// (ModelImpl::layerChunks) before the first layer runs.
-  void setLayerChunks(const std::vector<int64_t>& chunks) { chunks_ = chunks; }
+  void setLayerChunks(const std::vector<int64_t>& chunks) {
+    chunks_ = chunks;
+    modelChunk_ = chunks.empty() ? 0 : *std::max_element(chunks.begin(), chunks.end());
+  }
+  /// The chunk `layer` attends within: the model's, or the other one where the layer's
+  /// chunking is flipped (flipsChunk).
   int64_t layerChunk(int64_t layer) const {
     const auto l = static_cast<size_t>(layer);
-    return l < chunks_.size() ? chunks_[l] : 0;
+    const int64_t own = l < chunks_.size() ? chunks_[l] : 0;
+    return flipsChunk(layer) ? (own > 0 ? 0 : modelChunk_) : own;
+  }
+  /// Whether `layer` runs chunked where the checkpoint says full attention and the other way
+  /// round (an audit hypothesis of nope_layer_rope: a path whose layer pattern, chunks
+  /// included, ignores no_rope_layers, as mlx-lm's Llama 4 does).
+  virtual bool flipsChunk(int64_t layer) const {
+    (void)layer;
+    return false;
   }
 
  private:
   std::vector<int64_t> chunks_;
+  int64_t modelChunk_ = 0;
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
   const ExpertGuide* guide_ = nullptr;
   int64_t scoreElements_ = kScoreElements;
@@ -186,9 +201,19 @@ class UncachedAttention : public AttentionContext {
   /// An audit hypothesis (the chunk_mask row): `layer`'s chunk masked as a sliding window of
   /// the chunk's size, as a kernel that treats chunked attention as sliding-window attention.
   void maskChunkAsWindow(int64_t layer) { chunkAsWindow_.insert(layer); }
+  /// An audit hypothesis (the nope_layer_rope row): `layers` read their no_rope_layers entry
+  /// inverted (RoPE, Llama 4's q/k norm and query temperature with it), and with `chunks`
+  /// their chunking too.
+  void flipLayers(std::set<int64_t> layers, bool chunks) {
+    flipped_ = std::move(layers);
+    flipChunks_ = chunks;
+  }
+  bool flipsRope(int64_t layer, int64_t) const override { return flipped_.count(layer) > 0; }
+  bool flipsChunk(int64_t layer) const override { return flipChunks_ && flipped_.count(layer) > 0; }
 
  private:
-  std::set<int64_t> chunkAsWindow_;
+  std::set<int64_t> chunkAsWindow_, flipped_;
+  bool flipChunks_ = false;
   torch::Tensor keyValid_;  // [B, s] bool
   std::vector<int64_t> windows_;
   const KvQuantizer* quantizer_;

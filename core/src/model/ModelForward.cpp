@@ -129,13 +129,15 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   const torch::Tensor flipped =
       cos.defined() ? rowsWhere(B, [&](int64_t b) { return attention.flipsRope(layer, b); }) : torch::Tensor();
   torch::Tensor qPlain = q, kPlain = k;  // before any rotation
+  // What a rotary layer does to its queries and keys: RoPE, then (Llama 4) their RMS over each
+  // head without a weight, which transformers applies on the rotary layers only.
+  auto turned = [&](const torch::Tensor& x) {
+    const torch::Tensor r = rotate(x, cos, sin);
+    return config.qkL2Norm ? detail::rmsNorm(r, {}, config.normEps) : r;
+  };
   if (config.ropeOn(layer)) {
-    q = rotate(q, cos, sin);
-    k = rotate(k, cos, sin);
-    if (config.qkL2Norm) {  // Llama 4: the rotated q and k over their RMS, no weight
-      q = detail::rmsNorm(q, {}, config.normEps);
-      k = detail::rmsNorm(k, {}, config.normEps);
-    }
+    q = turned(q);
+    k = turned(k);
     if (w.kNormW.defined()) {
       // Rows that norm after RoPE (qk_norm_order).
       const auto late = rowsWhere(B, [&](int64_t b) { return attention.normsAfterRope(layer, b); });
@@ -154,17 +156,26 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   if (flipped.defined()) {
     auto rows = flipped.view({-1, 1, 1, 1});
     const bool turns = config.ropeOn(layer);
-    q = torch::where(rows, turns ? qPlain : rotate(qPlain, cos, sin), q);
-    k = torch::where(rows, turns ? kPlain : rotate(kPlain, cos, sin), k);
+    q = torch::where(rows, turns ? qPlain : turned(qPlain), q);
+    k = torch::where(rows, turns ? kPlain : turned(kPlain), k);
   }
-  if (config.queryScaleBeta > 0 && (!config.queryScaleNopeOnly || !config.ropeOn(layer))) {
+  // The rows whose queries take the attention temperature: every row, or (Llama 4) the rows
+  // that run the layer as a NoPE layer, flipped rows included.
+  torch::Tensor tempered;  // [B, 1, 1, 1] bool; undefined: every row
+  if (config.queryScaleNopeOnly) {
+    const bool nope = !config.ropeOn(layer);
+    tempered = torch::full({B, 1, 1, 1}, nope, torch::kBool);
+    if (flipped.defined()) tempered = flipped.view({-1, 1, 1, 1}).logical_xor(tempered);
+  }
+  if (config.queryScaleBeta > 0 && (!tempered.defined() || tempered.any().item<bool>())) {
     // The attention temperature: the (rotated) queries times 1 + beta ln(1 + floor((p +
     // offset) / context)) at their position p (Ministral 3: offset 0, every layer; Llama 4:
     // offset 1, the NoPE layers); keys and values untouched.
     const auto p = (positions.to(torch::kFloat) + static_cast<float>(config.queryScaleOffset)) /
                    static_cast<float>(config.queryScaleContext);
     const auto scale = 1 + config.queryScaleBeta * torch::log(1 + torch::floor(p));
-    q = q * scale.unsqueeze(1).unsqueeze(-1).to(q.scalar_type());  // [B, 1, s, 1]
+    const auto factor = scale.unsqueeze(1).unsqueeze(-1).to(q.scalar_type());  // [B, 1, s, 1]
+    q = tempered.defined() ? torch::where(tempered, q * factor, q) : q * factor;
   }
   k = k.contiguous();
   v = v.contiguous();

@@ -61,7 +61,9 @@ class Llama4Family final : public ModelFamily {
     const int64_t L = c.numLayers;
     const int64_t interval = r.intOr("no_rope_layer_interval", 4);
     r.checkSize("no_rope_layer_interval", interval, limits::kLayers);  // beyond L: no NoPE layer
-    c.ropeLayers = layerFlags(r, "no_rope_layers", L, [&](int64_t i) { return (i + 1) % interval != 0; });
+    const auto byInterval = [&](int64_t i) { return (i + 1) % interval != 0; };
+    c.ropeLayers = layerFlags(r, "no_rope_layers", L, byInterval);
+    for (int64_t i = 0; i < L; ++i) c.intervalRopeLayers.push_back(byInterval(i));
     c.qkL2Norm = r.boolOr("use_qk_norm", true);
     if (r.boolOr("attn_temperature_tuning", true)) {
       c.queryScaleBeta = positiveNumber(r, "attn_scale", 0.1);

@@ -7,6 +7,7 @@
 #include "model/ConfigReader.hpp"
 #include "model/families/Families.hpp"
 #include "model/families/HfDecoderKit.hpp"
+#include "util/InputLimits.hpp"
 
 namespace kvscope {
 
@@ -34,12 +35,11 @@ class SmolLm3Family final : public ModelFamily {
                                                            std::to_string(v));
         c.ropeLayers[i] = v == 1;
       }
-    } else {
-      const int64_t interval = r.intOr("no_rope_layer_interval", 4);
-      r.checkSize("no_rope_layer_interval", interval, c.numLayers + 1);
-      for (int64_t i = 0; i < c.numLayers; ++i)
-        c.ropeLayers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
     }
+    const int64_t interval = r.intOr("no_rope_layer_interval", 4);
+    r.checkSize("no_rope_layer_interval", interval, limits::kLayers);  // beyond L: no NoPE layer
+    for (int64_t i = 0; i < c.numLayers; ++i) c.intervalRopeLayers.push_back((i + 1) % interval != 0);
+    if (!r.has("no_rope_layers")) c.ropeLayers = c.intervalRopeLayers;
     const int64_t window = r.intOr("sliding_window", 0);
     if (!r.boolOr("use_sliding_window", false) || window <= 0) return;
     if (!readLayerTypes(r, c, window)) {

@@ -6,8 +6,6 @@
 // that layer matches (they are computed before its attention); the layer after it differs from
 // the first query past the first chunk, or only the logits. Claimed when an uncached pass whose
 // chunked layers attend over a sliding window of the chunk reproduces every record from there.
-#include <iterator>
-
 #include "audit/HypothesisFit.hpp"
 #include "audit/NumberText.hpp"
 #include "audit/ReferenceSet.hpp"
@@ -87,25 +85,16 @@ class ChunkMaskRow final : public AttentionOutputRow {
       ev["chunk"] = static_cast<double>(C);
       ev["chunk_start"] = static_cast<double>(first / C * C);
       ev["windowed_layers"] = static_cast<double>(layers);
-      ev["hypothesis_error"] = fit->error;
-      ev["hypothesis_logit_error"] = fit->logitError;
-      ev["tolerance"] = fit->tolerance;
-      ev["records_compared"] = static_cast<double>(fit->records);
-      ev["logit_rows_compared"] = static_cast<double>(fit->logitRows);
+      addFitEvidence(ev, *fit);
       const std::string l = std::to_string(layer);
       std::string ex = logitsOnly ? "every K/V record is exact but the logits differ from position " + std::to_string(first)
                                   : "layer " + l + "'s K/V records are exact but layer " + std::to_string(layer + 1) +
                                         "'s differ from position " + std::to_string(first);
-      std::string names;  // "0", "0 and 2", "0, 2 and 4"
-      for (auto it = change.chunkAsWindow.begin(); it != change.chunkAsWindow.end(); ++it)
-        names += (names.empty() ? "" : std::next(it) == change.chunkAsWindow.end() ? " and " : ", ") + std::to_string(*it);
+      const std::string names = listText(change.chunkAsWindow);
       ex += ", past the first chunk of " + std::to_string(C) + " positions; an uncached pass whose chunked layer" +
             (layers > 1 ? "s " + names + " attend" : " " + names + " attends") + " over the last " +
             std::to_string(C) + " keys (a sliding window of the chunk's size) instead of the query's own chunk "
-            "reproduces all " + std::to_string(fit->records) + " record(s) (max diff " + numberText(fit->error) +
-            ", tolerance " + numberText(fit->tolerance) + ")";
-      if (fit->logitRows > 0)
-        ex += " and " + std::to_string(fit->logitRows) + " logits row(s) (max diff " + numberText(fit->logitError) + ")";
+            "reproduces " + fitText(*fit);
       ex += ": the query at position " + std::to_string(first) + " saw keys before its chunk's start at " +
             std::to_string(first / C * C);
       ctx.add(FindingDraft(finding::ChunkMask)

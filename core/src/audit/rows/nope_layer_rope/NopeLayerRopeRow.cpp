@@ -1,9 +1,12 @@
 // `nope_layer_rope` (KV Scope's): on a checkpoint with NoPE layers (SmolLM3's no_rope_layers,
 // Llama 4's every fourth layer), the cached path reads the list inverted: the NoPE layers
 // rotate and the rotary ones do not (transformers issue 43756). Only the rotation differs, so
-// the keys at position 0 (where RoPE is the identity) and every value are right.
+// the keys at position 0 (where RoPE is the identity) and every value are right. Where the
+// NoPE choice carries more (Llama 4's q/k L2 norm, query temperature, chunking), an uncached
+// re-derivation with the layers run as the other kind (NopeLayerRederivation).
 #include "audit/rows/KeyRecordRow.hpp"
 #include "audit/rows/Rows.hpp"
+#include "audit/rows/nope_layer_rope/NopeLayerRederivation.hpp"
 #include "audit/rows/nope_layer_rope/NopeLayerRopeEvidence.hpp"
 
 namespace kvscope::detail::rows {
@@ -15,9 +18,12 @@ class NopeLayerRopeRow final : public FailureRow {
     static const RowSpec s{
         finding::NopeLayerRope,
         "keys wrong from position 1 on, exact at position 0, values exact, on a checkpoint with "
-        "NoPE layers; each record is the reference key with its rotation toggled",
+        "NoPE layers; each record is the reference key with its rotation toggled (Llama 4: keys "
+        "wrong from position 0, an uncached pass with the layer run as the other kind reproduces "
+        "them)",
         "how the path reads no_rope_layers (1 = rotary, 0 = NoPE; transformers' SmolLM3 sets "
-        "use_rope = no_rope_layers[layer])",
+        "use_rope = no_rope_layers[layer]; mlx-lm's Llama 4 takes every fourth layer as NoPE "
+        "whatever the list says)",
         MatrixOrigin::KvScope,
         111,
         AuditStage::Numerics,
@@ -37,7 +43,8 @@ class NopeLayerRopeRow final : public FailureRow {
 
   bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
                       const RequestReference& own, const Evidence& ev) const override {
-    return explainKeyRecords<NopeLayerRopeEvidence>(ctx, r, a, own, ev);
+    return explainKeyRecords<NopeLayerRopeEvidence>(ctx, r, a, own, ev) ||
+           explainNopeLayersByRederivation(ctx, r, a, ev);
   }
 
   std::optional<TimelineMarker> marker(const Finding& f) const override {
