@@ -183,6 +183,51 @@ TEST(NopeLayerRope, Llama4sLayerRunAsTheOtherKindIsFound) {
   EXPECT_LE(f.evidence.at("hypothesis_error"), f.evidence.at("tolerance"));
 }
 
+// A left-padded batch (request 0's 7 tokens beside request 1's 10): its clean run audits clean;
+// with the NoPE layer's query temperature taken at the cache index (pads counted, as
+// transformers' Llama 4 does) request 0 is temperature_position where the shift of 3 crosses a
+// floor_scale step of 4: position 1 (floor((1 + 1) / 4) = 0, floor((1 + 3 + 1) / 4) = 1).
+Trace paddedBatch(const std::vector<std::string>& faults) {
+  auto m = Model::load(llama4());
+  std::vector<RequestSpec> specs(2);
+  specs[0].promptIds = {5, 17, 300, 41, 99, 7, 12};
+  specs[1].promptIds = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64};
+  for (auto& s : specs) {
+    s.maxNewTokens = 6;
+    s.stopAtEos = false;
+    s.batchGroup = 0;
+  }
+  EngineOptions o;
+  for (const auto& f : faults) o.faults.push_back(FaultSpec::parse(f));
+  return Engine(m).run(specs, o);
+}
+
+TEST(TemperaturePosition, APaddedRequestsTemperatureAtItsCacheIndexIsFound) {
+  auto model = Model::load(llama4());
+  const AuditReport clean = Auditor::audit(*model, paddedBatch({})).report;
+  EXPECT_TRUE(clean.findings.empty()) << clean.toText();
+  const AuditReport rep = Auditor::audit(*model, paddedBatch({"temperature_position"})).report;
+  const Finding& f = test::onlyFinding(rep, finding::TemperaturePosition);
+  EXPECT_EQ(f.request, 0);
+  EXPECT_EQ(f.step, 0);
+  EXPECT_EQ(f.layer, 1);  // the NoPE layer, the only one with the temperature
+  EXPECT_EQ(f.position, 1);
+  EXPECT_EQ(f.evidence.at("left_pads"), 3.0);
+  EXPECT_LE(f.evidence.at("hypothesis_error"), f.evidence.at("tolerance"));
+  test::expectAdditionAfter(finding::TemperaturePosition, finding::ChunkMask);
+  // Without padding the fault has nothing to count and says so; without a temperature it is refused.
+  const Trace alone = test::runWithFaults(llama4(), {"temperature_position"});
+  ASSERT_EQ(alone.faultFirings.size(), 1u);
+  EXPECT_FALSE(alone.faultFirings[0].fired);
+  EXPECT_NE(alone.faultFirings[0].reason.find("left-padded"), std::string::npos) << alone.faultFirings[0].reason;
+  try {
+    test::runWithFaults(test::fixture("families/models/gpt_oss"), {"temperature_position"});
+    ADD_FAILURE() << "gpt_oss has no query temperature";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("query temperature"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ChunkMask, ACleanRunAShortRunAndCheckpointsOrLayersWithoutChunks) {
   auto model = Model::load(llama4());
   const AuditReport clean = Auditor::audit(*model, test::runWithFaults(llama4(), {})).report;

@@ -6,7 +6,9 @@ transformers caches a chunked layer like a sliding one (DynamicSlidingWindowLaye
 attention_chunk_size, keeping chunk - 1 rows); the trace names it a chunked layer and the run
 audits clean. A chunked layer masked as a sliding window of its chunk (the chunk mask replaced
 by the sliding-window mask, as huggingface/transformers#37351 and PaddleFormers#4536 got it
-wrong) is `chunk_mask` at the first position past the first chunk.
+wrong) is `chunk_mask` at the first position past the first chunk. A left-padded batched
+generate takes the NoPE layer's query temperature at the cache index, its pads counted: the
+padded request is `temperature_position` (transformers' own behaviour, 5.x and 4.57).
 
 Run like test_live_transformers (transformers 5, or 4.57 with the -v4 copy); CI runs this
 module in ctest python_live_transformers(_4).
@@ -61,6 +63,26 @@ class Llama4Test(unittest.TestCase):
         rc, rep = self.audit(self.model_dir, path)
         note("llama4_text", "recording() around generate, greedy", "clean", rc, rep)
         self.assertEqual(rc, 0, json.dumps(rep["findings"], indent=1))
+
+    def test_a_left_padded_batch_is_found_taking_the_temperature_at_the_cache_index(self):
+        """transformers' Llama 4 scales the NoPE layer's queries at arange(seq) + the cache's
+        length (4.x: cache_position), so request 0, padded by 3, takes its temperature 3
+        positions late: temperature_position where that crosses a floor_scale step."""
+        model = transformers.AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        long = [int(x) for x in lt.PROMPT.split(",")]
+        ids = torch.tensor([[0, 0, 0] + long[:7], long])
+        mask = (torch.arange(10)[None, :] >= torch.tensor([[3], [0]])).long()
+        path = os.path.join(self.tmp.name, "padded.kvtrace")
+        with recording(model, path):
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, pad_token_id=0, do_sample=False)
+        rc, rep = self.audit(self.model_dir, path)
+        note("llama4_text", "left-padded batch of 2, generate", "temperature_position", rc, rep)
+        self.assertEqual(rc, 1)
+        self.assertEqual([f["id"] for f in rep["findings"]], ["temperature_position"],
+                         json.dumps(rep["findings"], indent=1))
+        w = rep["findings"][0]["where"]
+        self.assertEqual((w["request"], w["step"], w["layer"], w["position"]), (0, 0, 1, 1))
+        self.assertEqual(rep["findings"][0]["evidence"]["left_pads"], 3)
 
     def test_a_chunk_masked_as_a_sliding_window_in_transformers_is_found(self):
         from transformers import masking_utils as mu

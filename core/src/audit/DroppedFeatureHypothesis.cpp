@@ -13,17 +13,14 @@ namespace {
 constexpr double kNoiseFraction = 0.05;
 }  // namespace
 
-bool DroppedFeatureHypothesis::test(const std::vector<const StepAnalysis*>& steps,
-                                  const std::vector<int64_t>& stream, int64_t from, bool above,
-                                  DroppedFeatureMatch& m) const {
+bool DroppedFeatureHypothesis::test(const HypothesisSteps& h, int64_t from, bool above,
+                                    DroppedFeatureMatch& m) const {
   const ModelConfig& config = *refs_.modelConfig();
   PassHypothesis change;
   for (int64_t l = from; l <= (above ? config.numLayers - 1 : from); ++l) change.droppedFrom[feature_][l] = m.onset;
-  std::vector<int64_t> positions(stream.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
-  const auto run = refs_.hypothesis(stream, positions, change, steps.front()->version);
+  const auto run = refs_.hypothesis(h.stream, h.positions, change, h.compared.front()->version);
   if (!run) return false;
-  const auto fit = fitHypothesis(trace_, tol_, steps, *run);
+  const auto fit = fitHypothesis(trace_, tol_, h.compared, *run);
   if (!fit) return false;
   m.layersAbove = above;
   m.records = fit->records;
@@ -69,8 +66,8 @@ std::optional<DroppedFeatureMatch> DroppedFeatureHypothesis::explain(
   if (!h) return std::nullopt;
   m.onset = h->onset;
   m.positionZeroExact = !logitsOnly && m.onset == 0 && first.firstBadStreamIndex > 0;
-  if (test(h->compared, h->stream, m.layer, /*above=*/true, m)) return m;
-  if (m.layer < n - 1 && test(h->compared, h->stream, m.layer, /*above=*/false, m)) return m;
+  if (test(*h, m.layer, /*above=*/true, m)) return m;
+  if (m.layer < n - 1 && test(*h, m.layer, /*above=*/false, m)) return m;
   return std::nullopt;
 }
 

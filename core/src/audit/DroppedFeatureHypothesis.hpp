@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "audit/FindingBuilder.hpp"
+#include "audit/HypothesisFit.hpp"
 #include "audit/ReferenceSet.hpp"
 #include "audit/StepAnalysis.hpp"
 #include "audit/Tolerance.hpp"
@@ -67,10 +68,9 @@ class DroppedFeatureHypothesis {
                                              bool logitsOnly) const;
 
  private:
-  /// Compares the steps' records and logits with an uncached pass over `stream` whose
+  /// Compares the steps' records and logits with an uncached pass over their stream whose
   /// layers `from`.. (`above`: up to the last) drop the feature from stream index `onset` on.
-  bool test(const std::vector<const StepAnalysis*>& steps, const std::vector<int64_t>& stream,
-            int64_t from, bool above, DroppedFeatureMatch& m) const;
+  bool test(const HypothesisSteps& h, int64_t from, bool above, DroppedFeatureMatch& m) const;
 
   AttentionFeature feature_;
   const Trace& trace_;

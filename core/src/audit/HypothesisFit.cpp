@@ -44,6 +44,7 @@ std::optional<HypothesisSteps> hypothesisSteps(const Trace& trace, const std::ve
   h.stream = req->stream();
   if (last >= static_cast<int64_t>(h.stream.size())) return std::nullopt;
   h.stream.resize(static_cast<size_t>(last + 1));
+  for (size_t i = 0; i < h.stream.size(); ++i) h.positions.push_back(static_cast<int64_t>(i));
   return h;
 }
 

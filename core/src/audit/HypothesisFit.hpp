@@ -20,6 +20,7 @@ namespace kvscope::detail {
 struct HypothesisSteps {
   std::vector<const StepAnalysis*> compared;  // the steps to reproduce, the first divergence first
   std::vector<int64_t> stream;                // the request's tokens up to the last one they feed
+  std::vector<int64_t> positions;             // their positions in an uncached pass: 0, 1, ...
   int64_t onset = -1;                         // the first stream index the first step feeds
 };
 

@@ -223,6 +223,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
         for (const auto& [layer, from] : layers) attention.setDroppedQueries(feature, layer, from);
       for (const int64_t layer : change.chunkAsWindow) attention.maskChunkAsWindow(layer);
       if (!change.ropeFlipped.empty()) attention.flipLayers(change.ropeFlipped, change.chunksFlip);
+      attention.shiftTemperature(change.temperatureShift);
       KvTapCollector taps(/*withLogits=*/true);
       m->impl().forward(torch::tensor(ids, torch::kLong).view({1, T}),
                         torch::tensor(positions, torch::kLong).view({1, T}), attention, &taps);

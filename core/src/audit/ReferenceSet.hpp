@@ -31,6 +31,8 @@ struct PassHypothesis {
   /// their chunking flips with it.
   std::set<int64_t> ropeFlipped;
   bool chunksFlip = false;
+  /// The query temperature taken this many positions later (the temperature_position row).
+  int64_t temperatureShift = 0;
 };
 
 class ReferenceSet {

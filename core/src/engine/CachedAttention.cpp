@@ -1,5 +1,7 @@
 #include "engine/CachedAttention.hpp"
 
+#include <algorithm>
+
 #include "kvscope/Error.hpp"
 
 namespace kvscope::detail {
@@ -78,6 +80,30 @@ int64_t CachedAttention::expertsPerToken(int64_t layer, int64_t row, int64_t top
 bool CachedAttention::dropsAttentionFactor(int64_t layer, int64_t row) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
   return faults_.attentionFactorDropped(r.id, r.step, layer);
+}
+
+torch::Tensor CachedAttention::temperaturePositions(int64_t layer, const torch::Tensor& positions) const {
+  torch::Tensor out = positions;
+  for (size_t b = 0; b < group_.size(); ++b) {
+    const RequestState& r = *group_[b];
+    if (!faults_.temperatureAtCacheIndex(r.id, layer)) continue;
+    // temperature_position: the query's cache index instead of its position, so every pad
+    // before it counts (transformers' Llama 4 takes arange(s) + the cache's length).
+    // The pads held before this forward (r.valid grows as each layer appends, so only up to
+    // the layer's length before it), then this forward's own before each query.
+    const int64_t held = std::min<int64_t>(before_[b][static_cast<size_t>(layer)], static_cast<int64_t>(r.valid.size()));
+    int64_t pads = static_cast<int64_t>(std::count(r.valid.begin(), r.valid.begin() + held, uint8_t{0}));
+    std::vector<int64_t> shift;
+    for (const uint8_t real : fedMask_[b]) {
+      if (!real) ++pads;
+      shift.push_back(pads);
+    }
+    if (pads == 0) continue;
+    if (out.data_ptr() == positions.data_ptr()) out = positions.clone();
+    out.select(0, static_cast<int64_t>(b)).add_(torch::tensor(shift, torch::kLong));
+    faults_.noteFired("temperature_position", r.id, r.step, layer);
+  }
+  return out;
 }
 
 int64_t CachedAttention::projectionSplits(int64_t layer, int64_t row) const {

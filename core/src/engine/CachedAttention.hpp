@@ -34,6 +34,7 @@ class CachedAttention : public AttentionContext {
   bool swapsLayerRope(int64_t layer, int64_t row) const override;
   bool rotatesWholeHead(int64_t layer, int64_t row) const override;
   int64_t projectionSplits(int64_t layer, int64_t row) const override;
+  torch::Tensor temperaturePositions(int64_t layer, const torch::Tensor& positions) const override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
   /// Member b's records per layer as its rings took them ([h, n, d] keys, values; undefined

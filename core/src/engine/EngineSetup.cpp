@@ -138,6 +138,10 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                        " experts (num_experts_per_tok): give another count, at most " +
                        std::to_string(cfg.moe.numExperts));
   }
+  if (faults.takesTemperatureAtCacheIndex() && !(cfg.queryScaleBeta > 0))
+    throw UsageError("fault 'temperature_position' needs a checkpoint with a query temperature (Llama 4's "
+                     "attn_temperature_tuning, Ministral 3's llama_4_scaling_beta); this " +
+                     architectureName(cfg.architecture) + " checkpoint has none, so no position to take it at");
   for (const int64_t l : faults.chunkMaskLayers()) {
     if (cfg.attentionChunk == 0)
       throw UsageError("fault 'chunk_mask' needs a checkpoint with chunked attention layers "

@@ -21,7 +21,8 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
                          "': source must be an earlier layer than layer (its records must exist "
                          "when layer runs)");
     } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
-               f.name == "window_off_by_one" || f.name == "window_wrap" || f.name == "chunk_mask") {
+               f.name == "window_off_by_one" || f.name == "window_wrap" || f.name == "chunk_mask" ||
+               f.name == "temperature_position") {
       checkLayer(f, "layer", true);
     } else if (f.name == "speculative_rollback") {
       checkLayer(f, "layer", true);
@@ -157,6 +158,12 @@ int64_t FaultPlan::windowExtra(int64_t layer) const {
 bool FaultPlan::chunkAsWindow(int64_t layer) const {
   for (const auto* f : all("chunk_mask"))
     if (f->get("layer") < 0 || f->get("layer") == layer) return true;
+  return false;
+}
+
+bool FaultPlan::temperatureAtCacheIndex(int64_t request, int64_t layer) const {
+  for (const auto* f : all("temperature_position"))
+    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
   return false;
 }
 
@@ -402,6 +409,8 @@ std::vector<FaultFiring> FaultPlan::firings(const RunFacts& facts) const {
       why = "no cache grew past its sliding window";
     else if (f.name == "window_wrap")
       why = "no ring wrapped before a later forward (no request held more entries than its window)";
+    else if (f.name == "temperature_position")
+      why = "no request with a query temperature ran left-padded (--batch with prompts of different lengths)";
     else if (f.name == "chunk_mask")
       why = "no query got past its request's first " + std::to_string(facts.attentionChunk) +
             " positions (the first chunk, where a sliding window of the chunk's size sees the same keys)";

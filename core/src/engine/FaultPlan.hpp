@@ -34,6 +34,9 @@ class FaultPlan {
   int64_t windowExtra(int64_t layer) const;
   /// chunk_mask: `layer`'s chunked attention masked as a sliding window of the chunk's size.
   bool chunkAsWindow(int64_t layer) const;
+  /// temperature_position: (request, layer)'s query temperature taken at the cache index.
+  bool temperatureAtCacheIndex(int64_t request, int64_t layer) const;
+  bool takesTemperatureAtCacheIndex() const { return find("temperature_position") != nullptr; }
   /// The layers the chunk_mask faults name (-1 for every chunked layer).
   std::vector<int64_t> chunkMaskLayers() const;
   /// window_wrap: the slots (request, layer)'s ring entries move by once it has wrapped (-1:

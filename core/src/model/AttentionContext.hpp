@@ -153,6 +153,14 @@ class AttentionContext {
     const int64_t own = l < chunks_.size() ? chunks_[l] : 0;
     return flipsChunk(layer) ? (own > 0 ? 0 : modelChunk_) : own;
   }
+  /// The positions [B, s] `layer`'s query temperature is taken at (Llama 4's
+  /// attn_temperature_tuning, Ministral 3's llama_4_scaling_beta): the forward's position ids
+  /// on every correct path; a row the temperature_position fault (or its hypothesis) moves takes
+  /// its cache index, padding counted.
+  virtual torch::Tensor temperaturePositions(int64_t layer, const torch::Tensor& positions) const {
+    (void)layer;
+    return positions;
+  }
   /// Whether `layer` runs chunked where the checkpoint says full attention and the other way
   /// round (an audit hypothesis of nope_layer_rope: a path whose layer pattern, chunks
   /// included, ignores no_rope_layers, as mlx-lm's Llama 4 does).
@@ -210,10 +218,17 @@ class UncachedAttention : public AttentionContext {
   }
   bool flipsRope(int64_t layer, int64_t) const override { return flipped_.count(layer) > 0; }
   bool flipsChunk(int64_t layer) const override { return flipChunks_ && flipped_.count(layer) > 0; }
+  /// An audit hypothesis (the temperature_position row): the query temperature taken `shift`
+  /// positions later (a left-padded row's pads counted).
+  void shiftTemperature(int64_t shift) { temperatureShift_ = shift; }
+  torch::Tensor temperaturePositions(int64_t, const torch::Tensor& positions) const override {
+    return temperatureShift_ == 0 ? positions : positions + temperatureShift_;
+  }
 
  private:
   std::set<int64_t> chunkAsWindow_, flipped_;
   bool flipChunks_ = false;
+  int64_t temperatureShift_ = 0;
   torch::Tensor keyValid_;  // [B, s] bool
   std::vector<int64_t> windows_;
   const KvQuantizer* quantizer_;

@@ -171,7 +171,8 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     // The attention temperature: the (rotated) queries times 1 + beta ln(1 + floor((p +
     // offset) / context)) at their position p (Ministral 3: offset 0, every layer; Llama 4:
     // offset 1, the NoPE layers); keys and values untouched.
-    const auto p = (positions.to(torch::kFloat) + static_cast<float>(config.queryScaleOffset)) /
+    const auto p = (attention.temperaturePositions(layer, positions).to(torch::kFloat) +
+                    static_cast<float>(config.queryScaleOffset)) /
                    static_cast<float>(config.queryScaleContext);
     const auto scale = 1 + config.queryScaleBeta * torch::log(1 + torch::floor(p));
     const auto factor = scale.unsqueeze(1).unsqueeze(-1).to(q.scalar_type());  // [B, 1, s, 1]

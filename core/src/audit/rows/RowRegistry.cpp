@@ -51,6 +51,9 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // dropped feature (a layer's records exact, the next one's wrong) but only past the
       // first chunk; claimed only when an uncached pass with that mask reproduces every record.
       &rows::chunkMask(),
+      // A left-padded request's query temperature taken at its cache index: the same signature
+      // once more, only on a padded request; claimed when the shifted temperature reproduces it.
+      &rows::temperaturePosition(),
       // A token routed to other experts than the checkpoint's router picks, beyond the near-tie
       // margin (the trace records the engine's experts): the layers up to the router's exact,
       // the next layers' records wrong from that token on. After the dropped-feature rows,

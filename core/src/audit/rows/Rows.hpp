@@ -33,5 +33,6 @@ const FailureRow& sinkDropped();
 const FailureRow& yarnAttentionFactor();
 const FailureRow& expertRouting();
 const FailureRow& chunkMask();
+const FailureRow& temperaturePosition();
 
 }  // namespace kvscope::detail::rows

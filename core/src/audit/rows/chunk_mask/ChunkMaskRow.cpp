@@ -70,14 +70,12 @@ class ChunkMaskRow final : public AttentionOutputRow {
     if (!config->isChunkedLayer(layer) || first < C) return false;
     const auto h = hypothesisSteps(ctx.trace, ctx.stepsFrom(r, a));
     if (!h) return false;
-    std::vector<int64_t> positions(h->stream.size());
-    for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
     // Every chunked layer from `layer` on, then `layer` alone.
     for (const bool above : {true, false}) {
       PassHypothesis change;
       for (int64_t l = layer; l <= (above ? n - 1 : layer); ++l)
         if (config->isChunkedLayer(l)) change.chunkAsWindow.insert(l);
-      const auto run = ctx.refs.hypothesis(h->stream, positions, change, a.version);
+      const auto run = ctx.refs.hypothesis(h->stream, h->positions, change, a.version);
       if (!run) return false;
       const auto fit = fitHypothesis(ctx.trace, ctx.tol, h->compared, *run);
       if (!fit) continue;

@@ -26,15 +26,13 @@ bool explainNopeLayersByRederivation(DiagnosisContext& ctx, int64_t request, con
   }
   const auto h = hypothesisSteps(ctx.trace, ctx.stepsFrom(request, a));
   if (!h) return false;
-  std::vector<int64_t> positions(h->stream.size());
-  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
   for (const auto& layers : candidates) {
     for (const bool chunks : {false, true}) {
       if (chunks && c->attentionChunk == 0) continue;
       PassHypothesis change;
       change.ropeFlipped = layers;
       change.chunksFlip = chunks;
-      const auto run = ctx.refs.hypothesis(h->stream, positions, change, a.version);
+      const auto run = ctx.refs.hypothesis(h->stream, h->positions, change, a.version);
       if (!run) return false;
       const auto fit = fitHypothesis(ctx.trace, ctx.tol, h->compared, *run);
       if (!fit) continue;
