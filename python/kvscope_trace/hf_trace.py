@@ -131,10 +131,14 @@ def layer_kinds(cache, layer_types: Optional[Sequence[str]] = None) -> Optional[
     return out
 
 
+def text_config(config):
+    """A config's language model's: a multimodal config's text_config, else the config."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def config_layer_types(config) -> Optional[List[str]]:
     """The (text) config's layer_types, None where it has none."""
-    c = config.get_text_config() if hasattr(config, "get_text_config") else config
-    types = getattr(c, "layer_types", None)
+    types = getattr(text_config(config), "layer_types", None)
     return list(types) if isinstance(types, (list, tuple)) else None
 
 
@@ -440,7 +444,7 @@ def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: 
 def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
                fingerprint: bool = True) -> Dict[str, Any]:
     """The trace's model block from a transformers config."""
-    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    c = text_config(config)
 
     def first(*names, default=0):
         for n in names:

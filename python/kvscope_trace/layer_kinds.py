@@ -85,8 +85,8 @@ def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
         else:
             g[1].append(l)
     parts = []
-    for (kind, window, slots), layers in groups:
-        what = {"sliding": f"sliding window {window}", "chunked": f"chunks of {window}"}.get(kind, "full")
+    for (kind, span, slots), layers in groups:  # span: the window or the chunk
+        what = {"sliding": f"sliding window {span}", "chunked": f"chunks of {span}"}.get(kind, "full")
         parts.append(f"{what} on {_ranges(layers)}" + (f", ring of {slots} slots" if slots else ""))
     return "; ".join(parts)
 

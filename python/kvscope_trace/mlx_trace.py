@@ -126,7 +126,7 @@ class MlxSession:
         save_prompt_cache(path, self.cache, {"tokens": ",".join(str(int(t)) for t in tokens)})
 
     def model_info(self, fingerprint: bool = True) -> Dict[str, Any]:
-        from .hf_trace import model_info
+        from .hf_trace import model_info, text_config
         import transformers
 
         from mlx.utils import tree_flatten
@@ -134,7 +134,7 @@ class MlxSession:
         cfg = transformers.AutoConfig.from_pretrained(self.model_dir)
         kinds = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(self.model.parameters())}
         dtype = "bfloat16" if "bfloat16" in kinds else "float16" if "float16" in kinds else "float32"
-        vocab = int(cfg.get_text_config().vocab_size)  # a multimodal config (Llama 4): its text model's
+        vocab = int(text_config(cfg).vocab_size)  # a multimodal config (Llama 4): its text model's
         return model_info(cfg, self.model_dir, vocab, dtype, fingerprint=fingerprint)
 
     def engine_name(self) -> str:

@@ -18,9 +18,7 @@ bool DroppedFeatureHypothesis::test(const HypothesisSteps& h, int64_t from, bool
   const ModelConfig& config = *refs_.modelConfig();
   PassHypothesis change;
   for (int64_t l = from; l <= (above ? config.numLayers - 1 : from); ++l) change.droppedFrom[feature_][l] = m.onset;
-  const auto run = refs_.hypothesis(h.stream, h.positions, change, h.compared.front()->version);
-  if (!run) return false;
-  const auto fit = fitHypothesis(trace_, tol_, h.compared, *run);
+  const auto fit = testHypothesis(refs_, trace_, tol_, h, change);
   if (!fit) return false;
   m.layersAbove = above;
   m.records = fit->records;

@@ -79,6 +79,14 @@ std::optional<HypothesisFit> fitHypothesis(const Trace& trace, const Tolerance& 
   return t;
 }
 
+std::optional<HypothesisFit> testHypothesis(ReferenceSet& refs, const Trace& trace, const Tolerance& tol,
+                                            const HypothesisSteps& h, const PassHypothesis& change) {
+  if (h.compared.empty()) return std::nullopt;
+  const auto run = refs.hypothesis(h.stream, h.positions, change, h.compared.front()->version);
+  if (!run) return std::nullopt;
+  return fitHypothesis(trace, tol, h.compared, *run);
+}
+
 std::string fitText(const HypothesisFit& fit) {
   std::string s = "all " + std::to_string(fit.records) + " record(s) (max diff " + numberText(fit.error) +
                   ", tolerance " + numberText(fit.tolerance) + ")";

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "audit/ReferenceSet.hpp"
 #include "audit/StepAnalysis.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/Model.hpp"
@@ -40,6 +41,11 @@ struct HypothesisFit {
 /// of `steps`; nullopt when one lies beyond its tolerance or nothing was compared.
 std::optional<HypothesisFit> fitHypothesis(const Trace& trace, const Tolerance& tol,
                                            const std::vector<const StepAnalysis*>& steps, const ReferenceRun& run);
+
+/// An uncached pass over `h`'s stream under `change`, fitted to its steps; nullopt when the
+/// pass cannot be computed or a record lies beyond its tolerance.
+std::optional<HypothesisFit> testHypothesis(ReferenceSet& refs, const Trace& trace, const Tolerance& tol,
+                                            const HypothesisSteps& h, const PassHypothesis& change);
 
 /// "all N record(s) (max diff E, tolerance T) and M logits row(s) (max diff L)", for a
 /// finding's sentence about the pass that reproduced them.

@@ -1,5 +1,7 @@
 #include "audit/ReferenceStageLines.hpp"
 
+#include <utility>
+
 #include "model/RotaryEmbedding.hpp"
 
 namespace kvscope::detail {
@@ -36,18 +38,20 @@ std::string spanText(int64_t window, int64_t chunk) {
 
 std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace) {
   if (trace.layerKinds.empty()) return {};
+  // The checkpoint's span of layer l as the trace states one (window, chunk).
+  const auto span = [&c](int64_t l) {
+    return std::make_pair(c.isSlidingLayer(l) ? c.slidingWindow : int64_t{0}, c.isChunkedLayer(l) ? c.attentionChunk : int64_t{0});
+  };
   int64_t differ = 0, first = -1;
   for (int64_t l = 0; l < c.numLayers; ++l) {
     const TraceLayerKind k = trace.layerKind(l);
-    const int64_t window = c.isSlidingLayer(l) ? c.slidingWindow : 0, chunk = c.isChunkedLayer(l) ? c.attentionChunk : 0;
-    if (k.window == window && k.chunk == chunk) continue;
+    if (std::make_pair(k.window, k.chunk) == span(l)) continue;
     if (first < 0) first = l;
     ++differ;
   }
   if (differ == 0) return {"ok: the trace's layer_kinds fit the checkpoint's attention on every layer"};
   const TraceLayerKind k = trace.layerKind(first);
-  const int64_t window = c.isSlidingLayer(first) ? c.slidingWindow : 0;
-  const int64_t chunk = c.isChunkedLayer(first) ? c.attentionChunk : 0;
+  const auto [window, chunk] = span(first);
   return {"note: the trace's layer_kinds[" + std::to_string(first) + "] says " + spanText(k.window, k.chunk) +
           " but the checkpoint's layer " + std::to_string(first) + " has " + spanText(window, chunk) +
           (differ > 1 ? " (and " + std::to_string(differ - 1) + " more layer" + (differ > 2 ? "s differ)" : " differs)") : "") +

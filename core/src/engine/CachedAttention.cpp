@@ -235,25 +235,24 @@ KvView CachedAttention::attendRing(int64_t layer, const std::vector<torch::Tenso
       slots.put(slot, j, real ? fedPositions_[b][static_cast<size_t>(inStep)] : -1);
       index.push_back(j);
     }
-    std::vector<int64_t> valid, keyOrd, queryOrd;
-    std::vector<int64_t> ordinal;  // per cache index: its place among the request's real tokens
-    for (size_t j = 0, seen = 0; j < static_cast<size_t>(newLength); ++j) {
-      seen += r.valid[j];
-      ordinal.push_back(static_cast<int64_t>(seen) - 1);
-    }
-    for (int64_t j : index) {
-      valid.push_back(r.valid[static_cast<size_t>(j)]);
-      keyOrd.push_back(ordinal[static_cast<size_t>(j)]);
-    }
-    for (int64_t j = newLength - s; j < newLength; ++j) queryOrd.push_back(ordinal[static_cast<size_t>(j)]);
+    std::vector<int64_t> valid;
+    for (int64_t j : index) valid.push_back(r.valid[static_cast<size_t>(j)]);
     auto keyIdx = torch::tensor(index, torch::kLong);
     auto queryIdx = torch::arange(newLength - s, newLength, torch::kLong);
-    const auto qOrd = torch::tensor(queryOrd, torch::kLong).view({1, -1});
+    // A chunked layer: each entry's place among the request's real tokens, over every cache
+    // index the ring has held, read at the ring's keys and at the queries.
+    torch::Tensor keyOrd, queryOrd;
+    if (layerChunk(layer) > 0) {
+      const auto ord = streamOrdinals(
+          torch::tensor(std::vector<int64_t>(r.valid.begin(), r.valid.begin() + newLength), torch::kLong).view({1, -1}));
+      keyOrd = ord.index_select(1, keyIdx);
+      queryOrd = ord.narrow(1, newLength - s, s);
+    }
     int64_t window = windows_[L];
-    const int64_t chunk = chunkOf(layer, window, qOrd);
+    const int64_t chunk = chunkOf(layer, window, queryOrd);
     masks.push_back(buildAllowedMask(
         queryIdx, keyIdx, torch::tensor(valid, torch::kLong).to(torch::kBool).view({1, -1}),
-        window, chunk, qOrd, torch::tensor(keyOrd, torch::kLong).view({1, -1})));
+        window, chunk, queryOrd, keyOrd));
   }
   if (keys.size() == 1) return {keys[0], values[0], masks[0]};
   return {torch::cat(keys, 0), torch::cat(values, 0), torch::cat(masks, 0)};

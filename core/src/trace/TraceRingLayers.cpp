@@ -55,11 +55,9 @@ std::vector<TraceLayerKind> layerKindsFromJson(const json& doc, const std::strin
     JsonFieldReader e(a[i], file, at);
     const std::string kind = e.string("kind", "");
     TraceLayerKind k;
-    if (kind == "sliding") {
-      k.window = e.integerIn("window", 1, limits::kPositions);
-      if (e.has("ring_slots")) k.ringSlots = e.integerIn("ring_slots", 1, limits::kCacheLength);
-    } else if (kind == "chunked") {
-      k.chunk = e.integerIn("chunk", 1, limits::kPositions);
+    if (kind == "sliding" || kind == "chunked") {  // the span they attend over, a ring maybe
+      (kind == "sliding" ? k.window : k.chunk) =
+          e.integerIn(kind == "sliding" ? "window" : "chunk", 1, limits::kPositions);
       if (e.has("ring_slots")) k.ringSlots = e.integerIn("ring_slots", 1, limits::kCacheLength);
     } else if (kind == "full") {
       if (e.has("ring_slots"))

@@ -75,9 +75,7 @@ class ChunkMaskRow final : public AttentionOutputRow {
       PassHypothesis change;
       for (int64_t l = layer; l <= (above ? n - 1 : layer); ++l)
         if (config->isChunkedLayer(l)) change.chunkAsWindow.insert(l);
-      const auto run = ctx.refs.hypothesis(h->stream, h->positions, change, a.version);
-      if (!run) return false;
-      const auto fit = fitHypothesis(ctx.trace, ctx.tol, h->compared, *run);
+      const auto fit = testHypothesis(ctx.refs, ctx.trace, ctx.tol, *h, change);
       if (!fit) continue;
       const int64_t layers = static_cast<int64_t>(change.chunkAsWindow.size());
       ev["chunk"] = static_cast<double>(C);

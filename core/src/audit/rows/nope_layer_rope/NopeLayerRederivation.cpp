@@ -32,9 +32,7 @@ bool explainNopeLayersByRederivation(DiagnosisContext& ctx, int64_t request, con
       PassHypothesis change;
       change.ropeFlipped = layers;
       change.chunksFlip = chunks;
-      const auto run = ctx.refs.hypothesis(h->stream, h->positions, change, a.version);
-      if (!run) return false;
-      const auto fit = fitHypothesis(ctx.trace, ctx.tol, h->compared, *run);
+      const auto fit = testHypothesis(ctx.refs, ctx.trace, ctx.tol, *h, change);
       if (!fit) continue;
       Evidence ev = base;
       ev["flipped_layers"] = static_cast<double>(layers.size());

@@ -68,9 +68,7 @@ class TemperaturePositionRow final : public AttentionOutputRow {
     if (!h) return false;
     PassHypothesis change;
     change.temperatureShift = pads;
-    const auto run = ctx.refs.hypothesis(h->stream, h->positions, change, a.version);
-    if (!run) return false;
-    const auto fit = fitHypothesis(ctx.trace, ctx.tol, h->compared, *run);
+    const auto fit = testHypothesis(ctx.refs, ctx.trace, ctx.tol, *h, change);
     if (!fit) return false;
     const int64_t first = logitsOnly ? a.lastRealStreamIndex() : a.firstBadStreamIndex;
     Evidence ev = base;
