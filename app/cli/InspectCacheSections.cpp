@@ -105,7 +105,8 @@ Lines inspectLayers(const InspectFrame& f, int maxLayers) {
     std::string layer = std::to_string(l);
     layer = std::string(static_cast<size_t>(digits) - layer.size(), ' ') + layer;
     std::string line = std::string(here ? "\u25B6 " : "  ") + "layer " + layer + "  ";
-    const std::string value = std::isnan(d) ? "shapes differ" : shortNumber(d);
+    // NaN: nothing to compare (a layer without K/V records: recurrent, or minimized away).
+    const std::string value = std::isnan(d) ? "no records" : std::isinf(d) ? "shapes differ" : shortNumber(d);
     line += padRight(fl > 0 && d > fl ? st.alarm(value) : value, 10);
     line += "  tol " + padRight(fl > 0 ? shortNumber(fl) : "n/a", 9) + "  ";
     line += logBar(d, fl, lo, hi, bar, st);
@@ -137,14 +138,20 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
   const InspectionPoint& p = v.point;
   const int width = f.width;
   Lines out;
-  const std::string heading = "K/V cache \u2014 layer " + std::to_string(p.layer) + ", kv head " +
-                              std::to_string(p.head) + ", " + kindLetter(p.kind) + " (" +
-                              kindWord(p.kind) + ") after step " + std::to_string(p.step) +
-                              ": reference | cached | |difference|";
+  // A recurrent layer's state: one value head's [Dk, Dv] matrix, rows the key features.
+  const std::string what = v.showsState ? "recurrent state of layer " + std::to_string(p.layer) + ", value head " +
+                                              std::to_string(p.head)
+                                        : kindWord(p.kind) + " of layer " + std::to_string(p.layer) + ", kv head " +
+                                              std::to_string(p.head);
+  const std::string heading =
+      v.showsState ? "Recurrent state \u2014 layer " + std::to_string(p.layer) + ", value head " +
+                         std::to_string(p.head) + " after step " + std::to_string(p.step) +
+                         " (rows: key features, columns: value features): reference | cached | |difference|"
+                   : "K/V cache \u2014 layer " + std::to_string(p.layer) + ", kv head " + std::to_string(p.head) +
+                         ", " + kindLetter(p.kind) + " (" + kindWord(p.kind) + ") after step " +
+                         std::to_string(p.step) + ": reference | cached | |difference|";
   if (f.compact)
-    out.push_back(fitWidth(st.bold(kindWord(p.kind) + " of layer " + std::to_string(p.layer) +
-                                   ", kv head " + std::to_string(p.head) + " after step " +
-                                   std::to_string(p.step) + ": reference | cached | |difference|"),
+    out.push_back(fitWidth(st.bold(what + " after step " + std::to_string(p.step) + ": reference | cached | |difference|"),
                            width));
   else
     appendLines(out, wrapText(st.bold(heading), width, ""));
@@ -154,7 +161,10 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
   const int64_t t = std::max(v.cachedPositions, v.referencePositions);
   const int64_t newLast = v.appendedCount > 0 ? v.appendedFirst + v.appendedCount - 1 : -1;
   std::string info;
-  if (v.appendedCount > 0)
+  const std::string rowWord = v.showsState ? "key dim" : "position";
+  if (v.showsState)
+    info = "the state after the step's tokens";
+  else if (v.appendedCount > 0)
     info = std::string(v.appendedCount == 1 ? "new record: position " : "new records: positions ") +
            rangeOf(v.appendedFirst, newLast) + " (\u25B6)";
   else
@@ -163,7 +173,7 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
   const double floor = v.diffFloor;
   const bool beyond = v.diffMax > floor;
   if (!v.absDiff.empty())
-    info += beyond ? "; max |difference| " + shortNumber(v.diffMax) + " at position " +
+    info += beyond ? "; max |difference| " + shortNumber(v.diffMax) + " at " + rowWord + " " +
                          std::to_string(v.diffArgPosition) + ", dim " +
                          std::to_string(v.diffArgDim) + " (\u25C0)"
             : v.diffIsNoise()
@@ -199,7 +209,7 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
     std::string mark = isNew ? "\u25B6" : rewritten ? "r" : " ";
     if (isNew) mark = st.ok(mark);
     if (rewritten) mark = st.alarm(isNew ? "\u25B6" : "r");
-    rows.labels.push_back("  pos " + std::string(static_cast<size_t>(digits) - num.size(), ' ') +
+    rows.labels.push_back(std::string(v.showsState ? "  k " : "  pos ") + std::string(static_cast<size_t>(digits) - num.size(), ' ') +
                           num + " " + mark + " ");
   }
   HeatmapMap ref{"reference", &v.reference, v.referencePositions, v.headDim, -m, m,

@@ -43,8 +43,11 @@ def info(trace: Trace, path: str = "") -> str:
     kinds = layer_kinds.parse_layer_kinds(trace.extra, path, m["num_layers"])
     if kinds and any(k["kind"] != "full" for k in kinds):
         maps = sum(1 for s in trace.steps if any(l.ring_positions is not None for l in s.layers))
+        states = sum(1 for s in trace.steps if any(l.conv_state is not None for l in s.layers))
+        recurrent = layer_kinds.recurrent_layers(kinds, trace.stored_layers())
         out.append("layer kinds: " + layer_kinds.describe(kinds)
-                   + (f"; ring slot maps on {maps} steps" if layer_kinds.ring_slots(kinds) else ""))
+                   + (f"; ring slot maps on {maps} steps" if layer_kinds.ring_slots(kinds) else "")
+                   + (f"; recurrent states at {states} steps" if recurrent else ""))
     hits = [s for s in trace.steps if s.reused_count > 0]
     if hits:
         reused = sum(s.reused_count for s in hits)
@@ -72,7 +75,9 @@ def info(trace: Trace, path: str = "") -> str:
             out.append(f"    generated: {gen[:16]}{' ...' if len(gen) > 16 else ''}")
     floats = sum((s.logits.size if s.logits is not None else 0)
                  + sum((l.keys.size * 2 if l.keys is not None and not l.derived else 0)
-                       + (l.cache_keys.size * 2 if l.cache_keys is not None else 0) for l in s.layers)
+                       + (l.cache_keys.size * 2 if l.cache_keys is not None else 0)
+                       + (l.conv_state.size + l.recurrent_state.size if l.conv_state is not None else 0)
+                       for l in s.layers)
                  for s in trace.steps)
     out.append(f"tensor values: {floats}")
     for e in trace.events:

@@ -3,7 +3,9 @@ table as JSON columns (`steps: {"count": N, "request": [...], ...}`) and the per
 packed into one tensor per kind (`logits` [R, V], `layer{l}.k|v|cache_k|cache_v`
 [h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2],
 `ring_positions` I32 [R, Lr, S]: the slot maps of the ring layers, see layer_kinds.py;
-`experts` I32 [N, L, K]: a mixture of experts' choices, one row per fed entry).
+`experts` I32 [N, L, K]: a mixture of experts' choices, one row per fed entry;
+`layer{l}.conv_state` F32 [R, C, K] and `layer{l}.recurrent_state` F32 [R, Hv, Dk, Dv]: a
+recurrent layer's state after the steps whose `state_row` names row r, rows in step order).
 
 Both directions live here: parse_columns and load_packed read, pack writes. The step fields
 both versions share are read by trace.py's parse_step (handed in), which also derives
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -28,7 +31,7 @@ STEP_COLUMNS = ("request", "step", "tick", "slot", "fed_ids", "positions", "fed_
                 "rng_draws_before", "rng_draws_after", "weights_version", "events", "logits_row",
                 "appended", "snapshot_lengths", "cache_lengths", "checksum_row", "draft_count",
                 "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks",
-                "expert_row")
+                "expert_row", "state_row")
 REQUIRED_COLUMNS = ("request", "step", "fed_ids", "positions")
 
 
@@ -43,6 +46,8 @@ class Packing:
     ring_row: int = -1
     ring: Optional[List[Optional[List[int]]]] = None  # per layer its slot map (ring layers), from the tensor
     expert_row: int = -1
+    state_row: Optional[int] = None  # None: no state_row column in the file
+    states: Optional[Dict[int, tuple]] = None  # layer entry -> (conv [C, K], recurrent [Hv, Dk, Dv])
 
 
 # ----------------------------------------------------------------------------- read
@@ -106,7 +111,8 @@ def parse_columns(sj: Any, file: str, parse_step: Callable[[_Obj, int], Any], L:
         packing.append(Packing(logits_row=s.row("logits_row"), appended=s.counts("appended", L),
                                 snapshot_lengths=s.counts("snapshot_lengths", L),
                                 checksum_row=s.row("checksum_row"), ring_row=s.row("ring_row"),
-                                expert_row=s.row("expert_row")))
+                                expert_row=s.row("expert_row"),
+                                state_row=s.row("state_row") if "state_row" in columns else None))
     return steps, packing
 
 
@@ -146,6 +152,7 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
             raise TraceError(path, f"steps.logits_row[{i}]", f"step {i} chose token {s.chosen} but "
                              "names no logits row")
 
+    _check_recurrent(f, trace, packing)
     stored: List[Optional[list]] = []
     for i, p in enumerate(packing):
         if p.appended is None and p.snapshot_lengths is None:
@@ -195,7 +202,98 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
             p.checksums = [(f"{int(k):016x}", f"{int(v):016x}") for k, v in sums[p.checksum_row]]
     _load_ring_maps(f, trace, packing)
     _load_experts(f, trace, packing)
+    _load_states(f, trace, packing)
     return stored
+
+
+def _check_recurrent(f: _Container, trace: Any, packing: List[Packing]) -> None:
+    """A recurrent layer (layer_kinds) holds no K/V records: no layer{l}.k|v|cache_k|cache_v
+    tensor and, in every step, 0 (or null) appended and snapshot columns."""
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, f.path, trace.model["num_layers"])
+    names = trace.stored_layers()
+    for j in layer_kinds.recurrent_layers(kinds, names):
+        for column in ("appended", "snapshot_lengths"):
+            for i, p in enumerate(packing):
+                counts = getattr(p, column)
+                if counts is not None and counts[j]:
+                    raise TraceError(f.path, f"steps.{column}[{i}]", f"{counts[j]} records on layer "
+                                     f"{names[j]}, a recurrent layer (layer_kinds[{names[j]}]): its cache is "
+                                     "a recurrent state, it holds no K/V records (0)")
+        for kind in ("k", "v", "cache_k", "cache_v"):
+            name = f"layer{names[j]}.{kind}"
+            if name in f:
+                raise TraceError(f.path, name, f"layer {names[j]} is a recurrent layer (layer_kinds"
+                                 f"[{names[j]}]): it holds no K/V records, so no such tensor")
+
+
+STATE_TENSORS = (("conv_state", "[R, C, K]"), ("recurrent_state", "[R, Hv, Dk, Dv]"))
+_STATE_NAME = re.compile(r"^layer(\d+)\.(conv_state|recurrent_state)$")
+
+
+def _load_states(f: _Container, trace: Any, packing: List[Packing]) -> None:
+    """The recurrent layers' states (steps.state_row, layer{l}.conv_state F32 [R, C, K],
+    layer{l}.recurrent_state F32 [R, Hv, Dk, Dv]): sets Packing.states of each step whose
+    state_row names a row. R is the number of steps with a row; their rows are 0, 1, 2, ...
+    in step order. Every recurrent layer of the trace has both tensors when R > 0, of one
+    shape across layers; no other layer has one."""
+    path = f.path
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, path, trace.model["num_layers"])
+    names = trace.stored_layers()
+    recurrent = layer_kinds.recurrent_layers(kinds, names)  # entries
+    held = sorted((int(m.group(1)), m.group(2), n) for n in f.entries if (m := _STATE_NAME.match(n)))
+    for layer, _, name in held:
+        if layer not in [names[j] for j in recurrent]:
+            raise TraceError(path, name, f"a state on layer {layer}, which is not a recurrent layer "
+                             "(layer_kinds): only a recurrent layer holds a state")
+    has_column = any(p.state_row is not None for p in packing)
+    if held and not has_column:
+        raise TraceError(path, held[0][2], "a state tensor, but the steps have no state_row column "
+                         "(which step's state each row is)")
+    rows = [-1 if p.state_row is None else p.state_row for p in packing]
+    R = sum(1 for r in rows if r >= 0)
+    expected = 0
+    for i, r in enumerate(rows):
+        if r < 0:
+            continue
+        if r >= R:
+            raise TraceError(path, f"steps.state_row[{i}]", f"row {r} is outside [-1, {R}) ({R} steps "
+                             "record states; truncated or inconsistent trace)")
+        if r != expected:
+            raise TraceError(path, f"steps.state_row[{i}]", f"row {r}, but state rows are numbered "
+                             f"0, 1, 2, ... in step order: expected {expected}")
+        expected += 1
+    if R and not recurrent:
+        first = next(i for i, r in enumerate(rows) if r >= 0)
+        raise TraceError(path, f"steps.state_row[{first}]", "names a state row, but no layer of the "
+                         "trace is recurrent (layer_kinds)")
+    tables: Dict[int, List[np.ndarray]] = {}
+    shapes: Dict[str, tuple] = {}  # kind -> (the first layer's tensor, its shape)
+    for j in recurrent:
+        for kind, axes in STATE_TENSORS:
+            name = f"layer{names[j]}.{kind}"
+            if name not in f:
+                if R:
+                    raise TraceError(path, name, f"missing, but steps.state_row names {R} rows (every "
+                                     "recurrent layer holds both conv_state and recurrent_state)")
+                continue
+            shape = tuple(f.shape(name))
+            if f.dtype(name) != "F32":
+                raise TraceError(path, name, f"dtype {f.dtype(name)}, expected F32 (states are stored as "
+                                 "F32 whatever the K/V dtype)")
+            if len(shape) != len(axes.split(",")):
+                raise TraceError(path, name, f"shape {list(shape)}, expected {axes}")
+            if shape[0] != R:
+                raise TraceError(path, name, f"{shape[0]} rows, but steps.state_row names {R} "
+                                 "(truncated or inconsistent trace)")
+            seen, seen_shape = shapes.setdefault(kind, (name, shape))
+            if shape != seen_shape:
+                raise TraceError(path, name, f"shape {list(shape)}, but {seen} has {list(seen_shape)} "
+                                 "(every recurrent layer's state has one shape)")
+            if R:
+                tables.setdefault(j, []).append(f.read(name).astype(np.float32))
+    for p in packing:
+        if p.state_row is not None and p.state_row >= 0:
+            p.states = {j: (t[0][p.state_row].copy(), t[1][p.state_row].copy()) for j, t in tables.items()}
 
 
 def _load_experts(f: _Container, trace: Any, packing: List[Packing]) -> None:
@@ -292,8 +390,10 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
     logits, kv, snaps, sums = [], [([], []) for _ in range(L)], [([], []) for _ in range(L)], []
     for k in ("logits_row", "appended", "snapshot_lengths", "cache_lengths", "checksum_row"):
         c[k] = []
+    _check_recurrent_records(trace)
     c["ring_row"], rings = _ring_rows(trace)
     c["expert_row"], experts = _expert_rows(trace)
+    c["state_row"], states = _state_rows(trace)
     for i, s in enumerate(steps):
         pairs = checksums[i] if checksums is not None else [(l.checksum_k, l.checksum_v) for l in s.layers]
         c["logits_row"].append(len(logits) if s.logits is not None else -1)
@@ -323,7 +423,7 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
                 "weights_version": [0] * n, "events": [[]] * n, "logits_row": [-1] * n,
                 "appended": [None] * n, "snapshot_lengths": [None] * n, "cache_lengths": [None] * n,
                 "checksum_row": [-1] * n, "draft_count": [0] * n, "accepted_count": [0] * n,
-                "ring_row": [-1] * n, "expert_row": [-1] * n}
+                "ring_row": [-1] * n, "expert_row": [-1] * n, "state_row": [-1] * n}
     for k, d in defaults.items():
         if c[k] == d:
             del c[k]
@@ -335,7 +435,65 @@ def columns_of(trace: Any, checksums: Optional[List[list]] = None):
         for k in s.extra:
             if k not in c and k not in STEP_COLUMNS and k != "count":
                 c[k] = [t.extra.get(k) for t in steps]
-    return c, logits, kv, snaps, sums, rings, experts
+    return c, logits, kv, snaps, sums, rings, experts, states
+
+
+def _check_recurrent_records(trace: Any) -> None:
+    """ValueError for K/V records, a snapshot with columns or a cache length > 0 on a recurrent
+    layer (layer_kinds): its cache is a recurrent state, not K/V rows."""
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, "", trace.model["num_layers"])
+    names = trace.stored_layers()
+    for j in layer_kinds.recurrent_layers(kinds, names):
+        for i, s in enumerate(trace.steps):
+            if j >= len(s.layers):
+                continue
+            rec = s.layers[j]
+            n = max(a.shape[1] if a is not None else 0 for a in (rec.keys, rec.cache_keys))
+            if n or rec.cache_length:
+                raise ValueError(f"step {i}: layer {names[j]} is a recurrent layer (layer_kinds) and holds "
+                                 f"no K/V records, found {n} records, cache length {rec.cache_length}")
+
+
+def _state_rows(trace: Any):
+    """(the state_row column, per recurrent layer (model layer, conv rows, recurrent rows)): a
+    step whose recurrent layers hold their states gets the next row, one without -1.
+    ValueError for a state on a layer that is not recurrent, a step with the states of only
+    some recurrent layers (or a conv state without its recurrent state), or shapes that
+    differ between steps or layers."""
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, "", trace.model["num_layers"])
+    names = trace.stored_layers()
+    recurrent = layer_kinds.recurrent_layers(kinds, names)
+    column, rows = [], {j: ([], []) for j in recurrent}
+    shapes = None
+    for i, s in enumerate(trace.steps):
+        held = [j for j, rec in enumerate(s.layers) if rec.conv_state is not None or rec.recurrent_state is not None]
+        if not held:
+            column.append(-1)
+            continue
+        if held != recurrent:
+            raise ValueError(f"step {i}: states on layer entries {held}, but the recurrent layers "
+                             f"(layer_kinds) are entries {recurrent}: give a state for every recurrent layer")
+        for j in recurrent:
+            rec = s.layers[j]
+            if rec.conv_state is None or rec.recurrent_state is None:
+                raise ValueError(f"step {i}: layer {names[j]} holds a conv state without a recurrent "
+                                 "state or the reverse: give both")
+            conv = np.ascontiguousarray(rec.conv_state, dtype=np.float32)
+            state = np.ascontiguousarray(rec.recurrent_state, dtype=np.float32)
+            if conv.ndim != 2 or state.ndim != 3:
+                raise ValueError(f"step {i}: layer {names[j]}'s states are {list(conv.shape)} and "
+                                 f"{list(state.shape)}, expected [C, K] and [Hv, Dk, Dv]")
+            if shapes is None:
+                shapes = (conv.shape, state.shape)
+            if (conv.shape, state.shape) != shapes:
+                raise ValueError(f"step {i}: layer {names[j]}'s states are {list(conv.shape)} and "
+                                 f"{list(state.shape)}, earlier ones {list(shapes[0])} and {list(shapes[1])}")
+            rows[j][0].append(conv)
+            rows[j][1].append(state)
+        column.append(len(rows[recurrent[0]][0]) - 1)
+    if shapes is None:
+        return column, []
+    return column, [(names[j], rows[j][0], rows[j][1]) for j in recurrent]
 
 
 def _expert_rows(trace: Any):
@@ -384,7 +542,7 @@ def pack(trace: Any, dtype: str, checksums: Optional[List[list]] = None):
     """The version-2 step columns of `trace` and its tensors as (name, array, dtype) for
     write_safetensors; a tensor whose column total is 0 is left out. `checksums`: as for
     columns_of (those a file stored as `dtype` can carry)."""
-    columns, logits, kv, snaps, sums, rings, experts = columns_of(trace, checksums)
+    columns, logits, kv, snaps, sums, rings, experts, states = columns_of(trace, checksums)
     tensors = []
     if sums:  # first: U64 rows stay 8-byte aligned whatever the float dtype
         tensors.append(("checksums", np.array(sums, dtype=np.uint64), "U64"))
@@ -392,6 +550,9 @@ def pack(trace: Any, dtype: str, checksums: Optional[List[list]] = None):
         tensors.append(("ring_positions", np.array(rings, dtype=np.int32), "I32"))
     if experts:  # I32 too
         tensors.append(("experts", np.array(experts, dtype=np.int32), "I32"))
+    for layer, convs, recurrents in states:  # F32 whatever `dtype`: 4-byte aligned before it
+        tensors.append((f"layer{layer}.conv_state", np.stack(convs), "F32"))
+        tensors.append((f"layer{layer}.recurrent_state", np.stack(recurrents), "F32"))
     if logits:
         tensors.append(("logits", np.stack(logits), dtype))
     for l, name in enumerate(trace.stored_layers()):  # named by model layer

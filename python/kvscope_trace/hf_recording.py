@@ -8,17 +8,22 @@ Every `model.generate(...)` inside the block becomes one request of the trace, w
 block ends. The model's forward is watched: each forward is one step (its fed tokens and
 positions, the logits row of its last token), and its cache's `update()` calls give the step's
 own K/V per layer (what transformers' sliding layers keep is not what they were handed; see
-hf_trace.watch_updates). A step's chosen token is the token the next forward feeds, the last
-one the token generate returned last. The policy comes from generate's arguments and the
-model's generation config: greedy, or sampled with torch's generator (`"generator": "torch"`:
-the audit checks what the logits prove and reports the replay `not checked`).
+hf_trace.watch_updates; a recurrent layer, Qwen3.5's Gated DeltaNet, calls none and is
+recorded as layer_kinds "recurrent" with no records, and with its state after the forward,
+each row's, at the prefill and every `state_every`-th decode step: default 1, every step; 0,
+never). A step's chosen token is the token the
+next forward feeds, the last one the token generate returned last. The policy comes from
+generate's arguments and the model's generation config: greedy, or sampled with torch's
+generator (`"generator": "torch"`: the audit checks what the logits prove and reports the
+replay `not checked`).
 
 A batched generate makes one request per row, the rows one batch group (`batch_group`) whose
 steps share their ticks; left padding is recorded as padding (`fed_mask` 0: it holds a cache
 slot and is no part of the request's stream), with the positions the model was given
 (`position_ids`, else the cache positions, which transformers 4.57 and 5 use for every row: a
-left-padded row's tokens then sit past its pads). A row that stops at EOS has no steps after
-it (generate feeds it pads). A mask that is not left padding is refused with that reason.
+left-padded row's tokens then sit past its pads; of M-RoPE's position planes, Qwen3.5's, the
+first: the text positions). A row that stops at EOS has no steps after it (generate feeds it
+pads). A mask that is not left padding is refused with that reason.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import trace as kvtrace
-from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, cache_length, config_layer_types,
-                       model_info, to_numpy, watch_updates)
+from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, config_layer_types,
+                       consumed_length, model_info, to_numpy, watch_updates)
 
 
 def _generate_policy(model, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -61,7 +66,8 @@ def _eos_ids(model, kwargs: Dict[str, Any]) -> List[int]:
 
 
 class _Recording:
-    def __init__(self, model, path: str, model_dir: Optional[str], store: str, fingerprint: bool):
+    def __init__(self, model, path: str, model_dir: Optional[str], store: str, fingerprint: bool,
+                 state_every: int = 1):
         import torch
         import transformers
 
@@ -80,7 +86,7 @@ class _Recording:
         self.experts = ExpertTap(model, info["num_layers"])  # a mixture of experts' routers
         self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store,
                                  expert_tap=self.experts if self.experts.active else None,
-                                 layer_types=config_layer_types(model.config))
+                                 layer_types=config_layer_types(model.config), state_every=state_every)
         self.requests = 0       # requests recorded so far (ids 0..requests-1)
         self.groups = 0         # batch groups so far
         self.rows: List[int] = []  # the running generate call's request id per batch row
@@ -109,6 +115,10 @@ class _Recording:
         # The positions the model used: position_ids when generate passed them, else the cache
         # positions every row shares (transformers 4.57 and 5 derive position_ids from them).
         given = kwargs.get("position_ids")
+        if given is not None and given.ndim == 3:
+            # M-RoPE (Qwen3.5, Qwen2-VL, ...): [4 (text, t, h, w) or 3 (t, h, w), B, T]; the
+            # first plane is the text positions (equal to the others without an image)
+            given = given[0]
         if given is None and kwargs.get("cache_position") is not None:
             given = kwargs["cache_position"].reshape(1, -1).expand(ids.shape[0], -1)
         mask = kwargs.get("attention_mask")
@@ -138,13 +148,7 @@ class _Recording:
         return out
 
     def _consumed(self, cache) -> int:
-        if cache is None:
-            return 0
-        layers = getattr(cache, "layers", None) or []
-        full = [i for i, l in enumerate(layers) if not getattr(l, "is_sliding", False)]
-        if hasattr(cache, "get_seq_length"):
-            return int(cache.get_seq_length(full[0] if full else 0))
-        return cache_length(cache)
+        return consumed_length(cache)
 
     # -- model.generate
     def generate(self, inner, *args, **kwargs):
@@ -197,13 +201,17 @@ class _Recording:
         return out
 @contextlib.contextmanager
 def recording(model, path: str, model_dir: Optional[str] = None, store: str = "F32",
-              fingerprint: bool = True) -> Iterator[TraceRecorder]:
+              fingerprint: bool = True, state_every: int = 1) -> Iterator[TraceRecorder]:
     """Records every `model.generate(...)` in the block into the trace `path` (written on a
     normal exit; nothing is written when the block raises). `model_dir`: the checkpoint
-    directory, for the trace's model block and fingerprint (default: model.name_or_path)."""
+    directory, for the trace's model block and fingerprint (default: model.name_or_path).
+    `state_every`: on a model with recurrent layers (Qwen3.5's Gated DeltaNet), record their
+    state after the prefill and every N-th decode step (1: every step; 0: never)."""
     if store not in kvtrace.STORE_DTYPES:
         raise ValueError(f"store {store!r}: one of {', '.join(kvtrace.STORE_DTYPES)}")
-    r = _Recording(model, path, model_dir, store, fingerprint)
+    if not isinstance(state_every, int) or isinstance(state_every, bool) or state_every < 0:
+        raise ValueError(f"state_every {state_every!r}: a non-negative integer (0: no states)")
+    r = _Recording(model, path, model_dir, store, fingerprint, state_every)
     own = {n: model.__dict__[n] for n in ("forward", "generate") if n in model.__dict__}
     inner_forward, inner_generate = model.forward, model.generate
     # The wrappers keep the methods' signatures (functools.wraps: inspect.signature follows

@@ -3,7 +3,7 @@
 
     kvscope-record --model DIR --prompt TEXT [--prompt TEXT ...] --max-new N \
         [--temperature T --top-k K --top-p P --seed S] [--snapshots] [--uncached] \
-        --out FILE.kvtrace
+        [--state-every N] --out FILE.kvtrace
 
 The decode loop feeds the prompt once (step 0), then one generated token per step with the
 cache the model returned (`past_key_values`), passing explicit `position_ids` (and
@@ -11,6 +11,11 @@ cache the model returned (`past_key_values`), passing explicit `position_ids` (a
 small adapter (`cache_layers`: transformers 5 `cache.layers[i].keys/.values`, transformers 4
 `cache.key_cache[i]/value_cache[i]`, legacy tuples) and records the columns that are new since
 the previous step as the step's appended records (and the whole cache with --snapshots).
+A recurrent layer (Qwen3.5's Gated DeltaNet: transformers' `LinearAttentionLayer`, a conv and
+a recurrent state instead of K/V rows) is recorded as layer_kinds "recurrent", with no records;
+its state after the step (`conv_states[0]` [B, C, K] and `recurrent_states[0]` [B, Hv, Dk, Dv],
+the request's row, as float32) is recorded at the prefill and every N-th decode step
+(`--state-every N`, default 1: every step; 0: never; none in --uncached mode).
 `--uncached` recomputes the whole prefix every step with no cache carried over (mode
 "uncached", recorded like KV Scope's own reference engine).
 
@@ -46,20 +51,51 @@ def _empty(t) -> bool:
     return shape is None or len(shape) < 3 or int(np.prod(shape)) == 0
 
 
+def is_recurrent_layer(layer) -> bool:
+    """A transformers 5 cache layer that keeps a recurrent state instead of K/V rows
+    (`LinearAttentionLayer`: Qwen3.5's and Qwen3-Next's Gated DeltaNet layers, `conv_states` /
+    `recurrent_states`). A layer that also keeps K/V (LinearAttentionAndFullAttentionLayer) is
+    not: its rows are recorded."""
+    return not hasattr(layer, "keys") and (hasattr(layer, "recurrent_states") or hasattr(layer, "conv_states"))
+
+
+def recurrent_layers(cache, layer_types: Optional[Sequence[str]] = None) -> List[int]:
+    """The cache's recurrent layers (no K/V rows, a state): transformers 5's
+    `LinearAttentionLayer`s, or (transformers 4's Qwen3-Next cache, with key_cache lists) the
+    "linear_attention" entries of the cache's or the config's layer_types."""
+    if cache is None:
+        return []
+    inner = getattr(cache, "self_attention_cache", None)
+    if inner is not None:
+        return recurrent_layers(inner, layer_types)
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, (list, tuple)):
+        return [i for i, l in enumerate(layers) if is_recurrent_layer(l)]
+    types = getattr(cache, "layer_types", None) or layer_types
+    if getattr(cache, "key_cache", None) is None or not types:
+        return []
+    return [i for i, t in enumerate(types) if t == "linear_attention"]
+
+
 def cache_layers(cache) -> List[Tuple[Any, Any]]:
     """Per layer (keys, values) of a transformers cache, tensors [B, h_kv, t, d] (or None
-    for a layer that holds nothing yet). Handles transformers 5 (`cache.layers[i].keys /
-    .values`, also 4.56+), transformers 4 (`cache.key_cache[i] / value_cache[i]`), legacy
-    tuple caches (`((k, v), ...)`) and encoder-decoder caches (their self-attention part)."""
+    for a layer that holds nothing yet, and for a recurrent layer, which holds a state and
+    no rows). Handles transformers 5 (`cache.layers[i].keys / .values`, also 4.56+),
+    transformers 4 (`cache.key_cache[i] / value_cache[i]`), legacy tuple caches
+    (`((k, v), ...)`) and encoder-decoder caches (their self-attention part)."""
     if cache is None:
         return []
     inner = getattr(cache, "self_attention_cache", None)
     if inner is not None:  # EncoderDecoderCache
         return cache_layers(inner)
     layers = getattr(cache, "layers", None)
-    if isinstance(layers, (list, tuple)) and all(hasattr(l, "keys") and hasattr(l, "values") for l in layers):
+    if isinstance(layers, (list, tuple)) and all((hasattr(l, "keys") and hasattr(l, "values"))
+                                                 or is_recurrent_layer(l) for l in layers):
         out = []
         for l in layers:
+            if is_recurrent_layer(l):
+                out.append((None, None))
+                continue
             k, v = l.keys, l.values
             if callable(k):  # a dict-like layer object, not a cache layer
                 break
@@ -106,18 +142,27 @@ def begin_forward(cache) -> None:
 
 
 def layer_kinds(cache, layer_types: Optional[Sequence[str]] = None) -> Optional[List[Dict[str, Any]]]:
-    """The trace's layer_kinds for a transformers cache with sliding layers (None without
-    one): a `DynamicSlidingWindowLayer` keeps the last `sliding_window - 1` rows in fed order,
-    so it is a sliding layer whose cache holds `sliding_window - 1` slots (ring_slots); a
-    sliding layer of another type is refused by name rather than recorded wrongly. transformers
+    """The trace's layer_kinds for a transformers cache with sliding or recurrent layers (None
+    without one): a `DynamicSlidingWindowLayer` keeps the last `sliding_window - 1` rows in fed
+    order, so it is a sliding layer whose cache holds `sliding_window - 1` slots (ring_slots);
+    a sliding layer of another type is refused by name rather than recorded wrongly. transformers
     caches a chunked layer (Llama 4's "chunked_attention" in the config's `layer_types`) in
     the same layer class with `sliding_window` = attention_chunk_size: it is recorded as a
-    chunked layer of that chunk, its ring of `chunk - 1` slots."""
+    chunked layer of that chunk, its ring of `chunk - 1` slots. A recurrent layer
+    (recurrent_layers: Qwen3.5's Gated DeltaNet) is {"kind": "recurrent"}: no K/V records."""
+    recurrent = set(recurrent_layers(cache, layer_types))
     layers = getattr(cache, "layers", None)
-    if not isinstance(layers, (list, tuple)) or not any(getattr(l, "is_sliding", False) for l in layers):
+    if not isinstance(layers, (list, tuple)):
+        if not recurrent:
+            return None
+        return [{"kind": "recurrent"} if i in recurrent else {"kind": "full"} for i in range(len(cache_layers(cache)))]
+    if not recurrent and not any(getattr(l, "is_sliding", False) for l in layers):
         return None
     out = []
     for i, l in enumerate(layers):
+        if i in recurrent:
+            out.append({"kind": "recurrent"})
+            continue
         if not getattr(l, "is_sliding", False):
             out.append({"kind": "full"})
             continue
@@ -143,11 +188,83 @@ def config_layer_types(config) -> Optional[List[str]]:
 
 
 def cache_length(cache) -> int:
-    """Entries in the first layer of a cache (0 for None or an empty cache)."""
-    layers = cache_layers(cache)
+    """Entries in the first layer of a cache that holds rows (0 for None or an empty cache)."""
+    recurrent = set(recurrent_layers(cache))
+    layers = [kv for i, kv in enumerate(cache_layers(cache)) if i not in recurrent]
     if not layers or layers[0][0] is None:
         return 0
     return int(layers[0][0].shape[-2])
+
+
+def consumed_length(cache) -> int:
+    """Tokens a cache has consumed: get_seq_length() of its first full-attention layer (a
+    sliding layer stops counting where it wraps; a recurrent layer has no length: transformers
+    refuses to count one but layer 0), else cache_length."""
+    if cache is None:
+        return 0
+    if hasattr(cache, "get_seq_length") and not isinstance(cache, (list, tuple)):
+        recurrent = set(recurrent_layers(cache))
+        full = [i for i, l in enumerate(getattr(cache, "layers", None) or [])
+                if not getattr(l, "is_sliding", False) and i not in recurrent]
+        return int(cache.get_seq_length(full[0] if full else 0))
+    return cache_length(cache)
+
+
+def _state_zero(holder):
+    """Entry 0 of a LinearAttentionLayer's conv_states / recurrent_states (a dict by state
+    index; a list or a tensor tolerated), None where it holds none yet."""
+    if holder is None:
+        return None
+    if isinstance(holder, dict):
+        return holder.get(0)
+    if isinstance(holder, (list, tuple)):
+        return holder[0] if holder else None
+    return holder
+
+
+def _state_row(t, batch_index: int, rank: int, what: str) -> np.ndarray:
+    """A float32 copy of row `batch_index` of a [B, ...] state tensor of `rank` axes after B
+    (a copy: transformers updates its states in place)."""
+    shape = tuple(getattr(t, "shape", ()))
+    if len(shape) != rank + 1:
+        raise ValueError(f"{what} has shape {list(shape)}, expected {rank + 1} axes [B, ...]")
+    return np.array(to_numpy(t[batch_index]), dtype=np.float32, order="C", copy=True)
+
+
+def layer_state(cache, layer: int, batch_index: int = 0) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """A recurrent layer's state after the latest forward, row `batch_index`, as float32 copies:
+    (conv [C, K]: the causal conv's last K inputs, zeros before the first token; recurrent
+    [Hv, Dk, Dv]), or None where the layer holds none yet. transformers 5:
+    `cache.layers[l].conv_states[0]` [B, C, K] (the model's dtype) and `.recurrent_states[0]`
+    [B, Hv, Dk, Dv] (float32); a layer that keeps its past for a rollback (record_past) holds
+    more than K conv columns: its last K are taken. transformers 4's Qwen3-Next cache:
+    `cache.conv_states[l]` / `cache.recurrent_states[l]`."""
+    inner = getattr(cache, "self_attention_cache", None)
+    if inner is not None:
+        return layer_state(inner, layer, batch_index)
+    layers = getattr(cache, "layers", None)
+    width = None
+    if isinstance(layers, (list, tuple)):
+        lay = layers[layer]
+        conv = _state_zero(getattr(lay, "conv_states", None))
+        state = _state_zero(getattr(lay, "recurrent_states", None))
+        sizes = getattr(lay, "conv_kernel_size", None)
+        width = sizes.get(0) if isinstance(sizes, dict) else sizes
+    else:
+        convs, states = getattr(cache, "conv_states", None), getattr(cache, "recurrent_states", None)
+        if convs is None or states is None:
+            return None
+        conv, state = convs[layer], states[layer]
+    if conv is None or state is None or _empty(conv) or _empty(state):
+        return None
+    c = _state_row(conv, batch_index, 2, f"layer {layer}'s conv state")
+    r = _state_row(state, batch_index, 3, f"layer {layer}'s recurrent state")
+    if isinstance(width, int) and width > 0 and c.shape[1] != width:
+        if c.shape[1] > width:
+            c = np.ascontiguousarray(c[:, -width:])
+        else:
+            c = np.concatenate([np.zeros((c.shape[0], width - c.shape[1]), np.float32), c], axis=1)
+    return c, r
 
 
 def to_numpy(t) -> np.ndarray:
@@ -274,8 +391,13 @@ class TraceRecorder:
 
     def __init__(self, model: Dict[str, Any], engine: str = ENGINE, mode: str = "cached",
                  snapshots: bool = False, checksums: bool = True, dtype: str = "F32",
-                 expert_tap=None, layer_types: Optional[Sequence[str]] = None):
+                 expert_tap=None, layer_types: Optional[Sequence[str]] = None, state_every: int = 1):
         self.writer = kvtrace.TraceWriter(model, engine=engine, mode=mode, dtype=dtype)
+        # recurrent layers' states: at step 0 (the prefill) and every state_every-th step after
+        # it (0: never); none in uncached mode (a fresh cache per step, nothing carried over)
+        if not isinstance(state_every, int) or isinstance(state_every, bool) or state_every < 0:
+            raise ValueError(f"state_every {state_every!r}: a non-negative integer (0: no states)")
+        self.state_every = state_every
         # the model config's layer_types: which of the cache's sliding layers are chunked
         self.layer_types = list(layer_types) if layer_types else None
         # a mixture of experts: hf_routing.ExpertTap on the model's routers (None: dense)
@@ -308,7 +430,9 @@ class TraceRecorder:
         """`tick`: the engine clock of the step (default: the next one); the rows of one
         batched forward share theirs. `fed_mask`: 0 for left padding (see the format).
         With an expert tap, the step's experts are row `batch_index` (of `batch_rows`) of the
-        latest forward's, its last len(fed_ids) entries."""
+        latest forward's, its last len(fed_ids) entries. Recurrent layers: their states in
+        `cache` (read after the step's forward), row `batch_index`, where `step` is 0 or a
+        multiple of state_every (cached mode)."""
         m = self.model
         L, H, D = m["num_layers"], m["num_kv_heads"], m["head_dim"]
         events = list(events)
@@ -317,6 +441,9 @@ class TraceRecorder:
         if layers:
             if len(layers) != L:
                 raise ValueError(f"the cache has {len(layers)} layers, the model block says {L}")
+            # Recurrent layers (Gated DeltaNet) hold a state, no rows: nothing is recorded for
+            # them (0 records, cache length 0), and layer_kinds says what they are.
+            recurrent = set(recurrent_layers(cache, self.layer_types))
             rows = []
             for k, v in layers:
                 if k is None:
@@ -328,16 +455,26 @@ class TraceRecorder:
             lengths = list(getattr(cache, "logical_lengths", None) or [k.shape[1] for k, _ in rows])
             prev = self._lengths.setdefault(request, [0] * L)
             appended = getattr(cache, APPENDED_ATTR, None)
-            if appended is not None and self.mode == "cached" and "layer_kinds" not in self.writer.extra:
-                kinds = layer_kinds(cache, self.layer_types)
+            if "layer_kinds" not in self.writer.extra:
+                # sliding layers (rings) where update() is watched in cached mode; recurrent
+                # layers always
+                if appended is not None and self.mode == "cached":
+                    kinds = layer_kinds(cache, self.layer_types)
+                elif recurrent:
+                    kinds = [{"kind": "recurrent" if l in recurrent else "full"} for l in range(L)]
+                else:
+                    kinds = None
                 if kinds is not None:
                     self.writer.extra["layer_kinds"] = kinds
+            empty = (np.zeros((H, 0, D), np.float32), np.zeros((H, 0, D), np.float32))
             if appended is not None and self.mode == "cached":
                 # What each layer's update() was handed: the step's own records, in fed order.
-                if sorted(appended) != list(range(L)):
-                    raise ValueError(f"the forward updated cache layers {sorted(appended)}, expected 0..{L - 1}")
-                keys = [cache_row(appended[l][0], batch_index) for l in range(L)]
-                values = [cache_row(appended[l][1], batch_index) for l in range(L)]
+                rowed = [l for l in range(L) if l not in recurrent]
+                if sorted(appended) != rowed:
+                    raise ValueError(f"the forward updated cache layers {sorted(appended)}, expected "
+                                     f"{rowed} (the layers that hold rows)")
+                keys = [cache_row(appended[l][0], batch_index) if l in appended else empty[0] for l in range(L)]
+                values = [cache_row(appended[l][1], batch_index) if l in appended else empty[1] for l in range(L)]
             elif self.mode == "uncached":
                 # The step's own tokens are the last len(fed_ids) of the full prefix; taken from
                 # what update() was handed where it was watched, since a sliding layer keeps
@@ -345,7 +482,7 @@ class TraceRecorder:
                 n = len(fed_ids)
                 src = rows if appended is None else [
                     (cache_row(appended[l][0], batch_index), cache_row(appended[l][1], batch_index))
-                    for l in range(L)]
+                    if l in appended else empty for l in range(L)]
                 keys = [k[:, k.shape[1] - min(n, k.shape[1]):].copy() for k, _ in src]
                 values = [v[:, v.shape[1] - min(n, v.shape[1]):].copy() for _, v in src]
             else:
@@ -361,6 +498,10 @@ class TraceRecorder:
             if self.checksums:
                 kw.update(checksums_k=[kvtrace.cache_checksum(k) for k, _ in rows],
                           checksums_v=[kvtrace.cache_checksum(v) for _, v in rows])
+            if recurrent and self.mode == "cached" and self.state_every and step % self.state_every == 0:
+                states = {l: layer_state(cache, l, batch_index) for l in sorted(recurrent)}
+                if all(x is not None for x in states.values()):  # all recurrent layers or none
+                    kw["states"] = states
             self._lengths[request] = lengths
         if self.expert_tap is not None:
             kw["experts"] = self.expert_tap.take(len(fed_ids), batch_index, batch_rows)
@@ -492,6 +633,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--tie-rule", choices=("lowest", "highest"), default="lowest")
     ap.add_argument("--snapshots", action="store_true", help="also store the whole cache after every step")
     ap.add_argument("--uncached", action="store_true", help="recompute the full prefix every step")
+    ap.add_argument("--state-every", type=int, default=1, metavar="N",
+                    help="recurrent layers (Qwen3.5's Gated DeltaNet): record their state after the "
+                         "prefill and every N-th decode step (default 1: every step; 0: never; "
+                         "--uncached records none)")
     ap.add_argument("--ignore-eos", action="store_true", help="do not stop at an EOS token")
     ap.add_argument("--dtype", default="float32", help="torch compute dtype (float32, bfloat16, float16)")
     ap.add_argument("--store", choices=kvtrace.STORE_DTYPES, default="F32", help="trace tensor dtype")
@@ -512,6 +657,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("give at least one --prompt or --prompt-ids")
     if args.max_new < 1:
         ap.error("--max-new must be at least 1")
+    if args.state_every < 0:
+        ap.error("--state-every must be 0 (no states) or more")
     try:
         policy = _policy_from_args(args)
     except kvtrace.TraceError as e:
@@ -558,22 +705,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cache_kwargs = {"config": model.config} if dynamic_cache is not None and "config" in \
         inspect.signature(dynamic_cache.__init__).parameters else {}
 
-    def past_length(cache) -> int:
-        # Tokens already consumed: get_seq_length() counts on where a sliding layer stops.
-        if cache is None:
-            return 0
-        if hasattr(cache, "get_seq_length") and not isinstance(cache, (list, tuple)):
-            full = [i for i, l in enumerate(getattr(cache, "layers", []) or [])
-                    if not getattr(l, "is_sliding", False)]
-            return int(cache.get_seq_length(full[0] if full else 0))
-        return cache_length(cache)
-
     def forward(ids: List[int], positions: List[int], cache):
         dev = args.device
         if cache is None and dynamic_cache is not None:  # uncached: a fresh one every step
             cache = watch_updates(dynamic_cache(**cache_kwargs))
         begin_forward(cache)
-        past = past_length(cache)
+        past = consumed_length(cache)  # get_seq_length() counts on where a sliding layer stops
         kwargs = {"input_ids": torch.tensor([ids], device=dev),
                   "position_ids": torch.tensor([positions], device=dev),
                   "attention_mask": torch.ones((1, past + len(ids)), dtype=torch.long, device=dev),
@@ -601,7 +738,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
                         snapshots=args.snapshots, dtype=args.store,
                         expert_tap=tap if tap.active else None,
-                        layer_types=config_layer_types(model.config))
+                        layer_types=config_layer_types(model.config), state_every=args.state_every)
     for rid, (ids, text) in enumerate(prompts):
         out = decode(forward, rec, rid, ids, args.max_new, policy, eos_ids=eos_ids,
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],

@@ -1,10 +1,13 @@
 """The trace document's optional "layer_kinds" array: per model layer, full, sliding-window or
 chunked attention (Llama 4: a query sees only its own chunk of `chunk` positions) and, for a
 sliding or chunked layer, whether its cache is a ring of `ring_slots` physical slots
-(docs/trace-format.md, "Sliding-window layers and ring caches"). Validated like the C++
-reader; the array itself is kept in Trace.extra, as read. The ring slot maps (the
-`ring_positions` tensor, `steps.ring_row`) are read and written by format_v2.py, which asks
-this module which of the trace's layers are ring layers."""
+(docs/trace-format.md, "Sliding-window layers and ring caches"); or a recurrent layer, whose
+cache is a recurrent state rather than K/V rows (Qwen3.5's Gated DeltaNet layers: no window,
+chunk or ring; it holds no K/V records, so every step appends 0 to it, its cache length is 0
+and no layer{l}.k / .v tensors exist). Validated like the C++ reader; the array itself is
+kept in Trace.extra, as read. The ring slot maps (the `ring_positions` tensor,
+`steps.ring_row`) are read and written by format_v2.py, which asks this module which of the
+trace's layers are ring layers (and which are recurrent)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from .container import TraceError, _is_int
 
-KINDS = ("full", "sliding", "chunked")
+KINDS = ("full", "sliding", "chunked", "recurrent")
 MAX_SLOTS = 1 << 28  # the largest window or ring the C++ reader takes
 
 
@@ -33,8 +36,13 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
             raise TraceError(file, at, f"expected an object (one per model layer), found {e!r}")
         kind = e.get("kind")
         if kind not in KINDS:
-            raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: full, sliding, chunked)")
+            raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: {', '.join(KINDS)})")
         window, chunk, slots = e.get("window"), e.get("chunk"), e.get("ring_slots")
+        if kind == "recurrent":
+            for name in ("window", "chunk", "ring_slots"):
+                if e.get(name) is not None:
+                    raise TraceError(file, f"{at}.{name}", f"a recurrent layer has no {name} (its cache "
+                                     "is a recurrent state, not K/V rows)")
         span = {"sliding": ("window", window), "chunked": ("chunk", chunk)}.get(kind)
         if span is not None:
             name, value = span
@@ -72,8 +80,17 @@ def ring_layers(kinds: Optional[List[Dict[str, Any]]], stored_layers: List[int])
     return [j for j, l in enumerate(stored_layers) if kinds[l]["ring_slots"]]
 
 
+def recurrent_layers(kinds: Optional[List[Dict[str, Any]]], stored_layers: List[int]) -> List[int]:
+    """The entries j of a step's per-layer data (model layer stored_layers[j]) that are
+    recurrent layers (no K/V records), in layer order."""
+    if not kinds:
+        return []
+    return [j for j, l in enumerate(stored_layers) if kinds[l]["kind"] == "recurrent"]
+
+
 def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
-    """For `kvtrace info`: "sliding window 8 on layers 0-3, ring of 8 slots; full on layer 4"."""
+    """For `kvtrace info`: "sliding window 8 on layers 0-3, ring of 8 slots; full on layer 4",
+    "recurrent state on layers 0, 2; full on layers 1, 3"."""
     if not kinds:
         return ""
     groups: List[tuple] = []  # ((kind, window, slots), [layers]) in order of first appearance
@@ -86,7 +103,8 @@ def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
             g[1].append(l)
     parts = []
     for (kind, span, slots), layers in groups:  # span: the window or the chunk
-        what = {"sliding": f"sliding window {span}", "chunked": f"chunks of {span}"}.get(kind, "full")
+        what = {"sliding": f"sliding window {span}", "chunked": f"chunks of {span}",
+                "recurrent": "recurrent state"}.get(kind, "full")
         parts.append(f"{what} on {_ranges(layers)}" + (f", ring of {slots} slots" if slots else ""))
     return "; ".join(parts)
 

@@ -5,7 +5,8 @@ A trace is a plain safetensors file: an 8-byte little-endian header length, a JS
 `__metadata__` holds `format: "kvtrace"`, `kvtrace_version: "2"` and the trace document
 (`kvtrace`, a JSON string) whose `steps` are JSON columns. The per-step data is packed:
 `logits` [R, V], `layer{l}.k|v` (the appended records of every step, concatenated along
-axis 1), optional `layer{l}.cache_k|cache_v` (full snapshots) and `checksums` (U64).
+axis 1), optional `layer{l}.cache_k|cache_v` (full snapshots), `checksums` (U64) and a
+recurrent layer's states (`layer{l}.conv_state|recurrent_state`, F32, `steps.state_row`).
 Writers write version 2; read_trace also reads version 1 (format_v1.py). The layout of
 version 2 is in format_v2.py; this module holds the data model, the step fields and the
 derivations both versions share, and the writer. The command line (`kvtrace`) is cli.py.
@@ -72,6 +73,11 @@ class LayerRecord:
     # a ring layer's slot map after the step (layer_kinds, ring_positions): the position id
     # each of its S physical slots holds, -1 empty; None: not recorded or not a ring layer
     ring_positions: Optional[List[int]] = None
+    # a recurrent layer's state after the step (layer_kinds "recurrent", steps.state_row):
+    # the causal conv's last K inputs float32 [C, K] (transformers' conv_states) and the
+    # recurrent state float32 [Hv, Dk, Dv] (recurrent_states); None: not recorded
+    conv_state: Optional[np.ndarray] = None
+    recurrent_state: Optional[np.ndarray] = None
 
 
 @dataclasses.dataclass
@@ -495,6 +501,10 @@ def read_trace(path: str) -> Trace:
                 s.layers = s.layers or [LayerRecord() for _ in range(len(p.ring))]
                 for rec, ring in zip(s.layers, p.ring):
                     rec.ring_positions = ring
+            if p.states:
+                s.layers = s.layers or [LayerRecord() for _ in range(len(trace.stored_layers()))]
+                for j, (conv, state) in p.states.items():
+                    s.layers[j].conv_state, s.layers[j].recurrent_state = conv, state
     _attach_layers(trace, stored, path)
     trace.stored_dtypes = sorted(f.float_dtypes)
     return trace
@@ -506,8 +516,12 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]], path: str) -> Non
     checksums. A layer with a snapshot alone gets as appended records the snapshot columns
     new since the request's previous step (all of them after a cache_reset); a cache length
     not declared is the snapshot's, else the previous length plus the appended count. A
-    prefix-cache hit needs its reused rows among each layer's records (TraceError)."""
+    prefix-cache hit needs its reused rows among each layer's records (TraceError), except on a
+    recurrent layer (layer_kinds), which holds no records and has cache length 0."""
     L = len(trace.stored_layers())
+    names = trace.stored_layers()
+    kinds = layer_kinds.parse_layer_kinds(trace.extra, path, trace.model["num_layers"])
+    recurrent = set(layer_kinds.recurrent_layers(kinds, names))
     last: Dict[int, List[int]] = {}  # request -> per-layer cache length so far
     for i, (s, layers) in enumerate(zip(trace.steps, stored)):
         if layers is None:
@@ -522,12 +536,15 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]], path: str) -> Non
             if l < len(declared):
                 rec.checksum_k, rec.checksum_v = declared[l].checksum_k, declared[l].checksum_v
                 rec.ring_positions = declared[l].ring_positions
+                rec.conv_state, rec.recurrent_state = declared[l].conv_state, declared[l].recurrent_state
             if k is None:
                 t = ck.shape[1]
                 start = min(prev[l], t)
                 rec.keys, rec.values = _columns(ck, start, t), _columns(cv, start, t)
                 rec.derived = True
-            if s.reused_count > rec.keys.shape[1]:
+            if l in recurrent:
+                _check_recurrent_step(trace, path, i, l, rec, declared)
+            elif s.reused_count > rec.keys.shape[1]:
                 raise TraceError(path, f"steps.reused_count[{i}]", f"{s.reused_count} entries taken from "
                                  f"the prefix cache, but layer {trace.stored_layers()[l]} of the step has "
                                  f"{rec.keys.shape[1]} records (a hit step's records start with the "
@@ -541,6 +558,22 @@ def _attach_layers(trace: Trace, stored: List[Optional[list]], path: str) -> Non
                 rec.cache_length = prev[l] + rec.keys.shape[1] - rolled
             prev[l] = rec.cache_length
             s.layers.append(rec)
+
+
+def _check_recurrent_step(trace: Trace, path: str, i: int, l: int, rec: LayerRecord,
+                          declared: List[LayerRecord]) -> None:
+    """Step i's entry l is a recurrent layer: no records (version 1 names its tensors; version
+    2's were checked by format_v2) and no declared cache length."""
+    layer = trace.stored_layers()[l]
+    for kind, a in (("k", rec.keys), ("cache_k", rec.cache_keys)):
+        if a is not None and a.shape[1]:
+            raise TraceError(path, f"step{i}.layer{layer}.{kind}" if trace.version == 1 else f"layer{layer}.{kind}",
+                             f"{a.shape[1]} records on layer {layer}, a recurrent layer (layer_kinds"
+                             f"[{layer}]): it holds no K/V records")
+    if l < len(declared) and declared[l].cache_length > 0:
+        field = f"steps[{i}].cache_lengths" if trace.version == 1 else f"steps.cache_lengths[{i}]"
+        raise TraceError(path, field, f"cache length {declared[l].cache_length} on layer {layer}, a recurrent "
+                         f"layer (layer_kinds[{layer}]): it holds no K/V rows (0)")
 
 
 # ----------------------------------------------------------------------------- write

@@ -44,6 +44,7 @@ class TraceWriter:
         # A subset of the model's layers (docs/trace-format.md, "recorded_layers"): the model
         # layers the per-layer arguments of add_step stand for, in order. None: every layer.
         self.recorded_layers: Optional[List[int]] = None
+        self._state_shape = None  # the (conv, recurrent) state shapes, once a step records states
         self._check_model()
 
     def _layer_count(self) -> int:
@@ -121,7 +122,8 @@ class TraceWriter:
                  draft_count: int = 0, accepted_count: int = 0,
                  ring_positions: Optional[Sequence[Sequence[int]]] = None,
                  reused_count: int = 0, reused_from: int = -1,
-                 reused_blocks: Optional[Sequence[int]] = None, experts=None) -> Step:
+                 reused_blocks: Optional[Sequence[int]] = None, experts=None,
+                 states: Optional[Dict[int, Any]] = None) -> Step:
         """Adds one step. keys/values: per layer [h_kv, s, d] appended records;
         cache_keys/cache_values: per layer [h_kv, t, d] full snapshots (either or both).
         Checksums are computed from the snapshots when xxhash is available and none are
@@ -136,7 +138,13 @@ class TraceWriter:
         unknown; else a request already added) as blocks reused_blocks (ids, informational);
         each layer's keys/values hold the N reused rows first, then the fed tokens' records.
         experts (a mixture of experts): [len(fed_ids), num_layers, K] integers, the experts the
-        router chose per fed entry and model layer in its order, -1 for none (a dense layer)."""
+        router chose per fed entry and model layer in its order, -1 for none (a dense layer).
+        A recurrent layer (extra["layer_kinds"] kind "recurrent": a state, not K/V rows) gets
+        [h_kv, 0, d] arrays and cache length 0 (ValueError otherwise). states: the recurrent
+        layers' states after the step, {model layer: (conv [C, K], recurrent [Hv, Dk, Dv])}
+        for every recurrent layer of the trace's layers (or None / {}: not recorded); the same
+        shapes at every step and layer; stored as F32 (layer{l}.conv_state, .recurrent_state,
+        steps.state_row), read back as LayerRecord.conv_state / .recurrent_state."""
         m = self.model
         L, H, D, V = self._layer_count(), m["num_kv_heads"], m["head_dim"], m["vocab_size"]
         if self.request(request) is None:
@@ -207,14 +215,81 @@ class TraceWriter:
                 st.layers.append(rec)
             if cache_lengths is not None and len(cache_lengths) != L:
                 raise ValueError(f"cache_lengths needs {L} entries")
-            short = [l for l, r in enumerate(st.layers) if r.keys is not None and r.keys.shape[1] < st.reused_count]
+            recurrent = self._recurrent_entries()
+            for l in recurrent:
+                rec = st.layers[l]
+                n = max(a.shape[1] if a is not None else 0 for a in (rec.keys, rec.cache_keys))
+                if n or rec.cache_length:
+                    raise ValueError(f"layer entry {l} is a recurrent layer (layer_kinds): it holds no K/V "
+                                     f"records (give [{H}, 0, {D}] arrays and cache length 0), found {n} "
+                                     f"records, cache length {rec.cache_length}")
+            short = [l for l, r in enumerate(st.layers) if r.keys is not None and l not in recurrent
+                     and r.keys.shape[1] < st.reused_count]
             if short:
                 raise ValueError(f"layer {short[0]}: {st.layers[short[0]].keys.shape[1]} records, but the "
                                  f"{st.reused_count} reused rows come first in a hit step's records")
         if ring_positions is not None:
             self._set_ring_maps(st, ring_positions)
+        if states:
+            self._set_states(st, states)
         self.steps.append(st)
         return st
+
+    def _recurrent_entries(self) -> List[int]:
+        """The entries of add_step's per-layer arguments that are recurrent layers (layer_kinds
+        in extra): they hold no K/V records."""
+        kinds = layer_kinds.parse_layer_kinds(self.extra, "", self.model["num_layers"])
+        layers = self.recorded_layers if self.recorded_layers is not None else range(self.model["num_layers"])
+        return layer_kinds.recurrent_layers(kinds, list(layers))
+
+    def _state_shapes(self):
+        """The (conv, recurrent) state shapes of the steps added so far, None before the first."""
+        if self._state_shape is None:
+            self._state_shape = next(((r.conv_state.shape, r.recurrent_state.shape) for s in self.steps
+                                      for r in s.layers if r.conv_state is not None
+                                      and r.recurrent_state is not None), None)
+        return self._state_shape
+
+    def _set_states(self, st: Step, states: Dict[int, Any]) -> None:
+        """Puts each recurrent layer's (conv, recurrent) state on its record of the step."""
+        layers = list(self.recorded_layers) if self.recorded_layers is not None \
+            else list(range(self.model["num_layers"]))
+        entries = self._recurrent_entries()
+        want = [layers[j] for j in entries]
+        if not isinstance(states, dict):
+            raise ValueError("states: a dict {recurrent layer: (conv [C, K], recurrent [Hv, Dk, Dv])}")
+        given = {}
+        for layer, pair in states.items():
+            if not _integer(layer) or int(layer) not in want:
+                raise ValueError(f"states: layer {layer!r} is not a recurrent layer of the trace (layer_kinds "
+                                 f"'recurrent' among its layers: {want}; set extra['layer_kinds'] first)")
+            given[int(layer)] = pair
+        missing = [l for l in want if l not in given]
+        if missing:
+            raise ValueError(f"states: no state for recurrent layer {missing[0]}: give every recurrent "
+                             f"layer's ({want}) or none")
+        if not st.layers:
+            raise ValueError("states needs the step's layer data (keys/values or cache_keys)")
+        shapes, arrays = self._state_shapes(), []
+        for j in entries:
+            pair = given[layers[j]]
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"states[{layers[j]}]: a pair (conv [C, K], recurrent [Hv, Dk, Dv])")
+            conv = np.array(_float32(pair[0], "conv state"), dtype=np.float32, copy=True)
+            state = np.array(_float32(pair[1], "recurrent state"), dtype=np.float32, copy=True)
+            if conv.ndim != 2 or state.ndim != 3:
+                raise ValueError(f"states[{layers[j]}]: shapes {list(conv.shape)} and {list(state.shape)}, "
+                                 "expected conv [C, K] and recurrent [Hv, Dk, Dv]")
+            if shapes is None:
+                shapes = (conv.shape, state.shape)
+            if (conv.shape, state.shape) != shapes:
+                raise ValueError(f"states[{layers[j]}]: shapes {list(conv.shape)} and {list(state.shape)}, "
+                                 f"but the states recorded before are {list(shapes[0])} and {list(shapes[1])} "
+                                 "(one shape at every step and layer)")
+            arrays.append((j, conv, state))
+        for j, conv, state in arrays:  # all checked: set them
+            st.layers[j].conv_state, st.layers[j].recurrent_state = conv, state
+        self._state_shape = shapes
 
     def _set_ring_maps(self, st: Step, maps) -> None:
         """Puts one slot map on each ring layer's record of the step (layer_kinds)."""

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tests for the recording side of kvscope_trace.hf_trace (numpy only; torch and transformers
-are faked): cache adapters, sampling, decoding into a trace, main() and checksums.
+are faked): cache adapters, sampling, decoding into a trace, main() and checksums. LiveQwen3_5
+runs the real library (skipped without torch and transformers 5): Qwen3.5's recurrent states
+as kvscope-record and recording() record them.
 
     VENV/bin/python -m unittest discover -s python/tests -p test_hf_trace.py
 """
@@ -14,7 +16,7 @@ import unittest
 
 import numpy as np
 
-from kvscope_trace import hf_trace
+from kvscope_trace import cli, hf_trace
 from kvscope_trace import trace as kvtrace
 from test_trace import FIXTURES, TempDir, WithFakeXxhash, rand
 
@@ -432,6 +434,322 @@ class RecorderChecksums(WithFakeXxhash, unittest.TestCase):
         hf_trace.decode(lm.forward("v5"), rec, 0, [3, 4, 5], 2, None, uncached=True)
         self.assertTrue(all(l.checksum_k is None for s in rec.writer.steps for l in s.layers))
 
+
+
+class FakeTensor(np.ndarray):
+    """A numpy array with the torch methods watch_updates and to_numpy call."""
+
+    def detach(self):
+        return self
+
+    def clone(self):
+        return self.copy()
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return np.asarray(self)
+
+
+class FakeRecurrentLayer:
+    """transformers 5's LinearAttentionLayer (a Gated DeltaNet layer's cache): conv_states /
+    recurrent_states, no keys."""
+
+    def __init__(self):
+        self.conv_states, self.recurrent_states = {0: None}, {0: None}
+
+
+class FakeHybridCache:
+    """A transformers 5 DynamicCache of Qwen3.5's kind: attention layers and recurrent ones;
+    update() in transformers' argument order (watch_updates wraps it); get_seq_length counts
+    an attention layer and refuses a recurrent one other than layer 0, as transformers does."""
+
+    def __init__(self, kinds):
+        self.layers = [FakeRecurrentLayer() if k == "recurrent" else FakeLayer() for k in kinds]
+
+    def update(self, key_states, value_states, layer_idx):
+        return FakeCacheV5.update(self, layer_idx, key_states, value_states)
+
+    def get_seq_length(self, layer_idx=0):
+        if isinstance(self.layers[layer_idx], FakeRecurrentLayer):
+            if layer_idx:
+                raise ValueError("a recurrent layer has no sequence length")
+            layer_idx = next(i for i, l in enumerate(self.layers) if not isinstance(l, FakeRecurrentLayer))
+        k = self.layers[layer_idx].keys
+        return 0 if k is None else k.shape[2]
+
+
+class FakeHybridLM(FakeLM):
+    """FakeLM whose layer 1 is recurrent: a decaying sum of its inputs' projections (kept in
+    the cache's recurrent_states [1, 2, 4, 2], updated in place as transformers does), and the
+    layer's last 3 inputs (conv_states [1, 16, 3], zeros before the first), no K/V."""
+    KINDS = ("full", "recurrent", "full")
+
+    def __init__(self):
+        super().__init__(L=3)
+
+    def forward(self, watched=True):
+        def run(ids, positions, cache):
+            if cache is None:
+                cache = FakeHybridCache(self.KINDS)
+                if watched:
+                    hf_trace.watch_updates(cache)
+            hf_trace.begin_forward(cache)
+            self.consumed.append(hf_trace.consumed_length(cache))
+            x = self.E[ids] + self.pos[positions]
+            n = len(ids)
+            for l in range(self.L):
+                if self.KINDS[l] == "recurrent":
+                    layer = cache.layers[l]
+                    if layer.recurrent_states[0] is None:
+                        layer.recurrent_states[0] = np.zeros((1, 2, 4, 2), np.float32).view(FakeTensor)
+                        layer.conv_states[0] = np.zeros((1, x.shape[1], 3), np.float32).view(FakeTensor)
+                    state = np.array(layer.recurrent_states[0][0]).reshape(-1)
+                    out = []
+                    for row in x @ self.W[l]["v"] @ self.O[l]:
+                        state = 0.5 * state + row
+                        out.append(state)
+                    layer.recurrent_states[0][0] = state.reshape(2, 4, 2)  # in place
+                    conv = np.concatenate([np.asarray(layer.conv_states[0][0]), x.T], axis=1)
+                    layer.conv_states[0][0] = conv[:, -3:]
+                    x = x + np.tanh(np.array(out))
+                    continue
+
+                def heads(name):
+                    return (x @ self.W[l][name]).reshape(n, self.H, self.d).transpose(1, 0, 2)[None]
+                K, Vv = cache.update(heads("k").view(FakeTensor), heads("v").view(FakeTensor), l)
+                K, Vv = np.asarray(K), np.asarray(Vv)
+                q = heads("q")[0]
+                t = K.shape[2]
+                scores = q @ K[0].transpose(0, 2, 1) / np.sqrt(self.d)
+                allowed = np.arange(t)[None, :] <= (t - n + np.arange(n))[:, None]
+                w = np.exp(np.where(allowed[None], scores, -np.inf) - scores.max(-1, keepdims=True))
+                w /= w.sum(-1, keepdims=True)
+                x = x + (w @ Vv[0]).transpose(1, 0, 2).reshape(n, self.H * self.d) @ self.O[l]
+            return (x[-1] @ self.E.T).astype(np.float32), cache
+        self.consumed = []
+        return run
+
+
+class RecurrentLayers(TempDir, unittest.TestCase):
+    """Qwen3.5's Gated DeltaNet layers: a recurrent state in the cache, recorded as
+    layer_kinds "recurrent" with no K/V records (0 appended, cache length 0)."""
+
+    def test_the_adapter_sees_no_rows_on_a_recurrent_layer(self):
+        cache = FakeHybridCache(("recurrent", "full", "recurrent", "full"))
+        rng = np.random.default_rng(3)
+        for l in (1, 3):
+            cache.update(rand(rng, 1, 2, 5, 4), rand(rng, 1, 2, 5, 4), l)
+        layers = hf_trace.cache_layers(cache)
+        self.assertEqual([k is None for k, _ in layers], [True, False, True, False])
+        self.assertEqual(hf_trace.recurrent_layers(cache), [0, 2])
+        self.assertEqual(hf_trace.layer_kinds(cache), [{"kind": "recurrent"}, {"kind": "full"}] * 2)
+        self.assertEqual((hf_trace.cache_length(cache), hf_trace.consumed_length(cache)), (5, 5))
+        self.assertIsNone(hf_trace.layer_kinds(FakeCacheV5(2)))  # no sliding, no recurrent layer
+        v4 = FakeCacheV4()  # transformers 4's Qwen3-Next cache: key_cache lists and layer_types
+        v4.key_cache, v4.value_cache = [None, cache.layers[1].keys], [None, cache.layers[1].values]
+        v4.layer_types = ["linear_attention", "full_attention"]
+        self.assertEqual(hf_trace.recurrent_layers(v4), [0])
+        self.assertEqual(hf_trace.layer_kinds(v4), [{"kind": "recurrent"}, {"kind": "full"}])
+
+    def record(self, uncached=False, watched=True, snapshots=False):
+        lm = FakeHybridLM()
+        rec = hf_trace.TraceRecorder(lm.info(), engine="fake", mode="uncached" if uncached else "cached",
+                                     snapshots=snapshots)
+        fwd = lm.forward(watched)
+        out = hf_trace.decode(fwd, rec, 0, [3, 14, 15, 9], 5, None, stop_at_eos=False, uncached=uncached)
+        path = self.path(f"hybrid-{uncached}-{watched}-{snapshots}.kvtrace")
+        rec.save(path)
+        return kvtrace.read_trace(path), out, lm
+
+    def test_decode_records_no_rows_on_the_recurrent_layer(self):
+        runs = {"cached": self.record(), "unwatched": self.record(watched=False),
+                "snapshots": self.record(snapshots=True), "uncached": self.record(uncached=True)}
+        ref = runs["cached"][0]
+        self.assertEqual(runs["cached"][2].consumed, [0, 4, 5, 6, 7])  # layer 0's length
+        for name, (t, out, lm) in runs.items():
+            with self.subTest(name):
+                self.assertEqual(out, runs["cached"][1])
+                self.assertEqual(t.extra["layer_kinds"], [{"kind": "full"}, {"kind": "recurrent"}, {"kind": "full"}])
+                for s, r in zip(t.steps, ref.steps):
+                    np.testing.assert_allclose(s.logits, r.logits, atol=1e-5)
+                    self.assertEqual((s.layers[1].keys.shape, s.layers[1].cache_length), ((2, 0, 4), 0))
+                    for l in (0, 2):
+                        self.assertEqual(s.layers[l].keys.shape, (2, len(s.fed_ids), 4))
+                        np.testing.assert_allclose(s.layers[l].keys, r.layers[l].keys, atol=1e-5)
+                self.assertEqual([s.layers[2].cache_length for s in t.steps], [4, 5, 6, 7, 8])
+        self.assertNotIn("layer1.k", kvtrace._Container(self.path("hybrid-False-True-True.kvtrace")))
+
+    def test_states_after_the_steps(self):
+        """The recurrent layer's state after each step (state_every 1, 2, 3; 0: none; none
+        uncached): what a fresh run over the stream so far leaves in the cache; copies, though
+        the fake updates its states in place as transformers does."""
+        prompt, new = [3, 14, 15, 9], 5
+        for every, rows in ((1, [0, 1, 2, 3, 4]), (2, [0, -1, 1, -1, 2]), (3, [0, -1, -1, 1, -1]), (0, None)):
+            with self.subTest(state_every=every):
+                lm = FakeHybridLM()
+                rec = hf_trace.TraceRecorder(lm.info(), engine="fake", state_every=every)
+                out = hf_trace.decode(lm.forward(), rec, 0, prompt, new, None, stop_at_eos=False)
+                path = self.path(f"states-{every}.kvtrace")
+                rec.save(path)
+                doc = json.loads(kvtrace._Container(path).metadata["kvtrace"])
+                self.assertEqual(doc["steps"].get("state_row"), rows)
+                t = kvtrace.read_trace(path)
+                stream = prompt + out
+                for s in t.steps:
+                    self.assertIsNone(s.layers[0].conv_state)
+                    if rows is None or rows[s.step] < 0:
+                        self.assertIsNone(s.layers[1].conv_state)
+                        continue
+                    n = len(prompt) + s.step
+                    _, fresh = lm.forward()(stream[:n], list(range(n)), None)
+                    self.assertEqual((s.layers[1].conv_state.shape, s.layers[1].recurrent_state.shape),
+                                     ((16, 3), (2, 4, 2)))
+                    np.testing.assert_allclose(s.layers[1].conv_state, fresh.layers[1].conv_states[0][0], atol=1e-5)
+                    np.testing.assert_allclose(s.layers[1].recurrent_state, fresh.layers[1].recurrent_states[0][0],
+                                               atol=1e-5)
+        t, _, _ = self.record(uncached=True)
+        self.assertTrue(all(l.conv_state is None for s in t.steps for l in s.layers))
+        with self.assertRaises(ValueError):
+            hf_trace.TraceRecorder(FakeHybridLM().info(), state_every=-1)
+
+
+def _transformers5():
+    """torch and transformers 5 (Qwen3.5) importable, and the qwen3_5_text fixture there."""
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        return False
+    return int(transformers.__version__.split(".")[0]) >= 5 and \
+        os.path.isdir(os.path.join(FIXTURES, "families", "models", "qwen3_5_text"))
+
+
+@unittest.skipUnless(_transformers5(), "needs torch, transformers 5 and the qwen3_5_text fixture")
+class LiveQwen3_5(TempDir, unittest.TestCase):
+    """The real library: Qwen3.5's Gated DeltaNet states as kvscope-record and recording()
+    record them, against transformers' own cache (tests/fixtures/families/models/qwen3_5_text:
+    layers linear, full, linear, full; conv_dim 64, kernel 4, 4 value heads, Dk = Dv = 8)."""
+    MODEL = os.path.join(FIXTURES, "families", "models", "qwen3_5_text")
+    PROMPT = [5, 17, 300, 42, 9, 77, 3]
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+        from transformers import AutoModelForCausalLM
+        cls.torch = torch
+        cls.model = AutoModelForCausalLM.from_pretrained(cls.MODEL, dtype=torch.float32).eval()
+
+    def cache_states(self, ids, model=None):
+        """transformers' own states after model(ids): {layer: (conv [64, 4], recurrent [4, 8, 8])}."""
+        from transformers import DynamicCache
+        model = model or self.model
+        cache = DynamicCache(config=model.config)
+        with self.torch.no_grad():
+            model(self.torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        return {l: (cache.layers[l].conv_states[0][0].float().numpy().copy(),
+                    cache.layers[l].recurrent_states[0][0].numpy().copy()) for l in (0, 2)}
+
+    def record(self, *extra):
+        out = self.path("q.kvtrace")
+        argv = ["--model", self.MODEL, "--prompt-ids", ",".join(map(str, self.PROMPT)), "--max-new", "8",
+                "--ignore-eos", "--no-fingerprint", "--out", out] + list(extra)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(hf_trace.main(argv), 0)
+        return kvtrace.read_trace(out), out
+
+    def test_kvscope_record_records_the_state_after_every_step(self):
+        t, path = self.record()
+        f = kvtrace._Container(path)
+        self.assertEqual(json.loads(f.metadata["kvtrace"])["steps"]["state_row"], list(range(8)))
+        self.assertEqual(t.extra["layer_kinds"], [{"kind": "recurrent"}, {"kind": "full"}] * 2)
+        for l in (0, 2):
+            self.assertEqual((f.dtype(f"layer{l}.conv_state"), list(f.shape(f"layer{l}.conv_state"))),
+                             ("F32", [8, 64, 4]))
+            self.assertEqual(list(f.shape(f"layer{l}.recurrent_state")), [8, 4, 8, 8])
+        self.assertNotIn("layer1.conv_state", f)
+        generated = t.requests[0]["generated"]
+        first = self.cache_states(self.PROMPT)  # the state after the prefill: transformers' cache's
+        last = self.cache_states(self.PROMPT + generated[:-1])  # a full forward over the stream
+        for l in (0, 2):
+            np.testing.assert_allclose(t.steps[0].layers[l].conv_state, first[l][0], rtol=0, atol=1e-6)
+            np.testing.assert_allclose(t.steps[0].layers[l].recurrent_state, first[l][1], rtol=0, atol=1e-6)
+            # the conv holds the last 4 inputs, the recurrent state moved at every step
+            np.testing.assert_allclose(t.steps[-1].layers[l].conv_state, last[l][0], rtol=0, atol=1e-4)
+            np.testing.assert_allclose(t.steps[-1].layers[l].recurrent_state, last[l][1], rtol=0, atol=1e-4)
+            for a, b in zip(t.steps, t.steps[1:]):
+                self.assertGreater(np.abs(a.layers[l].recurrent_state - b.layers[l].recurrent_state).max(), 1e-3)
+                np.testing.assert_array_equal(a.layers[l].conv_state[:, 1:], b.layers[l].conv_state[:, :-1])
+        self.assertIn("recurrent states at 8 steps", cli.info(t, path))
+
+    def test_state_every_uncached_and_bfloat16(self):
+        t, path = self.record("--state-every", "3")
+        self.assertEqual(json.loads(kvtrace._Container(path).metadata["kvtrace"])["steps"]["state_row"],
+                         [0, -1, -1, 1, -1, -1, 2, -1])
+        t, path = self.record("--state-every", "0")
+        self.assertNotIn("state_row", json.loads(kvtrace._Container(path).metadata["kvtrace"])["steps"])
+        t, path = self.record("--uncached")
+        self.assertNotIn("state_row", json.loads(kvtrace._Container(path).metadata["kvtrace"])["steps"])
+        # bfloat16: transformers keeps conv_states in the model's dtype and the recurrent state
+        # in float32; both stored as F32 beside BF16 K/V
+        t, path = self.record("--dtype", "bfloat16", "--store", "BF16")
+        f = kvtrace._Container(path)
+        self.assertEqual((f.dtype("layer1.k"), f.dtype("layer0.conv_state"), f.dtype("layer0.recurrent_state")),
+                         ("BF16", "F32", "F32"))
+        bf = type(self.model).from_pretrained(self.MODEL, dtype=self.torch.bfloat16).eval()
+        first = self.cache_states(self.PROMPT, bf)
+        for l in (0, 2):
+            np.testing.assert_array_equal(t.steps[0].layers[l].conv_state, first[l][0])
+            np.testing.assert_array_equal(t.steps[0].layers[l].recurrent_state, first[l][1])
+
+    def test_recording_a_left_padded_batch_records_each_rows_states(self):
+        from kvscope_trace import recording
+        torch = self.torch
+        short = [8, 9]  # 5 pads: two of them inside the conv window after the prefill
+        ids = torch.tensor([self.PROMPT, [0] * 5 + short])
+        mask = torch.tensor([[1] * 7, [0] * 5 + [1] * 2])
+        path = self.path("rec.kvtrace")
+        with recording(self.model, path, model_dir=self.MODEL, fingerprint=False):
+            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                                      pad_token_id=0, return_dict_in_generate=True)
+        t = kvtrace.read_trace(path)
+        f = kvtrace._Container(path)
+        self.assertEqual(json.loads(f.metadata["kvtrace"])["steps"]["state_row"], list(range(10)))
+        self.assertEqual(list(f.shape("layer2.recurrent_state")), [10, 4, 8, 8])
+        from transformers import DynamicCache
+        batched = DynamicCache(config=self.model.config)
+        with torch.no_grad():
+            self.model(ids, attention_mask=mask, past_key_values=batched, use_cache=True)
+        for b, prompt in enumerate((self.PROMPT, short)):
+            steps = t.steps_of(b)
+            self.assertEqual(len(steps), 5)
+            alone = self.cache_states(prompt)
+            for l in (0, 2):
+                # after the prefill: a batched forward's cache's row b (pads included in what it
+                # consumed; generate's prefill differs from this forward by float rounding)
+                np.testing.assert_allclose(steps[0].layers[l].conv_state, batched.layers[l].conv_states[0][b].numpy(),
+                                           rtol=0, atol=1e-5)
+                np.testing.assert_allclose(steps[0].layers[l].recurrent_state,
+                                           batched.layers[l].recurrent_states[0][b].numpy(), rtol=0, atol=1e-5)
+                # left pads leave no trace in the state: their inputs are zeroed (as for one row
+                # alone, whose conv window starts with zeros too)
+                if b == 1:
+                    np.testing.assert_array_equal(steps[0].layers[l].conv_state[:, :2], 0)
+                np.testing.assert_allclose(steps[0].layers[l].conv_state, alone[l][0], rtol=0, atol=1e-5)
+                np.testing.assert_allclose(steps[0].layers[l].recurrent_state, alone[l][1], rtol=0, atol=1e-5)
+                # after the last step: what generate's cache holds for the row
+                cache = out.past_key_values.layers[l]
+                np.testing.assert_array_equal(steps[-1].layers[l].conv_state, cache.conv_states[0][b].numpy())
+                np.testing.assert_array_equal(steps[-1].layers[l].recurrent_state, cache.recurrent_states[0][b].numpy())
+        with self.assertRaises(ValueError):
+            with recording(self.model, self.path("bad.kvtrace"), state_every=-1):
+                pass
+        path = self.path("every2.kvtrace")
+        with recording(self.model, path, model_dir=self.MODEL, fingerprint=False, state_every=2):
+            self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        self.assertEqual(json.loads(kvtrace._Container(path).metadata["kvtrace"])["steps"]["state_row"],
+                         [0, 1, -1, -1, 2, 3, -1, -1, 4, 5])
 
 
 class ModelInfo(unittest.TestCase):

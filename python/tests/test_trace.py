@@ -282,7 +282,7 @@ class RoundTrip(TempDir, unittest.TestCase):
         # no snapshots, no checksums)
         left_out = ("tick", "slot", "fed_mask", "snapshot_lengths", "checksum_row", "draft_count",
                     "accepted_count", "ring_row", "reused_count", "reused_from", "reused_blocks",
-                    "expert_row")
+                    "expert_row", "state_row")
         for k in left_out:
             self.assertNotIn(k, st)
         self.assertEqual(set(st) - {"count"}, set(kvtrace_v2.STEP_COLUMNS) - set(left_out))

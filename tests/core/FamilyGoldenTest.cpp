@@ -100,6 +100,13 @@ TEST_P(FamilyGolden, PromptLogitsAndPrefillKvMatchTransformers) {
     ASSERT_EQ(run.keys.size(), static_cast<size_t>(model->config().numLayers));
     for (int64_t l = 0; l < model->config().numLayers; ++l) {
       const std::string layer = p + "prefill.layer" + std::to_string(l);
+      if (model->config().isRecurrentLayer(l)) {  // the conv's last inputs and the recurrent state
+        EXPECT_TRUE(run.keys[static_cast<size_t>(l)].empty()) << layer;
+        EXPECT_TRUE(closeTo(run.convStates[static_cast<size_t>(l)], golden->readFloat(layer + ".conv"), 1e-4f)) << layer;
+        EXPECT_TRUE(closeTo(run.recurrentStates[static_cast<size_t>(l)], golden->readFloat(layer + ".state"), 1e-4f))
+            << layer;
+        continue;
+      }
       const FloatTensor wantK = golden->readFloat(layer + ".k"), wantV = golden->readFloat(layer + ".v");
       // A sliding layer's cache keeps only the last positions of its window.
       const int64_t keep = wantK.dim(1);
@@ -142,6 +149,11 @@ TEST_P(FamilyGolden, CachedGreedyContinuationMatchesTransformers) {
 // a bug (a wrong layer, a wrong position) moves them by far more.
 TEST_P(FamilyGolden, Bf16RunsOfTransformersSitInsideTheBf16Tolerances) {
   const std::string f = GetParam();
+  // The qwen3_next fixture is chaotic in bfloat16 (measured: transformers' own bf16 run leaves
+  // its float32 run by 7% of layer 1's keys and 68% of layer 3's, prompt 1 position 6, with no
+  // expert flip below layer 3): no tolerance can hold it that would not also hold a bug. Its
+  // float32 goldens (1e-4) are the check; the Qwen3.5 fixture covers the recurrent layers in bf16.
+  if (f == "qwen3_next") GTEST_SKIP() << "bf16 run of this fixture is chaotic (see the comment)";
   auto model = Model::load(familyModel(f));
   auto golden = SafetensorsFile::open(familyGolden(f, ".safetensors"));
   const auto meta = familyJson(f);
@@ -187,6 +199,7 @@ TEST_P(FamilyGolden, Bf16RunsOfTransformersSitInsideTheBf16Tolerances) {
     }
     EXPECT_LT(worst, 1.0) << "logits";
     for (int64_t l = 0; l < L; ++l) {
+      if (model->config().isRecurrentLayer(l)) continue;  // no K/V (its state: the float32 test)
       const std::string layer = p + "bf16.prefill.layer" + std::to_string(l);
       for (const char* kind : {".k", ".v"}) {
         const FloatTensor w = golden->readFloat(layer + kind);
@@ -240,7 +253,8 @@ TEST_P(FamilyGolden, FloatRoutingTakesTransformersExperts) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
                          ::testing::Values("qwen3", "qwen3_moe", "olmo2", "granite", "smollm3", "phi3",
                                            "gemma2", "gemma3_text", "gpt_oss", "phi3_longrope", "mixtral",
-                                           "olmo3", "glm4", "ministral3", "gemma3", "gpt_oss_mxfp4", "llama4_text", "llama4"));
+                                           "olmo3", "glm4", "ministral3", "gemma3", "gpt_oss_mxfp4", "llama4_text", "llama4",
+                                           "qwen3_5_text", "qwen3_5", "qwen3_next"));
 
 TEST(FamilyConfig, Qwen3ReadsQkNormHeadDimWindowsAndTiedHead) {
   const ModelConfig c = ModelConfig::load(familyModel("qwen3") + "/config.json");

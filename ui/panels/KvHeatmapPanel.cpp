@@ -163,11 +163,16 @@ void KvHeatmapPanel::paintSnapshot() {
   // The records the selected step appended (framed in every map).
   const int64_t first = snap->appendedCount > 0 ? snap->appendedFirst : -1;
   const int64_t last = first >= 0 ? first + snap->appendedCount - 1 : -1;
-  const QString what = tr("layer %1 · head %2 · %3")
-                           .arg(s.layer)
-                           .arg(s.head)
-                           .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
-  QString heading = tr("<b>K/V cache after step %1</b>").arg(s.step);
+  // A recurrent layer: one value head's state [Dk, Dv], rows the key features.
+  const QString what = snap->showsState ? tr("layer %1 · value head %2 · recurrent state").arg(s.layer).arg(s.head)
+                                        : tr("layer %1 · head %2 · %3")
+                                              .arg(s.layer)
+                                              .arg(s.head)
+                                              .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
+  QString heading = snap->showsState
+                        ? tr("<b>Recurrent state after step %1</b> · rows: key features, columns: value features")
+                              .arg(s.step)
+                        : tr("<b>K/V cache after step %1</b>").arg(s.step);
   if (last >= first && first >= 0)
     heading += first == last ? tr(" · new record: pos %1").arg(first)
                              : tr(" · new records: pos %1–%2").arg(first).arg(last);

@@ -41,6 +41,7 @@ struct GenerateOptions {
   bool batch = false;
   bool batchInvariant = false;
   bool snapshots = false;
+  int64_t stateEvery = 1;
   bool uncached = false;
   int64_t speculative = 0;
   int64_t prefillChunk = 0;
@@ -177,6 +178,8 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   for (const auto& f : o.faults) options.faults.push_back(FaultSpec::parse(f));
   for (const auto& w : o.weightUpdates) options.weightUpdates.push_back(parseWeightUpdate(w));
   options.recordSnapshots = o.snapshots;
+  if (o.stateEvery < 0) throw UsageError("--state-every must be 0 (never) or a positive step count, got " + std::to_string(o.stateEvery));
+  options.recordStatesEvery = o.stateEvery;
   options.uncached = o.uncached;
   if (o.speculative < 0 || o.speculative > 16)
     throw UsageError("--speculative must be in 0..16, got " + std::to_string(o.speculative));
@@ -291,6 +294,9 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
       "batch mates");
   cmd->add_flag("--snapshots", o->snapshots,
                 "Record full per-step cache copies in the trace (O(T^2))");
+  cmd->add_option("--state-every", o->stateEvery,
+                  "A model with recurrent layers (Qwen3.5): record their states after the prefill and every N-th "
+                  "step (default 1; 0 = never)");
   cmd->add_flag("--uncached", o->uncached,
                 "Recompute the full prefix every step (the reference engine)");
   cmd->add_option("--speculative", o->speculative,

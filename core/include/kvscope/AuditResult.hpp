@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "kvscope/AuditReport.hpp"
 #include "kvscope/ExpertRouting.hpp"
 #include "kvscope/FloatTensor.hpp"
+#include "kvscope/RecurrentStates.hpp"
 #include "kvscope/Trace.hpp"
 
 namespace kvscope {
@@ -29,6 +31,10 @@ struct RequestReference {
   // otherwise). Empty otherwise, and in trace+trace mode.
   std::vector<RoutingDecision> routing;
   int64_t routedTokens = 0;  // stream tokens whose engine experts the reference knew
+  // A model with recurrent layers whose trace records their states: per stream length n after
+  // which a step recorded them, the reference's states after the first n tokens. Empty
+  // otherwise, and in trace+trace mode.
+  std::map<int64_t, RecurrentStates> statesAt;
 };
 
 enum class KvKind { Keys, Values };

@@ -41,6 +41,12 @@ struct CheckpointSpec {
   double ropeHighFreqFactor = 4.0;       // llama3
   int64_t ropeOriginalMaxPositions = 0;  // llama3 (required), dynamic (optional)
 
+  // Qwen3.5's Gated DeltaNet layers: key and value heads and their width; 0: derived (the KV
+  // heads, the heads, head_dim). fullAttentionInterval: every N-th layer full attention, the
+  // others DeltaNets (0: alternating, from a DeltaNet).
+  int64_t linearKeyHeads = 0, linearValueHeads = 0, linearHeadDim = 0;
+  int64_t fullAttentionInterval = 0;
+
   bool tieWordEmbeddings = false;  // GPT-2 is always tied
   bool attentionBias = false;      // Llama only (q/k/v/o biases); Qwen2 always has q/k/v bias
 
@@ -69,6 +75,9 @@ struct CheckpointSpec {
   static CheckpointSpec llama31_8b();
   static CheckpointSpec qwen25_7b();
   static CheckpointSpec qwen3_8b();
+  /// Qwen3.5-9B's text model: 32 layers, every fourth full attention, the others Gated DeltaNets
+  /// (16 key / 32 value heads of 128), head_dim 256, vocab 248320 (18 GB bf16).
+  static CheckpointSpec qwen3_5_9b();
   /// Names preset() accepts, in the order help texts list them.
   static std::vector<std::string> presetNames();
   /// A preset by name (see presetNames()); throws UsageError listing the names.

@@ -40,6 +40,9 @@ struct EngineOptions {
   bool recordCache = true;       // per-step K/V records and checksums (off: plain generation)
   bool recordSnapshots = false;  // full per-step cache copies (O(T^2)); off by default
   bool recordChecksums = true;
+  // A model with recurrent layers: record their states after the prefill and every N-th step
+  // after it (the trace's state tensors, O(steps x state size)); 0: never.
+  int64_t recordStatesEvery = 1;
   bool uncached = false;         // full-prefix recompute every step (the reference engine)
   // Speculative decoding: > 0 proposes that many draft tokens per decode step (prompt-lookup
   // n-gram drafts) and verifies them in one forward; greedy requests decoding alone only.

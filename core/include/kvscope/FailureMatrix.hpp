@@ -38,6 +38,7 @@ inline constexpr const char* SinkDropped = "sink_dropped";
 inline constexpr const char* YarnAttentionFactor = "yarn_attention_factor";
 inline constexpr const char* ChunkMask = "chunk_mask";
 inline constexpr const char* TemperaturePosition = "temperature_position";
+inline constexpr const char* RecurrentState = "recurrent_state";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

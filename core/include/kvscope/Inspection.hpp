@@ -94,6 +94,10 @@ struct StepView {
   std::vector<Finding> findings;  // the report's findings at this request and step
   std::string note;               // why something is missing or shapes differ ("" = fine)
   std::string layerKind;          // what the shown layer is (AuditJobOutput::layerKinds; "": unknown)
+  /// The shown layer is recurrent and the step recorded its state: cached, reference and
+  /// absDiff hold value head `point.head`'s recurrent state [Dk, Dv] after the step (rows: key
+  /// features, not positions; cachedPositions = Dk, headDim = Dv).
+  bool showsState = false;
 };
 
 /// One fed entry of a step (pads included, marked) or a generated token never fed back.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "kvscope/KvQuantization.hpp"
 #include "kvscope/MemoryBudget.hpp"
 #include "kvscope/ModelConfig.hpp"
+#include "kvscope/RecurrentStates.hpp"
 #include "kvscope/TensorSink.hpp"
 
 namespace kvscope {
@@ -25,6 +27,13 @@ struct ReferenceRun {
   std::vector<FloatTensor> hiddenStates;  // numLayers + 1 entries of [T, H] (HF hidden_states)
   std::vector<FloatTensor> keys;          // per layer [h_kv, T, d] as a cache would hold them
   std::vector<FloatTensor> values;        // per layer [h_kv, T, d]
+  // A recurrent (Gated DeltaNet) layer's state after the T tokens, where its keys and values
+  // are empty: the conv's last inputs [C, K] and the recurrent state [Hv, Dk, Dv]; empty for
+  // the attention layers.
+  std::vector<FloatTensor> convStates, recurrentStates;
+  // The same after the first n tokens, for each n of reference()'s statesAfter:
+  // statesAt[n] = {conv per layer, recurrent per layer} (empty tensors on attention layers).
+  std::map<int64_t, RecurrentStates> statesAt;
   uint64_t weightsVersion = 0;
   /// A pass given an ExpertGuide: every token and layer where the engine's experts differed
   /// from the pass's own top-k, and whether it took them (a near tie).
@@ -83,9 +92,12 @@ class Model {
   /// forward of p + 1.
   /// `experts` (a mixture of experts): another engine's expert choices, taken where the
   /// pass's own router cannot tell them from its own (kvscope/ExpertRouting.hpp).
+  /// `statesAfter`: a model with recurrent layers: the stream lengths n after which the run
+  /// keeps each recurrent layer's state (ReferenceRun::statesAt), ascending, each in 1..T.
   ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {},
                          const PassWatch& watch = {}, int64_t prefill = -1,
-                         const ExpertGuide* experts = nullptr) const;
+                         const ExpertGuide* experts = nullptr,
+                         const std::vector<int64_t>& statesAfter = {}) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory.
@@ -98,10 +110,12 @@ class Model {
  private:
   Model() = default;
   ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                                  const PassWatch& watch, int64_t prefill, const ExpertGuide* experts) const;
+                                  const PassWatch& watch, int64_t prefill, const ExpertGuide* experts,
+                                  const std::vector<int64_t>& statesAfter) const;
   /// One uncached forward over `ids` (referenceUnchecked joins two for LongRoPE).
   ReferenceRun onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                       const PassWatch& watch, const ExpertGuide* experts) const;
+                       const PassWatch& watch, const ExpertGuide* experts,
+                       const std::vector<int64_t>& statesAfter = {}) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

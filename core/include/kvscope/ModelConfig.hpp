@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -100,8 +100,25 @@ struct MoeConfig {
                                  // its output
   int64_t sharedIntermediateSize = 0;  // > 0: a shared gated MLP every token takes, added to
                                        // the experts' sum (Llama 4's shared_expert)
+  bool sharedExpertGate = false;       // the shared expert's output times sigmoid(x . g)
+                                       // (Qwen3-Next's shared_expert_gate)
   double gluAlpha = 1.702, gluLimit = 7.0;
   std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
+};
+
+/// Gated DeltaNet layers (Qwen3.5's `linear_attention` layers): in place of attention, a causal
+/// depthwise convolution over q|k|v and the gated delta rule, whose state is one [Dk, Dv] matrix
+/// per value head, not K/V rows. The layer keeps, per request, the convolution's last `convKernel`
+/// inputs [C, convKernel] and the recurrent state [Hv, Dk, Dv] (transformers' conv_states and
+/// recurrent_states).
+struct DeltaNetConfig {
+  int64_t keyHeads = 0, valueHeads = 0;      // linear_num_key_heads, linear_num_value_heads
+  int64_t keyHeadDim = 0, valueHeadDim = 0;  // linear_key_head_dim, linear_value_head_dim
+  int64_t convKernel = 4;                    // linear_conv_kernel_dim
+  std::vector<bool> layers;                  // per layer: true where it is a Gated DeltaNet
+  int64_t keyDim() const { return keyHeads * keyHeadDim; }
+  int64_t valueDim() const { return valueHeads * valueHeadDim; }
+  int64_t convDim() const { return 2 * keyDim() + valueDim(); }  // q | k | v channels
 };
 
 struct ModelConfig {
@@ -147,6 +164,10 @@ struct ModelConfig {
   int64_t attentionChunk = 0;         // Llama 4: a chunked layer's query sees only the keys of
   std::vector<bool> chunkedLayers;    // its own chunk of attentionChunk positions
                                       // (attention_chunk_size); per layer: true where it applies
+  DeltaNetConfig deltaNet;            // Qwen3.5's recurrent layers (none: deltaNet.layers empty)
+  bool attentionOutputGate = false;   // Qwen3.5: q_proj yields each head's query and as many
+                                      // gate features; the attention output is multiplied by
+                                      // sigmoid(gate) before o_proj
   double embeddingMultiplier = 1.0;   // Granite: embeddings are scaled by it
   double attentionScale = 0.0;        // scores' scale (Granite's attention_multiplier); 0: 1/sqrt(d)
   double residualMultiplier = 1.0;    // Granite: each sublayer's output, before the residual add
@@ -179,6 +200,10 @@ struct ModelConfig {
   bool isChunkedLayer(int64_t layer) const;
   /// Whether `layer` rotates its queries and keys (a RoPE model, not a NoPE layer).
   bool ropeOn(int64_t layer) const;
+  /// Whether `layer` is a recurrent (Gated DeltaNet) layer: a state, no K/V rows.
+  bool isRecurrentLayer(int64_t layer) const;
+  /// Whether any layer is (the model's cache is not K/V rows alone).
+  bool hasRecurrentLayers() const;
   /// Whether `layer`'s MLP is the mixture of experts (moe.layers).
   bool isMoeLayer(int64_t layer) const;
   /// The RoPE `layer` rotates with: slidingRope on a sliding layer where the config has one.

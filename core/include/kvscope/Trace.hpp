@@ -65,8 +65,9 @@ struct TraceLayerKind {
   int64_t ringSlots = 0;  // > 0: the layer's cache is a ring of this many physical slots
   int64_t chunk = 0;      // C > 0: a query sees only the keys of its own chunk of C positions
                           // (Llama 4's chunked attention; window 0)
+  bool recurrent = false;  // the layer keeps a recurrent state (Gated DeltaNet), no K/V records
   bool operator==(const TraceLayerKind& o) const {
-    return window == o.window && ringSlots == o.ringSlots && chunk == o.chunk;
+    return window == o.window && ringSlots == o.ringSlots && chunk == o.chunk && recurrent == o.recurrent;
   }
   bool ring() const { return ringSlots > 0; }
 };
@@ -83,6 +84,9 @@ struct TraceLayerRecord {
   // A ring layer: the position id each physical slot holds after the step (-1: empty or
   // padding), when recorded; empty otherwise.
   std::vector<int64_t> ringPositions;
+  // A recurrent layer (layer_kinds "recurrent"): its state after the step, when recorded: the
+  // causal conv's last K inputs [C, K] and the recurrent state [Hv, Dk, Dv]; empty otherwise.
+  FloatTensor convState, recurrentState;
   bool operator==(const TraceLayerRecord& o) const;
   /// How many of the `appended` records the cache still holds after the step, given its
   /// length before: fewer when the cache length says a rollback trimmed the step's tail
@@ -184,6 +188,11 @@ struct Trace {
   bool hasSnapshots() const;
   /// The one rule for a layer subset: whether the trace holds layer `layer`'s records.
   bool hasLayer(int64_t layer) const;
+  /// Whether the trace holds K/V records of layer `layer` to check: a layer it holds
+  /// (hasLayer) that is not recurrent (a state, no rows). The one rule the audit asks.
+  bool holdsRows(int64_t layer) const { return hasLayer(layer) && !layerKind(layer).recurrent; }
+  /// The trace's recurrent layers (layer_kinds), in order.
+  std::vector<int64_t> recurrentLayers() const;
   /// The model layers the trace holds, in order: recordedLayers, or 0..numLayers-1.
   std::vector<int64_t> layerIndices() const;
   /// Whether the trace holds only some of the model's layers.

@@ -34,7 +34,8 @@ std::vector<std::string> traceLayerKinds(const Trace& t) {
   std::vector<std::string> out;
   for (int64_t l = 0; l < t.model.numLayers; ++l) {
     const TraceLayerKind k = t.layerKind(l);
-    std::string s = k.window > 0  ? "sliding window " + std::to_string(k.window)
+    std::string s = k.recurrent   ? "recurrent state (no K/V records)"
+                    : k.window > 0 ? "sliding window " + std::to_string(k.window)
                      : k.chunk > 0 ? "chunks of " + std::to_string(k.chunk)
                                    : "full attention";
     if (k.ring()) s += ", a ring of " + std::to_string(k.ringSlots) + " slots";

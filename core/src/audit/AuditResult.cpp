@@ -73,7 +73,7 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
     }
     if (!s->logits.empty() && !logitRows.empty()) logitRows.back() = s->logits.data;
     for (int64_t l = 0; l < L && static_cast<size_t>(l) < s->layers.size(); ++l) {
-      if (!t.hasLayer(l)) continue;  // a minimized trace's absent layer: NaN below
+      if (!t.holdsRows(l)) continue;  // a minimized trace's absent layer: NaN below
       const auto& rec = s->layers[static_cast<size_t>(l)];
       if (rec.keys.shape.size() != 3) continue;
       const int64_t cnt = rec.keys.shape[1];
@@ -103,7 +103,7 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
   }
   for (int64_t l = 0; l < L; ++l) {
     FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, d});
-    if (!t.hasLayer(l)) {  // unknown, not zero: no record ever matches it
+    if (!t.holdsRows(l)) {  // unknown, not zero: no record ever matches it
       std::fill(k.data.begin(), k.data.end(), std::numeric_limits<float>::quiet_NaN());
       std::fill(v.data.begin(), v.data.end(), std::numeric_limits<float>::quiet_NaN());
     }
@@ -142,7 +142,7 @@ FloatTensor AuditResult::cachedKv(int64_t request, int64_t step, int64_t layer, 
   std::vector<std::pair<const FloatTensor*, std::vector<int64_t>>> parts;
   for (const TraceStep* s : steps) {
     if (s->step > step) break;
-    if (!trace.hasLayer(layer)) return {};  // not in a minimized trace
+    if (!trace.holdsRows(layer)) return {};  // not in a minimized trace
     if (static_cast<size_t>(layer) >= s->layers.size()) continue;
     const auto& rec = s->layers[static_cast<size_t>(layer)];
     if (s->step == step) {

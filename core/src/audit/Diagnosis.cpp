@@ -12,6 +12,15 @@ void Diagnosis::explainDivergence(DiagnosisContext& ctx, int64_t r, const StepAn
   if (!own) return;
   const auto& rows = RowRegistry::rows();
   Evidence ev{{"max_logit_error", a.logitError}};
+  if (a.stateFirst()) {  // a recurrent layer's state went wrong first
+    const auto l = static_cast<size_t>(a.firstBadStateLayer);
+    Evidence sev = ev;
+    sev["state_error"] = a.stateError[l];
+    sev["state_tolerance"] = a.stateTol[l];
+    for (const FailureRow* row : rows)
+      if (row->explainState(ctx, r, a, *own, sev)) return;
+    if (a.firstBadLayer < 0 && !a.logitsDiverged) return;  // the state alone: stage 2 says so
+  }
   if (a.firstBadLayer >= 0) {
     const auto l = static_cast<size_t>(a.firstBadLayer);
     ev["layer_key_error"] = a.keyError[l];
@@ -40,7 +49,7 @@ void Diagnosis::run(FindingBuilder& f) {
       if (a.structural()) {
         for (const FailureRow* row : rows) row->structural(ctx, r, a);
         structuralSeen = true;
-      } else if (!valueDone && !structuralSeen && (a.firstBadLayer >= 0 || a.logitsDiverged) &&
+      } else if (!valueDone && !structuralSeen && (a.firstBadLayer >= 0 || a.firstBadStateLayer >= 0 || a.logitsDiverged) &&
                  !a.referenceMissing) {
         explainDivergence(ctx, r, a);
         valueDone = true;

@@ -54,7 +54,7 @@ std::optional<HypothesisFit> fitHypothesis(const Trace& trace, const Tolerance& 
   for (const StepAnalysis* a : steps) {
     for (size_t l = 0; l < a->step->layers.size() && l < run.keys.size(); ++l) {
       const TraceLayerRecord& rec = a->step->layers[l];
-      if (!trace.hasLayer(static_cast<int64_t>(l)) || rec.keys.shape.size() != 3) continue;
+      if (!trace.holdsRows(static_cast<int64_t>(l)) || rec.keys.shape.size() != 3) continue;
       for (size_t j = 0; j < a->streamIndex.size(); ++j) {
         const int64_t p = a->streamIndex[j];
         if (p < 0 || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;

@@ -1,6 +1,7 @@
 #include "audit/ReferenceSet.hpp"
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <limits>
 
@@ -98,7 +99,7 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     if (req && m->config().moe.numExperts > 0) guide = expertGuideOf(*trace_, *req, ids);
     guide.margin = expertMargin_;
     const ExpertGuide* experts = guide.choices.empty() ? nullptr : &guide;
-    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts);
+    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts, stateLengths(*trace_, request));
     passes_.references += run.passes;
     passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
     ref.request = request;
@@ -119,9 +120,24 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     ref.logits = std::move(run.logits);
     ref.keys = std::move(run.keys);
     ref.values = std::move(run.values);
+    ref.statesAt = std::move(run.statesAt);
   }
   cache_[key] = std::move(ref);
   return &cache_[key];
+}
+
+std::vector<int64_t> stateLengths(const Trace& trace, int64_t request) {
+  std::set<int64_t> out;
+  const std::vector<int64_t> recurrent = trace.recurrentLayers();
+  if (recurrent.empty()) return {};
+  int64_t held = 0;  // the stream entries the request's cache holds (TraceStep::streamEntries)
+  for (const TraceStep* st : trace.stepsOf(request)) {
+    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) held = 0;
+    held += st->streamEntries();
+    const auto l = static_cast<size_t>(recurrent.front());
+    if (l < st->layers.size() && !st->layers[l].recurrentState.empty() && held > 0) out.insert(held);
+  }
+  return {out.begin(), out.end()};
 }
 
 ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
@@ -230,8 +246,11 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
       auto run = std::make_unique<ReferenceRun>();
       run->ids = ids;
       run->weightsVersion = version;
-      for (const auto& k : taps.keys) run->keys.push_back(toFloatTensor(k.contiguous()));
-      for (const auto& v : taps.values) run->values.push_back(toFloatTensor(v.contiguous()));
+      for (int64_t l = 0; l < m->config().numLayers; ++l) {  // a recurrent layer's stay empty
+        const torch::Tensor k = taps.keysOf(static_cast<size_t>(l)), v = taps.valuesOf(static_cast<size_t>(l));
+        run->keys.push_back(k.defined() ? toFloatTensor(k.contiguous()) : FloatTensor{});
+        run->values.push_back(v.defined() ? toFloatTensor(v.contiguous()) : FloatTensor{});
+      }
       if (taps.logits.defined()) run->logits = toFloatTensor(taps.logits.contiguous());
       return run;
     });
@@ -245,7 +264,8 @@ FloatTensor ReferenceSet::probeLayer0(int64_t token, int64_t count, uint64_t ver
   const Model* m = modelFor(version);
   if (!m) return {};
   count = std::min(count, m->config().maxPositions);
-  return toFloatTensor(m->impl().probeLayer0Keys(token, count));
+  const torch::Tensor keys = m->impl().probeLayer0Keys(token, count);
+  return keys.defined() ? toFloatTensor(keys) : FloatTensor{};  // layer 0 recurrent: no keys
 }
 
 FloatTensor ReferenceSet::keyNormWeight(int64_t layer, uint64_t version) {

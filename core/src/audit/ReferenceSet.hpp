@@ -111,6 +111,10 @@ class ReferenceSet {
 /// The engine's expert choices for `request`'s stream tokens as a guide for its reference
 /// (each real fed entry that is the stream token at its place; -1 elsewhere); slots 0 when
 /// the trace records none for it.
+/// The stream lengths after which `request`'s steps recorded their recurrent layers' states
+/// (what the reference keeps its states after), ascending; empty without recorded states.
+std::vector<int64_t> stateLengths(const Trace& trace, int64_t request);
+
 ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
                           const std::vector<int64_t>& stream);
 

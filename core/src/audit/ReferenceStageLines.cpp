@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "audit/NumberText.hpp"
 #include "model/RotaryEmbedding.hpp"
 
 namespace kvscope::detail {
@@ -56,6 +57,24 @@ std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace
           " but the checkpoint's layer " + std::to_string(first) + " has " + spanText(window, chunk) +
           (differ > 1 ? " (and " + std::to_string(differ - 1) + " more layer" + (differ > 2 ? "s differ)" : " differs)") : "") +
           "; the reference computes the checkpoint's"};
+}
+
+std::string recurrentLayerMismatch(const ModelConfig& c, const Trace& trace) {
+  std::vector<int64_t> recurrent;
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (c.isRecurrentLayer(l)) recurrent.push_back(l);
+  const std::string layers = std::string(recurrent.size() == 1 ? "layer " : "layers ") + listText(recurrent);
+  if (trace.layerKinds.empty())
+    return recurrent.empty() ? "" : "the checkpoint's " + layers + " keep a recurrent state (Gated DeltaNet), not K/V "
+                                    "rows, but the trace declares no layer_kinds: record it with a recorder that "
+                                    "states each layer's kind (kvscope-record, KV Scope's engine)";
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (trace.layerKind(l).recurrent != c.isRecurrentLayer(l))
+      return "the trace's layer_kinds[" + std::to_string(l) + "] says " +
+             (trace.layerKind(l).recurrent ? "recurrent" : "attention") + " but the checkpoint's layer " +
+             std::to_string(l) + " is " + (c.isRecurrentLayer(l) ? "recurrent (Gated DeltaNet)" : "attention") +
+             ": a trace of another model";
+  return "";
 }
 
 std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& trace) {

@@ -27,4 +27,9 @@ std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& tra
 /// engine runs another mask, which the records then show); nothing when the trace has none.
 std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace);
 
+/// Why the trace cannot be of this checkpoint's run by its recurrent layers ("" when it can):
+/// the checkpoint keeps a state on some layers and the trace does not declare layer_kinds, or
+/// the two differ on which layers are recurrent (a state cannot stand in for K/V rows).
+std::string recurrentLayerMismatch(const ModelConfig& c, const Trace& trace);
+
 }  // namespace kvscope::detail

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "audit/ColumnDiff.hpp"
 #include "audit/rows/kv_quantization/QuantizationEvidence.hpp"
@@ -293,6 +294,30 @@ void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* curr
   a.staleValuesChecked = true;
 }
 
+void RequestWalk::compareState(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
+  if (rec.recurrentState.empty()) return;
+  const auto it = ref.statesAt.find(a.stateLength);
+  if (it == ref.statesAt.end() || l >= it->second.recurrent.size() || it->second.recurrent[l].empty()) return;
+  double err = 0, mag = 0;
+  bool shapesDiffer = false;
+  for (const auto& [got, want] : {std::pair{&rec.convState, &it->second.conv[l]},
+                                  std::pair{&rec.recurrentState, &it->second.recurrent[l]}}) {
+    if (got->shape != want->shape) {
+      shapesDiffer = shapesDiffer || !got->empty();
+      continue;
+    }
+    err = std::max(err, static_cast<double>(FloatTensor::maxAbsDiff(*got, *want)));
+    mag = std::max(mag, static_cast<double>(want->maxAbs()));
+  }
+  // A state is the sum of everything the layer read: held to the tolerance of a record of
+  // the layer at the step's last position, scaled by the state's own magnitude.
+  const double tol = tol_.forRecord(static_cast<int64_t>(l), std::max<int64_t>(a.stateLength - 1, 0), mag);
+  a.stateError[l] = shapesDiffer ? std::numeric_limits<double>::infinity() : err;
+  a.stateTol[l] = tol;
+  ++a.statesCompared;
+  if (a.firstBadStateLayer < 0 && a.stateError[l] > tol) a.firstBadStateLayer = static_cast<int>(l);
+}
+
 void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerRecord& rec, const RequestReference& ref) {
   if (rec.keys.shape.size() != 3 || l >= ref.keys.size()) return;
   const int64_t T = ref.keys[l].shape[1];
@@ -416,6 +441,9 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.keyTol.assign(L, 0.0);
     a.valueTol.assign(L, 0.0);
     a.reusedError.assign(L, 0.0);
+    a.stateError.assign(L, 0.0);
+    a.stateTol.assign(L, 0.0);
+    a.stateLength = cacheReal + static_cast<int64_t>(real.size());  // the stream after the step
     // The entries this step leaves in the cache (rejected drafts leave it again).
     for (int64_t j = 0; j + a.rejected < a.fedCount; ++j)
       if (st->isRealEntry(static_cast<size_t>(j))) {
@@ -427,7 +455,8 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.referenceMissing = ref == nullptr;
     if (!ref) a.referenceMissingReason = lastMissingReason_;
     for (size_t l = 0; l < st->layers.size() && l < L; ++l) {
-      if (!trace_.hasLayer(static_cast<int64_t>(l))) continue;  // not in a minimized trace
+      if (ref && trace_.layerKind(static_cast<int64_t>(l)).recurrent) compareState(a, l, st->layers[l], *ref);
+      if (!trace_.holdsRows(static_cast<int64_t>(l))) continue;  // not in a minimized trace
       checkCache(a, l, st->layers[l]);
       if (ref) compareRecords(a, l, st->layers[l], *ref);
     }

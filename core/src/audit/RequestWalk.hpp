@@ -36,6 +36,8 @@ class RequestWalk {
   void compareRecords(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec,
                       const RequestReference& ref);
   void compareLogits(StepAnalysis& a, const RequestReference& ref);
+  /// A recurrent layer's recorded state against the reference's after the step's stream.
+  void compareState(StepAnalysis& a, size_t layer, const TraceLayerRecord& rec, const RequestReference& ref);
   const RequestReference* lookup(uint64_t version);
   void checkStaleValues(StepAnalysis& a, const RequestReference* current);
   /// max |rebuilt cache column c of layer l - ref[:, p, :]| over heads, keys and values, and max

@@ -68,6 +68,12 @@ struct StepAnalysis {
   int64_t firstBadColumn = -1;       // fed entry index of the first bad record (pads included)
   int64_t firstBadRealOrdinal = -1;  // the same counted over real entries only
   int64_t firstBadStreamIndex = -1;
+  // Recurrent layers whose state the step recorded, per layer: the largest |state - reference|
+  // (conv and recurrent state) and its tolerance (0: not compared); the first layer beyond it.
+  std::vector<double> stateError, stateTol;
+  int firstBadStateLayer = -1;
+  int64_t statesCompared = 0;  // recurrent layers whose state was compared at this step
+  int64_t stateLength = 0;     // the stream length the states were compared after
   double logitError = 0.0;
   double logitTol = 0.0;
   double top2Margin = 0.0;
@@ -82,7 +88,12 @@ struct StepAnalysis {
            rewrittenLayer >= 0 || versionMix || beyondContext || rollbackLayer >= 0 ||
            ringLayer >= 0 || reusedBadLayer >= 0;
   }
-  bool diverged() const { return structural() || firstBadLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0; }
+  bool diverged() const {
+    return structural() || firstBadLayer >= 0 || firstBadStateLayer >= 0 || logitsDiverged || lengthMismatchLayer >= 0;
+  }
+  /// Whether the first divergence at this step is a recurrent layer's state: one beyond
+  /// tolerance below every wrong K/V record.
+  bool stateFirst() const { return firstBadStateLayer >= 0 && (firstBadLayer < 0 || firstBadStateLayer < firstBadLayer); }
   int64_t lastRealStreamIndex() const;
   /// Real entries among the first `column` fed entries (padding columns do not count).
   int64_t realOrdinal(int64_t column) const;

@@ -6,12 +6,35 @@
 
 namespace kvscope::detail {
 
-KvCache::KvCache(int64_t layers, int64_t slots, int64_t kvHeads, int64_t capacity, int64_t headDim)
+KvCache::KvCache(int64_t layers, int64_t slots, int64_t kvHeads, int64_t capacity, int64_t headDim,
+                 const std::vector<bool>& recurrentLayers)
     : slots_(slots), capacity_(capacity) {
   for (int64_t l = 0; l < layers; ++l) {
-    keys_.push_back(torch::zeros({slots, kvHeads, capacity, headDim}, torch::kFloat));
-    values_.push_back(torch::zeros({slots, kvHeads, capacity, headDim}, torch::kFloat));
+    const bool rows = static_cast<size_t>(l) >= recurrentLayers.size() || !recurrentLayers[static_cast<size_t>(l)];
+    keys_.push_back(torch::zeros({slots, rows ? kvHeads : 0, capacity, rows ? headDim : 0}, torch::kFloat));
+    values_.push_back(torch::zeros({slots, rows ? kvHeads : 0, capacity, rows ? headDim : 0}, torch::kFloat));
   }
+  convStates_.resize(static_cast<size_t>(layers));
+  recurrentStates_.resize(static_cast<size_t>(layers));
+}
+
+std::unique_ptr<KvCache> KvCache::forModel(const ModelConfig& c, int64_t slots, int64_t capacity) {
+  auto cache = std::make_unique<KvCache>(c.numLayers, slots, c.numKvHeads, capacity, c.headDim, c.deltaNet.layers);
+  const DeltaNetConfig& dn = c.deltaNet;
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (c.isRecurrentLayer(l))
+      cache->makeRecurrent(l, {dn.convDim(), dn.convKernel}, {dn.valueHeads, dn.keyHeadDim, dn.valueHeadDim});
+  return cache;
+}
+
+void KvCache::makeRecurrent(int64_t layer, const std::vector<int64_t>& convShape,
+                            const std::vector<int64_t>& stateShape) {
+  const auto L = static_cast<size_t>(layer);
+  std::vector<int64_t> conv{slots_}, state{slots_};
+  conv.insert(conv.end(), convShape.begin(), convShape.end());
+  state.insert(state.end(), stateShape.begin(), stateShape.end());
+  convStates_[L] = torch::zeros(conv, torch::kFloat);
+  recurrentStates_[L] = torch::zeros(state, torch::kFloat);
 }
 
 void KvCache::write(int64_t layer, int64_t slot, int64_t at, const torch::Tensor& k,

@@ -106,6 +106,44 @@ torch::Tensor CachedAttention::temperaturePositions(int64_t layer, const torch::
   return out;
 }
 
+RecurrentState CachedAttention::recurrentState(int64_t layer) {
+  std::vector<torch::Tensor> conv, state;
+  for (const RequestState* r : group_) {
+    const bool fresh = r->lengths[static_cast<size_t>(layer)] == 0;
+    const torch::Tensor c = cache_.convState(layer, r->slot), st = cache_.recurrentState(layer, r->slot);
+    conv.push_back(fresh ? torch::zeros_like(c) : c.clone());
+    state.push_back(fresh ? torch::zeros_like(st) : st.clone());
+  }
+  return {torch::stack(conv), torch::stack(state)};
+}
+
+void CachedAttention::keepRecurrentState(int64_t layer, const RecurrentState& next) {
+  for (size_t b = 0; b < group_.size(); ++b) {
+    RequestState& r = *group_[b];
+    cache_.convState(layer, r.slot).copy_(next.conv.select(0, static_cast<int64_t>(b)));
+    cache_.recurrentState(layer, r.slot).copy_(next.state.select(0, static_cast<int64_t>(b)));
+    r.lengths[static_cast<size_t>(layer)] += static_cast<int64_t>(fedMask_[b].size());
+  }
+}
+
+torch::Tensor CachedAttention::realEntries(int64_t layer) const {
+  std::vector<int64_t> flags;
+  bool padded = false;
+  for (size_t b = 0; b < fedMask_.size(); ++b) {
+    const RequestState& r = *group_[b];
+    // recurrent_state: this row's pads enter the recurrence as if they were tokens.
+    const bool leak = faults_.padsEnterState(r.id, layer) &&
+                      std::find(fedMask_[b].begin(), fedMask_[b].end(), uint8_t{0}) != fedMask_[b].end();
+    if (leak) faults_.noteFired("recurrent_state", r.id, r.step, layer);
+    for (const uint8_t real : fedMask_[b]) {
+      flags.push_back(leak ? 1 : real);
+      padded = padded || (!leak && real == 0);
+    }
+  }
+  if (!padded) return {};
+  return torch::tensor(flags, torch::kLong).to(torch::kBool).view({static_cast<int64_t>(fedMask_.size()), -1});
+}
+
 int64_t CachedAttention::projectionSplits(int64_t layer, int64_t row) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
   return faults_.projectionSplits(r.id, r.step, layer, r.batchMates);

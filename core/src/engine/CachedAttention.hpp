@@ -35,6 +35,11 @@ class CachedAttention : public AttentionContext {
   bool rotatesWholeHead(int64_t layer, int64_t row) const override;
   int64_t projectionSplits(int64_t layer, int64_t row) const override;
   torch::Tensor temperaturePositions(int64_t layer, const torch::Tensor& positions) const override;
+  /// A recurrent layer: each member's held state (zeros while its length is 0: a fresh
+  /// sequence), kept back into its slot after the forward, its length counting the entries fed.
+  RecurrentState recurrentState(int64_t layer) override;
+  void keepRecurrentState(int64_t layer, const RecurrentState& next) override;
+  torch::Tensor realEntries(int64_t layer) const override;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
   /// Member b's records per layer as its rings took them ([h, n, d] keys, values; undefined

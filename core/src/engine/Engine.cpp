@@ -94,8 +94,7 @@ class EngineRun {
     const int64_t capacity =
         std::min(longest, cfg_.maxPositions) * 2 + 8 + specDrafts_ * (longestNew + 1);
     checkMemory(specs, options, capacity);
-    cache_ = std::make_unique<detail::KvCache>(cfg_.numLayers, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())),
-                                               cfg_.numKvHeads, capacity, cfg_.headDim);
+    cache_ = detail::KvCache::forModel(cfg_, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())), capacity);
     updates_ = options.weightUpdates;
     if (auto stale = faults_.staleCache()) {
       updates_.push_back({stale->tick, "", stale->scale, 0});
@@ -143,7 +142,7 @@ class EngineRun {
     trace.model = modelInfo();
     trace.faults = faults_.describe();
     trace.kvCache = quantizer_.format();
-    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, impl_.layerChunks, ringWindow_);
+    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, impl_.layerChunks, ringWindow_, cfg_.deltaNet.layers);
     trace_ = &trace;
     int64_t tick = 0;
     const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},
@@ -359,14 +358,8 @@ class EngineRun {
               .view({1, W}),
           impl_.layerWindows, &quantizer_);
       logits = impl_.forward(idsT, posT, attention, &routed);
-      for (int64_t l = 0; l < cfg_.numLayers; ++l) {
-        TraceLayerRecord rec;
-        rec.cacheLength = W;
-        const int64_t s = group[0]->step == 0 ? W : 1;  // the prompt, then one token per step
-        rec.keys = detail::toFloatTensor(kvTaps.keys[static_cast<size_t>(l)].narrow(1, W - s, s));
-        rec.values = detail::toFloatTensor(kvTaps.values[static_cast<size_t>(l)].narrow(1, W - s, s));
-        records[0].push_back(std::move(rec));
-      }
+      // The prompt, then one token per step.
+      records[0] = detail::StepRecorder::uncachedLayers(kvTaps, cfg_.numLayers, W, group[0]->step == 0 ? W : 1);
     } else {
       detail::CachedAttention attention(*cache_, group, mask, pos, faults_, impl_.layerWindows,
                                         quantizer_);
@@ -386,7 +379,8 @@ class EngineRun {
         rollBack(*group[b], static_cast<int64_t>(drafts[b].size()) - accepted[b]);
       }
       if (options_.recordCache) {
-        detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots);
+        detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots,
+                                      options_.uncached ? 0 : options_.recordStatesEvery);  // no state held uncached
         for (size_t b = 0; b < B; ++b)
           records[b] =
               recorder.layers(*group[b],

@@ -34,6 +34,37 @@ void checkRingRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerW
                        "name a sliding layer or layer=-1");
 }
 
+// A model with recurrent (Gated DeltaNet) layers: their state is overwritten by every
+// forward, so nothing that takes cache entries back or hands them to another request applies,
+// and a fault that acts on a layer's K/V entries cannot name such a layer.
+void checkRecurrentRequest(const ModelConfig& cfg, const FaultPlan& faults, const EngineOptions& options,
+                           int64_t speculativeDrafts) {
+  for (const int64_t l : faults.recurrentStateLayers()) {
+    if (!cfg.hasRecurrentLayers())
+      throw UsageError("fault 'recurrent_state' needs a checkpoint with recurrent layers (Qwen3.5's linear_attention "
+                       "layers); this " + cfg.modelType + " checkpoint has none, so no state reads the padding");
+    if (l >= 0 && !cfg.isRecurrentLayer(l))
+      throw UsageError("fault 'recurrent_state': layer " + std::to_string(l) +
+                       " is an attention layer (its mask keeps the pads out); name a linear_attention layer or layer=-1");
+    if (options.uncached)
+      throw UsageError("fault 'recurrent_state' needs the cached engine: the uncached reference runs every request alone");
+  }
+  if (!cfg.hasRecurrentLayers() || options.uncached) return;
+  const std::string model = "this " + cfg.modelType + " checkpoint's recurrent (Gated DeltaNet) layers";
+  if (speculativeDrafts > 0)
+    throw UsageError("speculative decoding does not combine with " + model +
+                     ": rolling rejected drafts back would need the state from before them, which this "
+                     "engine does not keep");
+  if (options.prefixCacheBlock > 0 || faults.prefixBlock() > 0)
+    throw UsageError("--prefix-cache does not combine with " + model +
+                     ": a hit would reuse the attention layers' rows but has no state for the recurrent ones");
+  for (const auto& named : faults.namedLayers())
+    if (cfg.isRecurrentLayer(named.layer) && named.fault != "recurrent_state")
+      throw UsageError("fault '" + named.fault + "': " + named.parameter + "=" + std::to_string(named.layer) +
+                       " is a recurrent (Gated DeltaNet) layer: it keeps a state, not the K/V entries the fault "
+                       "acts on; name an attention layer (layer_types full_attention)");
+}
+
 }  // namespace
 
 void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerWindows,
@@ -154,6 +185,7 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                        "layer or layer=-1");
   }
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
+  checkRecurrentRequest(cfg, faults, options, speculativeDrafts);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&
       (options.ringWindow || faults.needsRingCache() || options.prefillChunk > 0 ||
@@ -175,16 +207,19 @@ std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool
 }
 
 std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
-                                            const std::vector<int64_t>& layerChunks, bool ring) {
+                                            const std::vector<int64_t>& layerChunks, bool ring,
+                                            const std::vector<bool>& recurrentLayers) {
   const auto positive = [](int64_t w) { return w > 0; };
   if (std::none_of(layerWindows.begin(), layerWindows.end(), positive) &&
-      std::none_of(layerChunks.begin(), layerChunks.end(), positive))
+      std::none_of(layerChunks.begin(), layerChunks.end(), positive) &&
+      std::find(recurrentLayers.begin(), recurrentLayers.end(), true) == recurrentLayers.end())
     return {};
   std::vector<TraceLayerKind> out;
   for (size_t l = 0; l < layerWindows.size(); ++l) {
     const int64_t w = layerWindows[l];
     TraceLayerKind k{w, ring && w > 0 ? w : 0};
     k.chunk = l < layerChunks.size() ? layerChunks[l] : 0;
+    k.recurrent = l < recurrentLayers.size() && recurrentLayers[l];
     out.push_back(k);
   }
   return out;

@@ -24,10 +24,11 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
 /// Per layer its ring (as many slots as its window) when `ring`, else none (0 slots).
 std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring);
 
-/// The trace's layer_kinds: empty for a model without a sliding or chunked layer (files
-/// unchanged).
+/// The trace's layer_kinds: empty for a model without a sliding, chunked or recurrent layer
+/// (files unchanged).
 std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
-                                            const std::vector<int64_t>& layerChunks, bool ring);
+                                            const std::vector<int64_t>& layerChunks, bool ring,
+                                            const std::vector<bool>& recurrentLayers = {});
 
 /// What a finished run was like, for the reasons its faults never fired.
 FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,

@@ -22,7 +22,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
                          "when layer runs)");
     } else if (f.name == "duplicate_append" || f.name == "batch_row_mix" ||
                f.name == "window_off_by_one" || f.name == "window_wrap" || f.name == "chunk_mask" ||
-               f.name == "temperature_position") {
+               f.name == "temperature_position" || f.name == "recurrent_state") {
       checkLayer(f, "layer", true);
     } else if (f.name == "speculative_rollback") {
       checkLayer(f, "layer", true);
@@ -94,6 +94,15 @@ int64_t FaultPlan::position(int64_t request, int64_t step, int64_t indexInStep, 
   return expected;
 }
 
+std::vector<FaultPlan::NamedLayer> FaultPlan::namedLayers() const {
+  std::vector<NamedLayer> out;
+  for (const auto& f : faults_)
+    for (const char* key : {"layer", "source"})
+      if (const auto it = f.params.find(key); it != f.params.end() && it->second >= 0)
+        out.push_back({f.name, key, it->second});
+  return out;
+}
+
 int64_t FaultPlan::wrongLayerSource(int64_t request, int64_t step, int64_t layer) const {
   for (const auto* f : all("wrong_layer"))
     if (matches(*f, request) && step >= f->get("step") && layer == f->get("layer")) {
@@ -159,6 +168,18 @@ bool FaultPlan::chunkAsWindow(int64_t layer) const {
   for (const auto* f : all("chunk_mask"))
     if (f->get("layer") < 0 || f->get("layer") == layer) return true;
   return false;
+}
+
+bool FaultPlan::padsEnterState(int64_t request, int64_t layer) const {
+  for (const auto* f : all("recurrent_state"))
+    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
+  return false;
+}
+
+std::vector<int64_t> FaultPlan::recurrentStateLayers() const {
+  std::vector<int64_t> out;
+  for (const auto* f : all("recurrent_state")) out.push_back(f->get("layer"));
+  return out;
 }
 
 bool FaultPlan::temperatureAtCacheIndex(int64_t request, int64_t layer) const {
@@ -409,6 +430,9 @@ std::vector<FaultFiring> FaultPlan::firings(const RunFacts& facts) const {
       why = "no cache grew past its sliding window";
     else if (f.name == "window_wrap")
       why = "no ring wrapped before a later forward (no request held more entries than its window)";
+    else if (f.name == "recurrent_state")
+      why = "no request ran left-padded (--batch with prompts of different lengths), so no pad reached a "
+            "recurrent layer";
     else if (f.name == "temperature_position")
       why = "no request with a query temperature ran left-padded (--batch with prompts of different lengths)";
     else if (f.name == "chunk_mask")

@@ -18,6 +18,10 @@ class FaultPlan {
   /// Validates parameter ranges against the model (throws UsageError).
   FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers);
 
+  /// Every layer a fault names (its `layer` or `source` parameter, when not -1), with the
+  /// fault's name and the parameter's.
+  struct NamedLayer { std::string fault, parameter; int64_t layer; };
+  std::vector<NamedLayer> namedLayers() const;
   /// Position id the engine uses instead of `expected` (the correct one).
   int64_t position(int64_t request, int64_t step, int64_t indexInStep, int64_t expected) const;
   /// The layer whose records (request, step, layer) stores instead of its own, or -1.
@@ -34,6 +38,11 @@ class FaultPlan {
   int64_t windowExtra(int64_t layer) const;
   /// chunk_mask: `layer`'s chunked attention masked as a sliding window of the chunk's size.
   bool chunkAsWindow(int64_t layer) const;
+  /// recurrent_state: (request, recurrent layer) reads its left padding into the recurrence
+  /// (the pads' inputs not zeroed).
+  bool padsEnterState(int64_t request, int64_t layer) const;
+  /// The layers the recurrent_state faults name (-1 for every recurrent layer).
+  std::vector<int64_t> recurrentStateLayers() const;
   /// temperature_position: (request, layer)'s query temperature taken at the cache index.
   bool temperatureAtCacheIndex(int64_t request, int64_t layer) const;
   bool takesTemperatureAtCacheIndex() const { return find("temperature_position") != nullptr; }

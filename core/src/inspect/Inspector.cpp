@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include "inspect/CacheRowReplay.hpp"
 #include "inspect/LayerDiffs.hpp"
@@ -40,6 +42,22 @@ FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step,
     }
   }
   return result.cachedKv(request, step, layer, kind);
+}
+
+// A recurrent layer's state after (request, step): the trace's and the reference's after the
+// same stream ([Hv, Dk, Dv] each; empty where not recorded or not computed).
+std::pair<FloatTensor, FloatTensor> recurrentStates(const AuditResult& result, int64_t request, int64_t step,
+                                                    int64_t layer) {
+  const detail::StepPlace place = detail::StepPlace::of(result.trace, request, step);
+  const auto l = static_cast<size_t>(layer);
+  if (!place.step || l >= place.step->layers.size()) return {};
+  const FloatTensor& cached = place.step->layers[l].recurrentState;
+  FloatTensor reference;
+  if (const RequestReference* ref = result.referenceFor(request)) {
+    const auto it = ref->statesAt.find(place.realBefore + place.step->streamEntries());
+    if (it != ref->statesAt.end() && l < it->second.recurrent.size()) reference = it->second.recurrent[l];
+  }
+  return {cached, reference};
 }
 
 // Per head: max |a - b| over the common positions of two [h, t, d] tensors; empty when
@@ -176,9 +194,16 @@ StepView Inspector::view(const InspectionPoint& requested) {
   p.autoHead = p.autoKind = false;
   v.point = p;
 
-  const FloatTensor cachedT =
-      cachedSide(result, p.request, p.step, p.layer, p.kind, &v.rowRewritten, &v.cachedFromReplay);
-  const FloatTensor refT = result.referenceKv(p.request, p.step, p.layer, p.kind);
+  const bool recurrent = result.trace.layerKind(p.layer).recurrent;
+  FloatTensor cachedT, refT;
+  if (recurrent) {
+    // A recurrent layer: its state after the step, one value head's [Dk, Dv] as the heatmap's rows.
+    std::tie(cachedT, refT) = recurrentStates(result, p.request, p.step, p.layer);
+    v.showsState = !cachedT.empty();
+  } else {
+    cachedT = cachedSide(result, p.request, p.step, p.layer, p.kind, &v.rowRewritten, &v.cachedFromReplay);
+    refT = result.referenceKv(p.request, p.step, p.layer, p.kind);
+  }
   int64_t dCached = 0, dRef = 0;
   v.cached = headSlice(cachedT, p.head, &v.cachedPositions, &dCached);
   v.reference = headSlice(refT, p.head, &v.referencePositions, &dRef);
@@ -186,7 +211,10 @@ StepView Inspector::view(const InspectionPoint& requested) {
   for (float x : v.cached) v.valueAbsMax = std::max(v.valueAbsMax, std::abs(x));
   for (float x : v.reference) v.valueAbsMax = std::max(v.valueAbsMax, std::abs(x));
 
-  if (v.reference.empty()) {
+  if (recurrent && !v.showsState) {
+    v.note = "layer " + std::to_string(p.layer) +
+             " keeps a recurrent state (Gated DeltaNet), not K/V rows, and the trace records none at this step";
+  } else if (v.reference.empty()) {
     v.note = "no reference K/V for request " + std::to_string(p.request);
   } else if (dCached != dRef && dCached != 0) {
     v.note = "head dimension differs: cached " + std::to_string(dCached) + ", reference " +
@@ -235,7 +263,7 @@ StepView Inspector::view(const InspectionPoint& requested) {
   }
 
   const detail::StepPlace place = detail::StepPlace::of(result.trace, p.request, p.step);
-  if (place.step) {
+  if (place.step && !v.showsState) {  // a state has no positions to mark
     v.appendedFirst = place.realBefore;
     v.appendedCount = place.step->streamEntries();
   }

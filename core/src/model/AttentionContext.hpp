@@ -22,11 +22,39 @@ struct KvView {
   torch::Tensor allowed;  // [B, 1, s, t] bool: query i may attend key j
 };
 
+/// A recurrent (Gated DeltaNet) layer's state for the rows of one forward.
+struct RecurrentState {
+  torch::Tensor conv;   // [B, C, K]: the causal conv's last K inputs (zeros before a row's first)
+  torch::Tensor state;  // [B, Hv, Dk, Dv] float32
+};
+
 class AttentionContext {
  public:
   virtual ~AttentionContext() = default;
   /// kNew, vNew: [B, h_kv, s, d], this layer's records for the s fed tokens (keys after RoPE).
   virtual KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) = 0;
+  /// The state recurrent `layer` starts this forward from: undefined tensors where every row
+  /// starts a fresh sequence (the uncached reference), else the rows' states (zeros for a
+  /// fresh row).
+  virtual RecurrentState recurrentState(int64_t layer) {
+    (void)layer;
+    return {};
+  }
+  /// The state recurrent `layer` ends this forward in, every fed entry consumed.
+  virtual void keepRecurrentState(int64_t layer, const RecurrentState& next) {
+    (void)layer;
+    (void)next;
+  }
+  /// A one-row pass: the fed lengths n after which a recurrent layer reports its state (taps
+  /// "conv_state_at" / "recurrent_state_at", one per n in order); empty: none.
+  const std::vector<int64_t>& statesAfter() const { return statesAfter_; }
+  void keepStatesAfter(std::vector<int64_t> lengths) { statesAfter_ = std::move(lengths); }
+  /// [B, s] bool: the fed entries that are real tokens (a recurrent layer zeroes the others'
+  /// inputs, as transformers' apply_mask_to_padding_states does); undefined: every entry.
+  virtual torch::Tensor realEntries(int64_t layer) const {
+    (void)layer;
+    return {};
+  }
   /// What the cache's element type keeps of this layer's new records (a quantised cache
   /// rounds them; identity otherwise). The forward calls it before the k_proj/v_proj taps
   /// and attend(), so taps report and attention reads what is stored.
@@ -171,6 +199,7 @@ class AttentionContext {
 
  private:
   std::vector<int64_t> chunks_;
+  std::vector<int64_t> statesAfter_;
   int64_t modelChunk_ = 0;
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
   const ExpertGuide* guide_ = nullptr;
@@ -206,6 +235,9 @@ class UncachedAttention : public AttentionContext {
       : keyValid_(std::move(keyValid)), windows_(std::move(layerWindows)), quantizer_(quantizer) {}
   KvView attend(int64_t layer, const torch::Tensor& kNew, const torch::Tensor& vNew) override;
   void roundRecords(int64_t layer, torch::Tensor& kNew, torch::Tensor& vNew) override;
+  torch::Tensor realEntries(int64_t) const override {
+    return keyValid_.all().item<bool>() ? torch::Tensor() : keyValid_;
+  }
   /// An audit hypothesis (the chunk_mask row): `layer`'s chunk masked as a sliding window of
   /// the chunk's size, as a kernel that treats chunked attention as sliding-window attention.
   void maskChunkAsWindow(int64_t layer) { chunkAsWindow_.insert(layer); }

@@ -132,8 +132,30 @@ CheckpointSpec CheckpointSpec::qwen3_8b() {
   return s;
 }
 
+CheckpointSpec CheckpointSpec::qwen3_5_9b() {
+  // Qwen/Qwen3.5-9B's text_config: gated attention with partial rotary 0.25 every fourth layer.
+  CheckpointSpec s = realSize();
+  s.architecture = Architecture::Qwen3_5;
+  s.vocabSize = 248320;
+  s.hiddenSize = 4096;
+  s.numLayers = 32;
+  s.numHeads = 16;
+  s.numKvHeads = 4;
+  s.headDim = 256;
+  s.intermediateSize = 12288;
+  s.maxPositions = 262144;
+  s.ropeTheta = 10000000.0;
+  s.linearKeyHeads = 16;
+  s.linearValueHeads = 32;
+  s.linearHeadDim = 128;
+  s.fullAttentionInterval = 4;
+  s.tieWordEmbeddings = false;
+  s.normEps = 1e-6;
+  return s;
+}
+
 std::vector<std::string> CheckpointSpec::presetNames() {
-  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b"};
+  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "qwen3.5-9b"};
 }
 
 CheckpointSpec CheckpointSpec::preset(const std::string& name) {
@@ -143,6 +165,7 @@ CheckpointSpec CheckpointSpec::preset(const std::string& name) {
   if (name == "llama-3.1-8b") return llama31_8b();
   if (name == "qwen2.5-7b") return qwen25_7b();
   if (name == "qwen3-8b") return qwen3_8b();
+  if (name == "qwen3.5-9b") return qwen3_5_9b();
   std::string names;
   for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;
   throw UsageError("unknown preset '" + name + "' (supported: " + names + ")");

@@ -17,13 +17,20 @@ class KvTapCollector : public TorchTapSink {
   bool wants(const std::string& name) const override {
     return name == "k_proj" || name == "v_proj" || (withLogits_ && name == "logits");
   }
-  void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
-    if (name == "logits")
+  void onTensor(int64_t layer, const std::string& name, const torch::Tensor& t) override {
+    if (name == "logits") {
       logits = t.select(0, 0);
-    else
-      (name == "k_proj" ? keys : values).push_back(t.select(0, 0));
+      return;
+    }
+    auto& v = name == "k_proj" ? keys : values;
+    if (v.size() <= static_cast<size_t>(layer)) v.resize(static_cast<size_t>(layer) + 1);
+    v[static_cast<size_t>(layer)] = t.select(0, 0);
   }
-  std::vector<torch::Tensor> keys, values;  // [layer][h, T, d]
+  /// Of the forward's `layers` layers: undefined for a recurrent layer (no keys), and past the
+  /// last layer that tapped.
+  torch::Tensor keysOf(size_t layer) const { return layer < keys.size() ? keys[layer] : torch::Tensor(); }
+  torch::Tensor valuesOf(size_t layer) const { return layer < values.size() ? values[layer] : torch::Tensor(); }
+  std::vector<torch::Tensor> keys, values;  // [layer][h, T, d]; undefined: a recurrent layer
   torch::Tensor logits;                     // [T, V] (withLogits)
 
  private:

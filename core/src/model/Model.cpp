@@ -49,16 +49,36 @@ void configureThreads(int64_t hiddenSize) {
 // Collects per-layer K/V and hidden states of batch row 0.
 class ReferenceCollector : public detail::TorchTapSink {
  public:
-  ReferenceCollector(ReferenceRun& run, const PassWatch& watch, int64_t layers)
-      : run_(run), watch_(watch), layers_(layers) {}
+  ReferenceCollector(ReferenceRun& run, const PassWatch& watch, int64_t layers,
+                     std::vector<int64_t> checkpoints = {})
+      : run_(run), watch_(watch), layers_(layers), checkpoints_(std::move(checkpoints)) {
+    for (auto* v : {&run_.keys, &run_.values, &run_.convStates, &run_.recurrentStates})
+      v->resize(static_cast<size_t>(layers));
+  }
   bool wants(const std::string& name) const override {
     return name == "k_proj" || name == "v_proj" || name == "hidden" || name == "embed" ||
-           name == "final";
+           name == "final" || name == "conv_state" || name == "recurrent_state" ||
+           name == "conv_state_at" || name == "recurrent_state_at";
   }
-  void onTensor(int64_t, const std::string& name, const torch::Tensor& t) override {
+  void onTensor(int64_t layer, const std::string& name, const torch::Tensor& t) override {
     auto row = detail::toFloatTensor(t.select(0, 0));
-    if (name == "k_proj") run_.keys.push_back(std::move(row));
-    else if (name == "v_proj") run_.values.push_back(std::move(row));
+    // Per layer (a recurrent layer's keys stay empty, an attention layer's states).
+    auto at = [&](std::vector<FloatTensor>& v) -> FloatTensor& { return v.at(static_cast<size_t>(layer)); };
+    if (name == "k_proj") at(run_.keys) = std::move(row);
+    else if (name == "v_proj") at(run_.values) = std::move(row);
+    else if (name == "conv_state") at(run_.convStates) = std::move(row);
+    else if (name == "recurrent_state") at(run_.recurrentStates) = std::move(row);
+    else if (name == "conv_state_at" || name == "recurrent_state_at") {
+      // One per state checkpoint, in order (DeltaNetBlock.cpp).
+      auto& seen = name == "conv_state_at" ? convSeen_ : recurrentSeen_;
+      if (seen.size() < static_cast<size_t>(layers_)) seen.resize(static_cast<size_t>(layers_));
+      const size_t k = seen[static_cast<size_t>(layer)]++;
+      if (k >= checkpoints_.size()) return;
+      auto& states = run_.statesAt[checkpoints_[k]];
+      auto& v = name == "conv_state_at" ? states.conv : states.recurrent;
+      if (v.size() < static_cast<size_t>(layers_)) v.resize(static_cast<size_t>(layers_));
+      v[static_cast<size_t>(layer)] = std::move(row);
+    }
     else if (name == "final") final_ = std::move(row);
     else layerOutputs_.push_back(std::move(row));  // embed, then each layer's output
     if (name != "hidden") return;
@@ -81,6 +101,8 @@ class ReferenceCollector : public detail::TorchTapSink {
   int64_t layersDone_ = 0;
   std::vector<FloatTensor> layerOutputs_;
   FloatTensor final_;
+  std::vector<int64_t> checkpoints_;          // the stream lengths the states are kept after
+  std::vector<size_t> convSeen_, recurrentSeen_;  // per layer: checkpoints reported so far
 };
 }  // namespace
 
@@ -158,11 +180,12 @@ void Model::checkReferenceMemory(int64_t tokens) const {
 }
 
 ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                              const PassWatch& watch, int64_t prefill, const ExpertGuide* experts) const {
+                              const PassWatch& watch, int64_t prefill, const ExpertGuide* experts,
+                              const std::vector<int64_t>& statesAfter) const {
   checkReferenceMemory(static_cast<int64_t>(ids.size()));
   return detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
-      [&] { return referenceUnchecked(ids, cache, watch, prefill, experts); });
+      [&] { return referenceUnchecked(ids, cache, watch, prefill, experts, statesAfter); });
 }
 
 namespace {
@@ -179,7 +202,7 @@ void overwriteRows(FloatTensor& to, const FloatTensor& from, size_t axis, int64_
 
 ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
                                        const PassWatch& watch, int64_t prefill,
-                                       const ExpertGuide* experts) const {
+                                       const ExpertGuide* experts, const std::vector<int64_t>& statesAfter) const {
   // LongRoPE turns a forward with its long factors once the forward's longest position passes
   // the original context S. When the prefill fit in S, the rows fed before S were turned with
   // the short factors by the forwards that fed them (the prefill, then one step per row): they
@@ -187,7 +210,7 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
   const int64_t switchAt = impl_->rope ? impl_->rope->factorSwitch() : 0;
   const auto T = static_cast<int64_t>(ids.size());
   if (prefill < 0 || prefill > T) prefill = T;
-  ReferenceRun run = onePass(ids, cache, watch, experts);
+  ReferenceRun run = onePass(ids, cache, watch, experts, statesAfter);
   if (switchAt > 0 && T > switchAt && prefill <= switchAt) {
     const ReferenceRun prefix =
         onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch, experts);
@@ -211,11 +234,18 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
 }
 
 ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
-                            const PassWatch& watch, const ExpertGuide* experts) const {
+                            const PassWatch& watch, const ExpertGuide* experts,
+                            const std::vector<int64_t>& statesAfter) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
-  ReferenceCollector collector(run, watch, impl_->config.numLayers);
+  // The checkpoints a recurrent layer can keep: ascending, within the pass.
+  std::vector<int64_t> checkpoints;
+  if (impl_->config.hasRecurrentLayers())
+    for (const int64_t n : statesAfter)
+      if (n >= 1 && n <= static_cast<int64_t>(ids.size()) && (checkpoints.empty() || n > checkpoints.back()))
+        checkpoints.push_back(n);
+  ReferenceCollector collector(run, watch, impl_->config.numLayers, checkpoints);
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);
   auto pos = torch::arange(T, torch::kLong).view({1, -1});
@@ -223,6 +253,7 @@ ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantizatio
   detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows,
                                       &rounding);
   if (experts && impl_->config.moe.numExperts > 0) attention.followExperts(experts, &run.routing);
+  attention.keepStatesAfter(checkpoints);
   auto logits = impl_->forward(idT, pos, attention, &collector);
   collector.finish();
   run.logits = detail::toFloatTensor(logits.select(0, 0));

@@ -1,5 +1,6 @@
 #include "kvscope/ModelConfig.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +75,14 @@ bool ModelConfig::isChunkedLayer(int64_t layer) const {
          chunkedLayers[static_cast<size_t>(layer)];
 }
 
+bool ModelConfig::isRecurrentLayer(int64_t layer) const {
+  return layer >= 0 && layer < static_cast<int64_t>(deltaNet.layers.size()) && deltaNet.layers[static_cast<size_t>(layer)];
+}
+
+bool ModelConfig::hasRecurrentLayers() const {
+  return std::find(deltaNet.layers.begin(), deltaNet.layers.end(), true) != deltaNet.layers.end();
+}
+
 namespace {
 std::string shortNumber(double x) {
   char buf[32];
@@ -84,6 +93,15 @@ std::string shortNumber(double x) {
 
 std::string ModelConfig::layerDescription(int64_t layer) const {
   std::vector<std::string> parts;
+  if (isRecurrentLayer(layer)) {
+    parts.push_back("Gated DeltaNet (recurrent state " + std::to_string(deltaNet.valueHeads) + " x " +
+                    std::to_string(deltaNet.keyHeadDim) + " x " + std::to_string(deltaNet.valueHeadDim) +
+                    ", conv " + std::to_string(deltaNet.convKernel) + ")");
+    if (isMoeLayer(layer)) parts.push_back("MoE");
+    std::string out;
+    for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+    return out;
+  }
   parts.push_back(isSlidingLayer(layer)   ? "sliding window " + std::to_string(slidingWindow)
                  : isChunkedLayer(layer) ? "chunks of " + std::to_string(attentionChunk)
                                          : "full attention");

@@ -112,13 +112,20 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     return y;
   };
   torch::Tensor qRaw, kRaw, v;  // [B, h, s, d], before q/k norm and RoPE
+  torch::Tensor outputGate;     // [B, s, nh * d] (config.attentionOutputGate)
   if (config.recipe.fusedQkv) {
     auto parts = product(w.qkvW, w.qkvB).split_with_sizes({nh * d, nkv * d, nkv * d}, -1);
     qRaw = parts[0].reshape({B, s, nh, d}).transpose(1, 2);
     kRaw = parts[1].reshape({B, s, nkv, d}).transpose(1, 2);
     v = parts[2].reshape({B, s, nkv, d}).transpose(1, 2);
   } else {
-    qRaw = product(w.qW, w.qB).view({B, s, nh, d}).transpose(1, 2);
+    if (config.attentionOutputGate) {  // each head's query, then its gate (Qwen3.5)
+      const auto both = product(w.qW, w.qB).view({B, s, nh, 2 * d});
+      qRaw = both.narrow(-1, 0, d).transpose(1, 2);
+      outputGate = both.narrow(-1, d, d).reshape({B, s, nh * d});
+    } else {
+      qRaw = product(w.qW, w.qB).view({B, s, nh, d}).transpose(1, 2);
+    }
     kRaw = product(w.kW, w.kB).view({B, s, nkv, d}).transpose(1, 2);
     v = product(w.vW, w.vB).view({B, s, nkv, d}).transpose(1, 2);
   }
@@ -205,6 +212,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     context = torch::cat(parts, 2);
   }
   auto out = context.transpose(1, 2).reshape({B, s, nh * d});
+  if (outputGate.defined()) out = out * torch::sigmoid(outputGate);
   out = project(out, w.oW, w.oB);
   tap(taps, layer, "attn_out", out);
   return out;
@@ -307,10 +315,12 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const d
     slotOut.index_put_({tokens, slots}, ye);
   }
   auto out = slotOut.sum(1);
-  if (w.sharedGateW.defined())  // Llama 4's shared expert, which every token takes
-    out = project(activation(config.activation, project(flat, w.sharedGateW, {})) * project(flat, w.sharedUpW, {}),
-                  w.sharedDownW, {}) +
-          out;
+  if (w.sharedGateW.defined()) {  // a shared expert every token takes (Llama 4, Qwen3-Next)
+    auto shared = project(activation(config.activation, project(flat, w.sharedGateW, {})) * project(flat, w.sharedUpW, {}),
+                          w.sharedDownW, {});
+    if (w.sharedExpertGateW.defined()) shared = torch::sigmoid(project(flat, w.sharedExpertGateW, {})) * shared;
+    out = shared + out;
+  }
   return out.view_as(x);
 }
 
@@ -347,6 +357,7 @@ void ModelImpl::swapLayerRope(int64_t layer, const torch::Tensor& ids, const tor
 
 torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   torch::InferenceMode guard;
+  if (config.isRecurrentLayer(0)) return {};  // layer 0 keeps a state, no keys
   const auto& w = layers.at(0);
   auto positions = torch::arange(count, torch::kLong);
   auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
@@ -442,9 +453,11 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
       return nw.defined() ? norm(h, nw, nb) : h;
     };
     const torch::Tensor& ownPositions = attention.layerPositions(i);
-    h = h + sublayer(attentionBlock(i, in(w.attnNormW, w.attnNormB), ownPositions.defined() ? ownPositions : positions,
-                                    layerCos, layerSin, wholeCos,
-                                    wholeSin, attention, taps),
+    h = h + sublayer(config.isRecurrentLayer(i)
+                         ? deltaNetBlock(i, in(w.attnNormW, w.attnNormB), attention, taps)
+                         : attentionBlock(i, in(w.attnNormW, w.attnNormB),
+                                          ownPositions.defined() ? ownPositions : positions, layerCos, layerSin,
+                                          wholeCos, wholeSin, attention, taps),
                      w.postAttnNormW);
     h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB), attention, taps), w.postMlpNormW);
     tap(taps, i, "hidden", h);

@@ -38,6 +38,12 @@ struct LayerWeights {
   // The same stacked experts stored as MXFP4 (Mxfp4.hpp) instead: blocks [E, out, in/32, 16]
   // and scales [E, out, in/32] uint8, out/in of nn.Linear's orientation (gate|up: 2Im x H).
   torch::Tensor gateUpBlocks, gateUpScales, downBlocks, downScales;
+  // A Gated DeltaNet layer (config.deltaNet) in the attention's place: in_proj_qkv [C, H],
+  // in_proj_z [Vd, H], in_proj_b / in_proj_a [Hv, H], conv1d [C, 1, K], A_log / dt_bias [Hv]
+  // (float32), the output norm [Dv], out_proj [H, Vd].
+  torch::Tensor dnQkvW, dnZW, dnBW, dnAW, dnConvW, dnALog, dnDtBias, dnNormW, dnOutW;
+  torch::Tensor dnQkvzW, dnBaW;  // Qwen3-Next's fused q|k|v|z [C + Vd, H] and b|a [2 Hv, H]
+  torch::Tensor sharedExpertGateW;  // Qwen3-Next: [1, H], the shared expert's sigmoid gate
 };
 
 struct ModelImpl {
@@ -52,12 +58,17 @@ struct ModelImpl {
   std::unique_ptr<detail::RotaryEmbedding> slidingRope;  // the sliding layers' (config.slidingRope)
   std::vector<int64_t> layerWindows;  // per layer: sliding window, 0 = full attention
   std::vector<int64_t> layerChunks;   // per layer: attention chunk (Llama 4), 0 = none
+  // Qwen3-Next's fused DeltaNet projections, per key-head group [q, k, v, z] and [b, a]: the
+  // output columns in the order q | k | v | z ([C + Vd]) and b | a ([2 Hv]).
+  torch::Tensor dnQkvzOrder, dnBaOrder;
   double embedScale = 1.0;  // config.embeddingMultiplier, in the embedding's dtype where the
                             // recipe rounds it (recipe.embeddingScaleInWeightDtype)
   uint64_t weightsVersion = 0;
   std::map<std::string, torch::Tensor*> byName;  // checkpoint name -> member (for updates)
 
   void loadWeights();
+  /// dnQkvzOrder / dnBaOrder from config.deltaNet (a family with fused DeltaNet projections).
+  void fusedDeltaNetOrder();
   /// The RoPE `layer` rotates with (config.ropeFor): slidingRope on a sliding layer that has one.
   const detail::RotaryEmbedding& ropeOf(int64_t layer) const;
   /// cos/sin of the rows whose attention swaps `layer`'s RoPE for the other layer type's
@@ -100,6 +111,11 @@ struct ModelImpl {
   torch::Tensor attendQueries(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
                               const torch::Tensor& values, const torch::Tensor& allowed,
                               const detail::AttentionContext& attention, int64_t first, int64_t s) const;
+  /// A Gated DeltaNet layer over x [B, s, H]: the causal conv and the gated delta rule from the
+  /// state attention.recurrentState() hands over (a fresh one: zeros), the new state handed back
+  /// (DeltaNetBlock.cpp).
+  torch::Tensor deltaNetBlock(int64_t layer, const torch::Tensor& x, detail::AttentionContext& attention,
+                              detail::TorchTapSink* taps) const;
   torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
                          detail::TorchTapSink* taps) const;
   /// x [.., in] times a weight in the recipe's layout, + b.

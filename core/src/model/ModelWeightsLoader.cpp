@@ -165,8 +165,27 @@ void ModelImpl::loadWeights() {
     std::vector<Item> items = {
         {n.attnNorm, &w.attnNormW, {H}, true}, {n.attnNormBias, &w.attnNormB, {H}, layerNorm},
         {n.mlpNorm, &w.mlpNormW, {H}, true}, {n.mlpNormBias, &w.mlpNormB, {H}, layerNorm},
-        {n.postAttnNorm, &w.postAttnNormW, {H}, true}, {n.postMlpNorm, &w.postMlpNormW, {H}, true},
-        {n.o, &w.oW, matrix(H, nh * d), true}, {n.oBias, &w.oB, {H}, c.outputProjBias}};
+        {n.postAttnNorm, &w.postAttnNormW, {H}, true}, {n.postMlpNorm, &w.postMlpNormW, {H}, true}};
+    const bool recurrent = c.isRecurrentLayer(i);  // a Gated DeltaNet in the attention's place
+    if (recurrent) {
+      const DeltaNetConfig& dn = c.deltaNet;
+      const int64_t C = dn.convDim(), Vd = dn.valueDim(), Hv = dn.valueHeads;
+      for (Item it : std::vector<Item>{{n.dnQkv, &w.dnQkvW, matrix(C, H), true},
+                                       {n.dnZ, &w.dnZW, matrix(Vd, H), true},
+                                       {n.dnB, &w.dnBW, matrix(Hv, H), true},
+                                       {n.dnA, &w.dnAW, matrix(Hv, H), true},
+                                       {n.dnQkvz, &w.dnQkvzW, matrix(C + Vd, H), true},
+                                       {n.dnBa, &w.dnBaW, matrix(2 * Hv, H), true},
+                                       {n.dnConv, &w.dnConvW, {C, 1, dn.convKernel}, true},
+                                       {n.dnALog, &w.dnALog, {Hv}, true},
+                                       {n.dnDtBias, &w.dnDtBias, {Hv}, true},
+                                       {n.dnNorm, &w.dnNormW, {dn.valueHeadDim}, true},
+                                       {n.dnOut, &w.dnOutW, matrix(H, Vd), true}})
+        items.push_back(std::move(it));
+    } else {
+      items.push_back({n.o, &w.oW, matrix(H, nh * d), true});
+      items.push_back({n.oBias, &w.oB, {H}, c.outputProjBias});
+    }
     const bool moe = c.isMoeLayer(i);  // its experts stand in the dense MLP's place
     if (!moe) {
       items.push_back({n.down, &w.downW, matrix(H, I), true});
@@ -211,6 +230,7 @@ void ModelImpl::loadWeights() {
         items.push_back({n.sharedGate, &w.sharedGateW, matrix(Is, H), true});
         items.push_back({n.sharedUp, &w.sharedUpW, matrix(Is, H), true});
         items.push_back({n.sharedDown, &w.sharedDownW, matrix(H, Is), true});
+        if (c.moe.sharedExpertGate) items.push_back({n.sharedExpertGate, &w.sharedExpertGateW, matrix(1, H), true});
       }
       w.expertGateW.resize(static_cast<size_t>(E));
       w.expertUpW.resize(static_cast<size_t>(E));
@@ -223,20 +243,23 @@ void ModelImpl::loadWeights() {
         items.push_back({expert + n.expertDown, &w.expertDownW[ue], matrix(H, Im), true});
       }
     }
-    if (recipe.fusedQkv) {
+    if (recurrent) {
+      // no attention projections
+    } else if (recipe.fusedQkv) {
       const int64_t qkv = (nh + 2 * nkv) * d;
       items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
       items.push_back({n.qkvBias, &w.qkvB, {qkv}, c.qkvBias});
     } else {
-      items.push_back({n.q, &w.qW, matrix(nh * d, H), true});
+      // With an output gate, each head's query rows are followed by as many gate rows.
+      items.push_back({n.q, &w.qW, matrix((c.attentionOutputGate ? 2 : 1) * nh * d, H), true});
       items.push_back({n.k, &w.kW, matrix(nkv * d, H), true});
       items.push_back({n.v, &w.vW, matrix(nkv * d, H), true});
-      items.push_back({n.qBias, &w.qB, {nh * d}, c.qkvBias});
+      items.push_back({n.qBias, &w.qB, {(c.attentionOutputGate ? 2 : 1) * nh * d}, c.qkvBias});
       items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
       items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
     }
-    if (c.attentionSinks) items.push_back({n.sinks, &w.sinksW, {nh}, true});
-    if (c.qkNorm) {  // per head [d], or over the whole projection [h * d]
+    if (c.attentionSinks && !recurrent) items.push_back({n.sinks, &w.sinksW, {nh}, true});
+    if (c.qkNorm && !recurrent) {  // per head [d], or over the whole projection [h * d]
       const bool whole = recipe.qkNormOverHeads;
       items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});
       items.push_back({n.kNorm, &w.kNormW, {whole ? nkv * d : d}, true});
@@ -278,9 +301,28 @@ void ModelImpl::loadWeights() {
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)
     if (c.isSlidingLayer(i)) layerWindows[static_cast<size_t>(i)] = c.slidingWindow;
+  if (!n.dnQkvz.empty() && c.hasRecurrentLayers()) fusedDeltaNetOrder();
   layerChunks.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)
     if (c.isChunkedLayer(i)) layerChunks[static_cast<size_t>(i)] = c.attentionChunk;
+}
+
+void ModelImpl::fusedDeltaNetOrder() {
+  // Per key-head group: [q Dk | k Dk | v g Dv | z g Dv] and [b g | a g], g = Hv / Hk
+  // (transformers' Qwen3NextGatedDeltaNet.fix_query_key_value_ordering).
+  const DeltaNetConfig& d = config.deltaNet;
+  const int64_t g = d.valueHeads / d.keyHeads, group = 2 * d.keyHeadDim + 2 * g * d.valueHeadDim;
+  const int64_t offsets[4] = {0, d.keyHeadDim, 2 * d.keyHeadDim, 2 * d.keyHeadDim + g * d.valueHeadDim};
+  const int64_t lengths[4] = {d.keyHeadDim, d.keyHeadDim, g * d.valueHeadDim, g * d.valueHeadDim};
+  std::vector<int64_t> qkvz, ba;
+  for (int part = 0; part < 4; ++part)
+    for (int64_t k = 0; k < d.keyHeads; ++k)
+      for (int64_t j = 0; j < lengths[part]; ++j) qkvz.push_back(k * group + offsets[part] + j);
+  for (int part = 0; part < 2; ++part)
+    for (int64_t k = 0; k < d.keyHeads; ++k)
+      for (int64_t j = 0; j < g; ++j) ba.push_back(k * 2 * g + part * g + j);
+  dnQkvzOrder = torch::tensor(qkvz, torch::kLong);
+  dnBaOrder = torch::tensor(ba, torch::kLong);
 }
 
 }  // namespace kvscope

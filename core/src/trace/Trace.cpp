@@ -37,6 +37,7 @@ bool TraceLayerRecord::operator==(const TraceLayerRecord& o) const {
   return cacheLength == o.cacheLength && keys == o.keys && values == o.values &&
          keyChecksum == o.keyChecksum && valueChecksum == o.valueChecksum &&
          snapshotKeys == o.snapshotKeys && snapshotValues == o.snapshotValues &&
+         convState == o.convState && recurrentState == o.recurrentState &&
          ringPositions == o.ringPositions;
 }
 
@@ -143,6 +144,13 @@ TraceLayerKind Trace::layerKind(int64_t layer) const {
   return layer >= 0 && layer < static_cast<int64_t>(layerKinds.size())
              ? layerKinds[static_cast<size_t>(layer)]
              : TraceLayerKind{};
+}
+
+std::vector<int64_t> Trace::recurrentLayers() const {
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < static_cast<int64_t>(layerKinds.size()); ++l)
+    if (layerKinds[static_cast<size_t>(l)].recurrent) out.push_back(l);
+  return out;
 }
 
 std::vector<int64_t> Trace::ringLayers() const {

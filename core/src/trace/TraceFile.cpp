@@ -10,6 +10,7 @@
 #include "trace/TraceJson.hpp"
 #include "trace/TraceExpertChoices.hpp"
 #include "trace/TracePacking.hpp"
+#include "trace/TraceRecurrentStates.hpp"
 #include "trace/TraceRingLayers.hpp"
 #include "trace/TraceStepColumns.hpp"
 #include "trace/TraceStepResolver.hpp"
@@ -24,6 +25,7 @@ void TraceFile::write(const Trace& trace, const std::string& path, bool overwrit
   auto layouts = detail::planStepLayouts(trace);
   detail::planRingRows(trace, layouts);
   detail::planExpertRows(trace, layouts);
+  detail::planStateRows(trace, layouts);
   json doc = detail::traceHeaderToJson(trace, kFormatVersion);
   doc["steps"] = detail::stepsToColumns(trace, layouts);
   SafetensorsWriter w;
@@ -33,6 +35,7 @@ void TraceFile::write(const Trace& trace, const std::string& path, bool overwrit
   detail::addPackedTensors(trace, layouts, w);
   detail::addRingPositions(trace, layouts, w);
   detail::addExpertChoices(trace, layouts, w);
+  detail::addRecurrentStates(trace, layouts, w);
   w.write(path, overwrite);
 }
 
@@ -72,6 +75,7 @@ Trace TraceFile::read(const std::string& path) {
   detail::applyRingPositions(*file, layouts, trace);
   detail::applyExpertChoices(*file, layouts, trace);
   detail::resolveStepTensors(trace, tensors, path);
+  detail::applyRecurrentStates(*file, layouts, trace);
   trace.tensorDtype = tensorDtype;
   return trace;
 }

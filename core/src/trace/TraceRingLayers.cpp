@@ -21,6 +21,10 @@ json layerKindsToJson(const std::vector<TraceLayerKind>& kinds) {
   if (kinds.empty()) return nullptr;
   json a = json::array();
   for (const auto& k : kinds) {
+    if (k.recurrent) {
+      a.push_back({{"kind", "recurrent"}});
+      continue;
+    }
     if (k.chunk > 0) {
       json j = {{"kind", "chunked"}, {"chunk", k.chunk}};
       if (k.ring()) j["ring_slots"] = k.ringSlots;
@@ -62,8 +66,12 @@ std::vector<TraceLayerKind> layerKindsFromJson(const json& doc, const std::strin
     } else if (kind == "full") {
       if (e.has("ring_slots"))
         e.fail("ring_slots", "a full-attention layer keeps every entry and has no ring");
+    } else if (kind == "recurrent") {  // a state (Gated DeltaNet), no K/V records
+      for (const char* span : {"window", "chunk", "ring_slots"})
+        if (e.has(span)) e.fail(span, "a recurrent layer keeps a state, not K/V entries: it has no " + std::string(span));
+      k.recurrent = true;
     } else {
-      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding, chunked)");
+      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding, chunked, recurrent)");
     }
     if (k.ring() && slots > 0 && k.ringSlots != slots)
       e.fail("ring_slots", std::to_string(k.ringSlots) + " slots, but layer " +

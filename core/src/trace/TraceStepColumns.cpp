@@ -118,7 +118,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
                         "rng_draws_after", "weights_version", "events", "logits_row", "cache_lengths"})
     c[k] = json::array();
   bool masks = false, appended = false, snapshots = false, checksums = false, drafts = false,
-       rings = false, reused = false, experts = false;
+       rings = false, reused = false, experts = false, states = false;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& s = trace.steps[i];
     const StepLayout& at = layouts[i];
@@ -153,6 +153,7 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     checksums = checksums || at.checksumRow >= 0;
     rings = rings || at.ringRow >= 0;
     experts = experts || at.expertRow >= 0;
+    states = states || at.stateRow >= 0;
   }
   if (masks) {
     c["fed_mask"] = json::array();
@@ -196,6 +197,10 @@ json stepsToColumns(const Trace& trace, const std::vector<StepLayout>& layouts) 
     c["expert_row"] = json::array();
     for (const auto& at : layouts) c["expert_row"].push_back(at.expertRow);
   }
+  if (states) {  // recurrent layers' states; written only when a step recorded them
+    c["state_row"] = json::array();
+    for (const auto& at : layouts) c["state_row"].push_back(at.stateRow);
+  }
   return c;
 }
 
@@ -223,6 +228,7 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
   const json* checksumRow = cols.column("checksum_row", false);
   const json* ringRow = cols.column("ring_row", false);
   const json* expertRow = cols.column("expert_row", false);
+  const json* stateRow = cols.column("state_row", false);
   const json* draftCount = cols.column("draft_count", false);
   const json* acceptedCount = cols.column("accepted_count", false);
   const json* reusedCount = cols.column("reused_count", false);
@@ -291,6 +297,8 @@ std::vector<StepLayout> stepsFromColumns(const json& steps, const std::string& f
     if (at.ringRow < -1) cols.fail("ring_row", i, "expected a row index or -1");
     at.expertRow = cols.integer(expertRow, "expert_row", i, -1);
     if (at.expertRow < -1) cols.fail("expert_row", i, "expected a row index or -1");
+    at.stateRow = cols.integer(stateRow, "state_row", i, -1);
+    if (at.stateRow < -1) cols.fail("state_row", i, "expected a row index or -1");
     at.appended = cols.counts(appended, "appended", i, L);
     at.snapshot = cols.counts(snapshot, "snapshot_lengths", i, L);
     std::vector<int64_t> declared;

@@ -16,6 +16,7 @@ struct StepLayout {
   int64_t checksumRow = -1;                       // -1: no checksums
   int64_t ringRow = -1;                           // -1: no ring slot maps
   int64_t expertRow = -1;                         // -1: no expert choices
+  int64_t stateRow = -1;                          // -1: no recurrent states
 
   bool hasLayerData() const {
     for (const auto* v : {&appended, &snapshot})

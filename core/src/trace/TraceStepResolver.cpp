@@ -49,6 +49,14 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
     for (const int64_t layer : trace.layerIndices()) {
       const auto l = static_cast<size_t>(layer);
       auto& rec = s.layers[l];
+      if (trace.layerKind(layer).recurrent) {  // a state, no K/V records
+        const auto kv = source.appended(i, l);
+        if ((kv && kv->keys.shape.size() == 3 && kv->keys.shape[1] > 0) || source.snapshot(i, l))
+          throw InputError(path, source.recordsField(i, l),
+                           "layer " + std::to_string(l) + " of steps[" + std::to_string(i) +
+                               "] has K/V records, but layer_kinds says it is recurrent (a state, no K/V)");
+        continue;
+      }
       auto snap = source.snapshot(i, l);
       const bool hasSnapshot = snap.has_value();
       if (snap) {

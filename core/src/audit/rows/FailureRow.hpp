@@ -119,6 +119,13 @@ class FailureRow {
                               const RequestReference& /*own*/, const Evidence&) const {
     return false;
   }
+  /// The request's first divergence where a recurrent layer's recorded state is beyond
+  /// tolerance below every wrong K/V record (StepAnalysis::stateFirst()): asked before the
+  /// records, the first row that explains the state claims it.
+  virtual bool explainState(DiagnosisContext&, int64_t, const StepAnalysis&, const RequestReference& /*own*/,
+                            const Evidence&) const {
+    return false;
+  }
   /// Asked when no row explained the records: the nearest row, with a lower confidence.
   virtual bool nearestRecords(DiagnosisContext&, int64_t, const StepAnalysis&,
                               const RequestReference&, const Evidence&) const {

@@ -54,6 +54,9 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // A left-padded request's query temperature taken at its cache index: the same signature
       // once more, only on a padded request; claimed when the shifted temperature reproduces it.
       &rows::temperaturePosition(),
+      // A recurrent layer's state wrong below every wrong record: asked on its own question
+      // (explainState) before the records; without recorded states, a nearest answer only.
+      &rows::recurrentState(),
       // A token routed to other experts than the checkpoint's router picks, beyond the near-tie
       // margin (the trace records the engine's experts): the layers up to the router's exact,
       // the next layers' records wrong from that token on. After the dropped-feature rows,

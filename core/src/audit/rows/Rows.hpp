@@ -34,5 +34,6 @@ const FailureRow& yarnAttentionFactor();
 const FailureRow& expertRouting();
 const FailureRow& chunkMask();
 const FailureRow& temperaturePosition();
+const FailureRow& recurrentState();
 
 }  // namespace kvscope::detail::rows

@@ -23,5 +23,7 @@ const ModelFamily& olmo3Family();
 const ModelFamily& glm4Family();
 const ModelFamily& ministral3Family();
 const ModelFamily& llama4Family();
+const ModelFamily& qwen3_5Family();
+const ModelFamily& qwen3NextFamily();
 
 }  // namespace kvscope

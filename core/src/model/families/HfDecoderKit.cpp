@@ -118,6 +118,28 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
   return hfDecoderDemoTensors(s, hfDecoderWeightNames(), qkvBias, oBias, qkNorm, false);
 }
 
+void readQwenSparseMoe(const ConfigReader& r, ModelConfig& c, int64_t experts, int64_t topK, int64_t width,
+                       bool normTopK) {
+  MoeConfig& m = c.moe;
+  // transformers 5 writes num_local_experts (its attribute_map name); the Hub's configs
+  // and transformers 4 name it num_experts.
+  readExpertCounts(r, m, "num_experts", "num_local_experts", experts, topK);
+  m.layers.assign(static_cast<size_t>(c.numLayers), false);
+  if (m.numExperts == 0) return;  // every layer dense
+  m.intermediateSize = r.intOr("moe_intermediate_size", width);
+  r.checkSize("moe_intermediate_size", m.intermediateSize, limits::kIntermediateSize);
+  m.normTopK = r.boolOr("norm_topk_prob", normTopK);
+  const int64_t step = r.intOr("decoder_sparse_step", 1);
+  if (step < 1) throw InputError(r.file(), "decoder_sparse_step", "must be >= 1");
+  for (int64_t i = 0; i < c.numLayers; ++i) m.layers[static_cast<size_t>(i)] = (i + 1) % step == 0;
+  for (int64_t i : r.intList("mlp_only_layers")) {
+    if (i < 0 || i >= c.numLayers)
+      throw InputError(r.file(), "mlp_only_layers",
+                       "layer " + std::to_string(i) + " is not in [0, " + std::to_string(c.numLayers) + ")");
+    m.layers[static_cast<size_t>(i)] = false;
+  }
+}
+
 double positiveNumber(const ConfigReader& r, const char* name, double fallback) {
   const double v = r.doubleOr(name, fallback);
   if (!(v > 0) || !std::isfinite(v))

@@ -63,6 +63,11 @@ std::vector<CheckpointWriter::TensorPlan> moeDemoTensors(const CheckpointSpec& s
 /// alias, num_experts_per_tok in [1, count]; InputError naming the field.
 void readExpertCounts(const ConfigReader& r, MoeConfig& m, const char* primary, const char* alias,
                       int64_t defaultExperts, int64_t defaultTopK);
+/// Qwen's sparse-MoE keys (Qwen3-MoE, Qwen3-Next): the expert count (num_experts, or 5.x's
+/// num_local_experts), num_experts_per_tok, moe_intermediate_size, norm_topk_prob, and the layers
+/// decoder_sparse_step picks outside mlp_only_layers; the class's defaults given.
+void readQwenSparseMoe(const ConfigReader& r, ModelConfig& c, int64_t experts, int64_t topK, int64_t width,
+                       bool normTopK);
 /// `name` from the config: a positive finite number (a multiplier), else InputError.
 double positiveNumber(const ConfigReader& r, const char* name, double fallback);
 /// The rules every RoPE decoder's spec follows (an even head_dim).

@@ -43,6 +43,14 @@ struct WeightNames {
   std::string stackedGateUp, stackedGateUpBias, stackedDown, stackedDownBias;
   // A shared expert beside the routed ones (MoeConfig::sharedIntermediateSize): a gated MLP.
   std::string sharedGate, sharedUp, sharedDown;
+  // A Gated DeltaNet layer (ModelConfig::deltaNet) in the attention's place: q|k|v [C, H], the
+  // output gate z [Vd, H], b and a [Hv, H], the causal conv [C, 1, K], A_log and dt_bias [Hv],
+  // the output norm [Dv], out_proj [H, Vd]. Qwen3-Next fuses q|k|v|z and b|a per key-head
+  // group instead (dnQkvz [2 Kd + 2 Vd, H], dnBa [2 Hv, H]).
+  std::string dnQkv, dnZ, dnB, dnA, dnConv, dnALog, dnDtBias, dnNorm, dnOut;
+  std::string dnQkvz, dnBa;
+  // Qwen3-Next: the sigmoid gate [1, H] on the shared expert's output (MoeConfig::sharedExpertGate).
+  std::string sharedExpertGate;
   std::string expert(int64_t layer, int64_t e, const std::string& suffix) const {
     return this->layer(layer, expertPrefix + std::to_string(e) + "." + suffix);
   }

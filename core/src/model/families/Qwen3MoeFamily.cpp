@@ -33,24 +33,7 @@ class Qwen3MoeFamily final : public ModelFamily {
       c.slidingWindow = window;
       c.slidingLayers.assign(static_cast<size_t>(c.numLayers), true);
     }
-    MoeConfig& m = c.moe;
-    // transformers 5 writes num_local_experts (its attribute_map name); the Hub's configs
-    // and transformers 4 name it num_experts.
-    readExpertCounts(r, m, "num_experts", "num_local_experts", 128, 8);
-    m.layers.assign(static_cast<size_t>(c.numLayers), false);
-    if (m.numExperts == 0) return;  // every layer dense
-    m.intermediateSize = r.intOr("moe_intermediate_size", 768);
-    r.checkSize("moe_intermediate_size", m.intermediateSize, limits::kIntermediateSize);
-    m.normTopK = r.boolOr("norm_topk_prob", false);
-    const int64_t step = r.intOr("decoder_sparse_step", 1);
-    if (step < 1) throw InputError(r.file(), "decoder_sparse_step", "must be >= 1");
-    for (int64_t i = 0; i < c.numLayers; ++i) m.layers[static_cast<size_t>(i)] = (i + 1) % step == 0;
-    for (int64_t i : r.intList("mlp_only_layers")) {
-      if (i < 0 || i >= c.numLayers)
-        throw InputError(r.file(), "mlp_only_layers",
-                         "layer " + std::to_string(i) + " is not in [0, " + std::to_string(c.numLayers) + ")");
-      m.layers[static_cast<size_t>(i)] = false;
-    }
+    readQwenSparseMoe(r, c, 128, 8, 768, false);
   }
 
   const WeightNames& weightNames() const override {

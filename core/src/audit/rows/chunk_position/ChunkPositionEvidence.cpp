@@ -102,7 +102,7 @@ std::optional<ChunkPositionEvidence::Hypothesis> ChunkPositionEvidence::test(
     const StepAnalysis& c = *b.chunks[k];
     for (size_t l = 0; l < c.step->layers.size() && l < run->keys.size(); ++l) {
       const TraceLayerRecord& rec = c.step->layers[l];
-      if (!trace_.hasLayer(static_cast<int64_t>(l)) || rec.keys.shape.size() != 3) continue;
+      if (!trace_.holdsRows(static_cast<int64_t>(l)) || rec.keys.shape.size() != 3) continue;
       for (size_t j = 0; j < c.streamIndex.size(); ++j) {
         const int64_t p = c.streamIndex[j];
         if (p < 0 || static_cast<int64_t>(j) >= rec.keys.shape[1]) continue;

@@ -30,7 +30,7 @@ std::optional<FirstRecordsVerdict> firstRecordsNotReproduced(const Trace& trace,
                                                              ReferenceSet& refs,
                                                              const Tolerance& tol,
                                                              bool referenceTrace) {
-  if (!trace.hasLayer(0)) return std::nullopt;
+  if (!trace.holdsRows(0)) return std::nullopt;
   constexpr double inf = std::numeric_limits<double>::infinity();
   struct Checked {
     const StepAnalysis* first;
