@@ -274,7 +274,8 @@ TEST(RecurrentState, PadsThatEnterTheRecurrenceAreFoundAtThePaddedRequestsPrefil
   // nearest answer, with its lower confidence.
   o.recordStatesEvery = 0;
   const Trace blind = Engine(model).run(paddedBatch(), o);
-  const Finding& g = test::onlyFinding(Auditor::audit(*model, blind).report, finding::RecurrentState);
+  const AuditReport blindReport = Auditor::audit(*model, blind).report;
+  const Finding& g = test::onlyFinding(blindReport, finding::RecurrentState);
   EXPECT_EQ(g.request, 1);
   EXPECT_EQ(g.layer, 0);
   EXPECT_LT(g.confidence, 0.75);
