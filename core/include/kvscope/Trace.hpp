@@ -185,6 +185,10 @@ struct Trace {
   std::vector<int64_t> batchMatesOf(int64_t request) const;
   /// Steps of one request, in step order.
   std::vector<const TraceStep*> stepsOf(int64_t request) const;
+  /// Per step of stepsOf(request): the stream entries the request's cache holds after it
+  /// (TraceStep::streamEntries summed; a step with a cache_reset event starts over). What a
+  /// recurrent layer's state after the step has consumed.
+  std::vector<int64_t> streamHeldAfter(int64_t request) const;
   bool hasSnapshots() const;
   /// The one rule for a layer subset: whether the trace holds layer `layer`'s records.
   bool hasLayer(int64_t layer) const;

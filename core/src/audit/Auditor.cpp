@@ -26,34 +26,6 @@ using namespace detail;
 
 namespace {
 
-// Stage 2's line for the recurrent layers: their recorded states against the reference's after
-// the same tokens, or why not.
-std::string recurrentStateLine(const std::vector<int64_t>& recurrent,
-                               const std::map<int64_t, std::vector<detail::StepAnalysis>>& analyses) {
-  const std::string layers = std::string(recurrent.size() == 1 ? "layer " : "layers ") + detail::listText(recurrent);
-  int64_t compared = 0, bad = 0, steps = 0;
-  double worst = 0;
-  for (const auto& [r, list] : analyses)
-    for (const auto& a : list) {
-      if (a.statesCompared == 0) continue;
-      ++steps;
-      compared += a.statesCompared;
-      bad += a.firstBadStateLayer >= 0 ? 1 : 0;
-      for (size_t l = 0; l < a.stateTol.size(); ++l)
-        if (a.stateTol[l] > 0) worst = std::max(worst, a.stateError[l] / a.stateTol[l]);
-    }
-  if (compared == 0)
-    return "not checked: " + layers + " keep a recurrent state (Gated DeltaNet), not K/V records, and the trace holds "
-           "no state: their effect is checked through the logits and the later layers' records";
-  if (bad > 0)
-    return "FAIL: the recurrent state of " + layers + " differs from the reference's after the same tokens at " +
-           std::to_string(bad) + " of " + std::to_string(steps) + " steps";
-  return "ok: the recurrent states of " + layers + " equal the reference's after the same tokens at " +
-         std::to_string(steps) + " steps (" + std::to_string(compared) + " states, worst " +
-         detail::numberText(worst * 100, 3) + "% of the tolerance)";
-}
-
-
 class AuditRun {
  public:
   AuditRun(const Trace& cached, ReferenceSet& refs, const AuditOptions& o, int64_t slidingWindow,
@@ -303,8 +275,7 @@ class AuditRun {
                            ", t, d=" + std::to_string(m.headDim) + "] per request row");
     for (int64_t l = 0; l < m.numLayers && trace_.isLayerSubset(); ++l)
       if (!trace_.hasLayer(l)) cache.checks.push_back(layerNotInTraceNote(l));
-    if (const auto recurrent = trace_.recurrentLayers(); !recurrent.empty())
-      cache.checks.push_back(recurrentStateLine(recurrent, analyses));
+    rowChecks(AuditStage::Cache, analyses, f, cache.checks);
     cache.checks.push_back(lengthBad ? "FAIL: cache length differs from the inputs consumed at " +
                                            std::to_string(lengthBad) + " steps"
                                      : "ok: cache length equals the inputs consumed at every step");

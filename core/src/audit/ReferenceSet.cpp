@@ -130,13 +130,11 @@ std::vector<int64_t> stateLengths(const Trace& trace, int64_t request) {
   std::set<int64_t> out;
   const std::vector<int64_t> recurrent = trace.recurrentLayers();
   if (recurrent.empty()) return {};
-  int64_t held = 0;  // the stream entries the request's cache holds (TraceStep::streamEntries)
-  for (const TraceStep* st : trace.stepsOf(request)) {
-    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) held = 0;
-    held += st->streamEntries();
-    const auto l = static_cast<size_t>(recurrent.front());
-    if (l < st->layers.size() && !st->layers[l].recurrentState.empty() && held > 0) out.insert(held);
-  }
+  const auto steps = trace.stepsOf(request);
+  const std::vector<int64_t> held = trace.streamHeldAfter(request);
+  const auto l = static_cast<size_t>(recurrent.front());
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (l < steps[i]->layers.size() && !steps[i]->layers[l].recurrentState.empty() && held[i] > 0) out.insert(held[i]);
   return {out.begin(), out.end()};
 }
 

@@ -111,8 +111,8 @@ RecurrentState CachedAttention::recurrentState(int64_t layer) {
   for (const RequestState* r : group_) {
     const bool fresh = r->lengths[static_cast<size_t>(layer)] == 0;
     const torch::Tensor c = cache_.convState(layer, r->slot), st = cache_.recurrentState(layer, r->slot);
-    conv.push_back(fresh ? torch::zeros_like(c) : c.clone());
-    state.push_back(fresh ? torch::zeros_like(st) : st.clone());
+    conv.push_back(fresh ? torch::zeros_like(c) : c);  // views: stack copies them once
+    state.push_back(fresh ? torch::zeros_like(st) : st);
   }
   return {torch::stack(conv), torch::stack(state)};
 }

@@ -48,13 +48,14 @@ FloatTensor cachedSide(const AuditResult& result, int64_t request, int64_t step,
 // same stream ([Hv, Dk, Dv] each; empty where not recorded or not computed).
 std::pair<FloatTensor, FloatTensor> recurrentStates(const AuditResult& result, int64_t request, int64_t step,
                                                     int64_t layer) {
-  const detail::StepPlace place = detail::StepPlace::of(result.trace, request, step);
+  const auto steps = result.trace.stepsOf(request);
+  const auto at = std::find_if(steps.begin(), steps.end(), [&](const TraceStep* s) { return s->step == step; });
   const auto l = static_cast<size_t>(layer);
-  if (!place.step || l >= place.step->layers.size()) return {};
-  const FloatTensor& cached = place.step->layers[l].recurrentState;
+  if (at == steps.end() || l >= (*at)->layers.size()) return {};
+  const FloatTensor& cached = (*at)->layers[l].recurrentState;
   FloatTensor reference;
   if (const RequestReference* ref = result.referenceFor(request)) {
-    const auto it = ref->statesAt.find(place.realBefore + place.step->streamEntries());
+    const auto it = ref->statesAt.find(result.trace.streamHeldAfter(request)[static_cast<size_t>(at - steps.begin())]);
     if (it != ref->statesAt.end() && l < it->second.recurrent.size()) reference = it->second.recurrent[l];
   }
   return {cached, reference};

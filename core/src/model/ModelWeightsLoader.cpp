@@ -243,26 +243,27 @@ void ModelImpl::loadWeights() {
         items.push_back({expert + n.expertDown, &w.expertDownW[ue], matrix(H, Im), true});
       }
     }
-    if (recurrent) {
-      // no attention projections
-    } else if (recipe.fusedQkv) {
-      const int64_t qkv = (nh + 2 * nkv) * d;
-      items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
-      items.push_back({n.qkvBias, &w.qkvB, {qkv}, c.qkvBias});
-    } else {
-      // With an output gate, each head's query rows are followed by as many gate rows.
-      items.push_back({n.q, &w.qW, matrix((c.attentionOutputGate ? 2 : 1) * nh * d, H), true});
-      items.push_back({n.k, &w.kW, matrix(nkv * d, H), true});
-      items.push_back({n.v, &w.vW, matrix(nkv * d, H), true});
-      items.push_back({n.qBias, &w.qB, {(c.attentionOutputGate ? 2 : 1) * nh * d}, c.qkvBias});
-      items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
-      items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
-    }
-    if (c.attentionSinks && !recurrent) items.push_back({n.sinks, &w.sinksW, {nh}, true});
-    if (c.qkNorm && !recurrent) {  // per head [d], or over the whole projection [h * d]
-      const bool whole = recipe.qkNormOverHeads;
-      items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});
-      items.push_back({n.kNorm, &w.kNormW, {whole ? nkv * d : d}, true});
+    if (!recurrent) {  // the attention projections (a recurrent layer has the DeltaNet's above)
+      if (recipe.fusedQkv) {
+        const int64_t qkv = (nh + 2 * nkv) * d;
+        items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
+        items.push_back({n.qkvBias, &w.qkvB, {qkv}, c.qkvBias});
+      } else {
+        // With an output gate, each head's query rows are followed by as many gate rows.
+        const int64_t q = (c.attentionOutputGate ? 2 : 1) * nh * d;
+        items.push_back({n.q, &w.qW, matrix(q, H), true});
+        items.push_back({n.k, &w.kW, matrix(nkv * d, H), true});
+        items.push_back({n.v, &w.vW, matrix(nkv * d, H), true});
+        items.push_back({n.qBias, &w.qB, {q}, c.qkvBias});
+        items.push_back({n.kBias, &w.kB, {nkv * d}, c.qkvBias});
+        items.push_back({n.vBias, &w.vB, {nkv * d}, c.qkvBias});
+      }
+      if (c.attentionSinks) items.push_back({n.sinks, &w.sinksW, {nh}, true});
+      if (c.qkNorm) {  // per head [d], or over the whole projection [h * d]
+        const bool whole = recipe.qkNormOverHeads;
+        items.push_back({n.qNorm, &w.qNormW, {whole ? nh * d : d}, true});
+        items.push_back({n.kNorm, &w.kNormW, {whole ? nkv * d : d}, true});
+      }
     }
     for (auto& it : items) {
       if (it.suffix.empty()) continue;

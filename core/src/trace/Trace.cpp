@@ -127,6 +127,17 @@ std::vector<const TraceStep*> Trace::stepsOf(int64_t request) const {
   return out;
 }
 
+std::vector<int64_t> Trace::streamHeldAfter(int64_t request) const {
+  std::vector<int64_t> out;
+  int64_t held = 0;
+  for (const TraceStep* st : stepsOf(request)) {
+    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) held = 0;
+    held += st->streamEntries();
+    out.push_back(held);
+  }
+  return out;
+}
+
 bool Trace::hasSnapshots() const {
   for (const auto& s : steps)
     for (const auto& l : s.layers)

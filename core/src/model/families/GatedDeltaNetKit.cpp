@@ -13,25 +13,11 @@ namespace {
 // full_attention_interval-th layer full.
 void readDeltaNetLayerTypes(const ConfigReader& r, ModelConfig& c, const char* family) {
   const int64_t L = c.numLayers;
-  c.deltaNet.layers.assign(static_cast<size_t>(L), false);
-  if (r.has("layer_types")) {
-    const auto& lt = r.doc()["layer_types"];
-    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != L)
-      throw InputError(r.file(), "layer_types", "expected one entry per layer (" + std::to_string(L) + ")");
-    for (int64_t i = 0; i < L; ++i) {
-      const auto& e = lt[static_cast<size_t>(i)];
-      const std::string type = e.is_string() ? e.get<std::string>() : "";
-      const bool linear = type == "linear_attention" || type == "conv" || type == "mamba";
-      if (!linear && type != "full_attention" && type != "attention")
-        throw InputError(r.file(), "layer_types[" + std::to_string(i) + "]",
-                         "expected \"linear_attention\" or \"full_attention\" (" + std::string(family) +
-                             " has no other layer type)");
-      c.deltaNet.layers[static_cast<size_t>(i)] = linear;
-    }
-    return;
-  }
+  c.deltaNet.layers = layerTypeFlags(r, L, {"linear_attention", "conv", "mamba"}, {"full_attention", "attention"}, family);
+  if (!c.deltaNet.layers.empty()) return;
   const int64_t interval = r.intOr("full_attention_interval", 4);
   r.checkSize("full_attention_interval", interval, limits::kLayers);
+  c.deltaNet.layers.assign(static_cast<size_t>(L), false);
   for (int64_t i = 0; i < L; ++i) c.deltaNet.layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
 }
 

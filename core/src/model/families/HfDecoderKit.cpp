@@ -98,6 +98,27 @@ bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window) {
   return true;
 }
 
+std::vector<bool> layerTypeFlags(const ConfigReader& r, int64_t layers, const std::vector<std::string>& marked,
+                                 const std::vector<std::string>& others, const std::string& family) {
+  if (!r.has("layer_types")) return {};
+  const auto& lt = r.doc()["layer_types"];
+  if (!lt.is_array() || static_cast<int64_t>(lt.size()) != layers)
+    throw InputError(r.file(), "layer_types", "expected one entry per layer (" + std::to_string(layers) + ")");
+  std::vector<bool> out;
+  const auto named = [](const std::vector<std::string>& names, const std::string& t) {
+    return std::find(names.begin(), names.end(), t) != names.end();
+  };
+  for (size_t i = 0; i < lt.size(); ++i) {
+    const std::string type = lt[i].is_string() ? lt[i].get<std::string>() : "";
+    if (!named(marked, type) && !named(others, type))
+      throw InputError(r.file(), "layer_types[" + std::to_string(i) + "]",
+                       "expected \"" + marked.front() + "\" or \"" + others.front() + "\" (" + family +
+                           " has no other layer type)");
+    out.push_back(named(marked, type));
+  }
+  return out;
+}
+
 json hfDecoderDemoConfig(const CheckpointSpec& s) {
   json c = json::object();
   c["attention_dropout"] = 0.0;

@@ -31,6 +31,13 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefau
 /// slide, with `sliding_window` as the window. Returns false when the key is absent.
 bool readLayerTypes(const ConfigReader& r, ModelConfig& c, int64_t window);
 
+/// `layer_types` as one flag per layer: true for an entry named in `marked`, false for one in
+/// `others` (the first name of each is the one the error quotes); InputError naming
+/// `layer_types` (not one entry per layer) or `layer_types[i]` (another entry: `family` has no
+/// other layer type). Absent: empty.
+std::vector<bool> layerTypeFlags(const ConfigReader& r, int64_t layers, const std::vector<std::string>& marked,
+                                 const std::vector<std::string>& others, const std::string& family);
+
 /// model.embed_tokens, model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj (+ .bias),
 /// self_attn.{q,k}_norm, post_attention_layernorm, mlp.{gate,up,down}_proj (+ .bias)},
 /// model.norm, lm_head.

@@ -169,22 +169,9 @@ class Llama4Family final : public ModelFamily {
   // and attention_chunk_size (null: no layer may be chunked).
   static void readChunks(const ConfigReader& r, ModelConfig& c) {
     const int64_t L = c.numLayers;
-    c.chunkedLayers.assign(static_cast<size_t>(L), false);
-    if (r.has("layer_types")) {
-      const auto& lt = r.doc()["layer_types"];
-      if (!lt.is_array() || static_cast<int64_t>(lt.size()) != L)
-        throw InputError(r.file(), "layer_types", "expected one entry per layer (" + std::to_string(L) + ")");
-      for (int64_t i = 0; i < L; ++i) {
-        const auto& e = lt[static_cast<size_t>(i)];
-        const std::string type = e.is_string() ? e.get<std::string>() : "";
-        if (type != "chunked_attention" && type != "full_attention")
-          throw InputError(r.file(), "layer_types[" + std::to_string(i) + "]",
-                           "expected \"chunked_attention\" or \"full_attention\" (Llama 4 has no other layer type)");
-        c.chunkedLayers[static_cast<size_t>(i)] = type == "chunked_attention";
-      }
-    } else {
-      for (int64_t i = 0; i < L; ++i) c.chunkedLayers[static_cast<size_t>(i)] = c.ropeOn(i);
-    }
+    c.chunkedLayers = layerTypeFlags(r, L, {"chunked_attention"}, {"full_attention"}, "Llama 4");
+    if (c.chunkedLayers.empty())  // absent: the RoPE layers are chunked
+      for (int64_t i = 0; i < L; ++i) c.chunkedLayers.push_back(c.ropeOn(i));
     const bool anyChunked = std::find(c.chunkedLayers.begin(), c.chunkedLayers.end(), true) != c.chunkedLayers.end();
     const bool keyGiven = r.doc().contains("attention_chunk_size");
     if (keyGiven && r.doc()["attention_chunk_size"].is_null()) {

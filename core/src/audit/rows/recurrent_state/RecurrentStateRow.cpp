@@ -4,6 +4,8 @@
 // transformers#46190's zero-padded chunks; a stale state from the slot's previous request).
 // Claimed at the request's first divergence; without recorded states, the nearest row where the
 // first wrong records sit above a recurrent layer whose state the trace does not hold.
+#include <algorithm>
+
 #include "audit/NumberText.hpp"
 #include "audit/rows/DiagnosisContext.hpp"
 #include "audit/rows/FailureRow.hpp"
@@ -86,6 +88,36 @@ class RecurrentStateRow final : public FailureRow {
                 .evidence(std::move(ev)),
             a);
     return true;
+  }
+
+  // Stage 2's line for the recurrent layers: their recorded states against the reference's
+  // after the same tokens, or why not.
+  void stageChecks(const StageCheckInput& in, std::vector<std::string>& checks) const override {
+    const std::vector<int64_t> recurrent = in.trace.recurrentLayers();
+    if (in.stage != AuditStage::Cache || recurrent.empty()) return;
+    const std::string layers = std::string(recurrent.size() == 1 ? "layer " : "layers ") + listText(recurrent);
+    int64_t compared = 0, bad = 0, steps = 0;
+    double worst = 0;
+    for (const auto& [r, list] : in.analyses)
+      for (const auto& a : list) {
+        if (a.statesCompared == 0) continue;
+        ++steps;
+        compared += a.statesCompared;
+        bad += a.firstBadStateLayer >= 0 ? 1 : 0;
+        for (size_t l = 0; l < a.stateTol.size(); ++l)
+          if (a.stateTol[l] > 0) worst = std::max(worst, a.stateError[l] / a.stateTol[l]);
+      }
+    if (compared == 0)
+      checks.push_back("not checked: " + layers + " keep a recurrent state (Gated DeltaNet), not K/V records, and the "
+                       "trace holds no state: their effect is checked through the logits and the later layers' "
+                       "records");
+    else if (bad > 0)
+      checks.push_back("FAIL: the recurrent state of " + layers + " differs from the reference's after the same "
+                       "tokens at " + std::to_string(bad) + " of " + std::to_string(steps) + " steps");
+    else
+      checks.push_back("ok: the recurrent states of " + layers + " equal the reference's after the same tokens at " +
+                       std::to_string(steps) + " steps (" + std::to_string(compared) + " states, worst " +
+                       numberText(worst * 100, 3) + "% of the tolerance)");
   }
 
   // No state recorded: the first wrong records sit above a recurrent layer, every recorded layer
