@@ -45,6 +45,14 @@ inline Trace writtenAndRead(const Trace& t, const std::string& dir, const std::s
   return TraceFile::read(path);
 }
 
+/// Every stage's check lines, one per line.
+inline std::string allStageChecks(const AuditReport& rep) {
+  std::string all;
+  for (const auto& st : rep.stages)
+    for (const auto& line : st.checks) all += line + "\n";
+  return all;
+}
+
 /// The report's finding `id`, which must be its only one (a failure names what it got).
 inline const Finding& onlyFinding(const AuditReport& rep, const std::string& id) {
   EXPECT_EQ(rep.findings.size(), 1u) << rep.toText();

@@ -56,13 +56,6 @@ Trace runPair(const std::string& model, Batching batching,
   return TraceFile::read(path);
 }
 
-std::string stageLines(const AuditReport& rep) {
-  std::string s;
-  for (const auto& st : rep.stages)
-    for (const auto& c : st.checks) s += c + "\n";
-  return s;
-}
-
 TEST(BatchVariance, MatrixRowIsKvScopesAddition) {
   EXPECT_NE(FailureMatrix::row(finding::BatchVariance).observation.find("solo run"),
             std::string::npos);
@@ -77,7 +70,7 @@ TEST(BatchVariance, InvariantBatchingReproducesTheSoloRunBitForBit) {
     const AuditReport rep = Auditor::auditTraces(alone, batched).report;
     EXPECT_EQ(rep.verdict, "clean") << rep.toText();
     EXPECT_TRUE(rep.findings.empty()) << rep.toText();
-    const std::string lines = stageLines(rep);
+    const std::string lines = test::allStageChecks(rep);
     EXPECT_NE(lines.find("ok: request 0 reproduces its solo run bit for bit"), std::string::npos)
         << lines;
     EXPECT_NE(lines.find("ok: request 1 reproduces its solo run bit for bit"), std::string::npos)
@@ -155,10 +148,10 @@ TEST(BatchVariance, UncachedReferenceIsNotABatchComparison) {
   const Trace batched = runPair("llama", Batching::Invariant, {"batch_variance:step=1,layer=0"});
   const AuditReport rep = Auditor::auditTraces(reference, batched).report;
   EXPECT_FALSE(rep.hasFinding(finding::BatchVariance)) << rep.toText();
-  EXPECT_NE(stageLines(rep).find("not checked: request 0 ran batched with request 1, but the "
+  EXPECT_NE(test::allStageChecks(rep).find("not checked: request 0 ran batched with request 1, but the "
                                  "reference trace is uncached"),
             std::string::npos)
-      << stageLines(rep);
+      << test::allStageChecks(rep);
 }
 
 // The inspector's position timeline: the batch at the first step, the onset as an alarm.

@@ -82,6 +82,15 @@ FloatTensor stepRow(const FloatTensor& v) { return FloatTensor({1, v.numel()}, v
 // experts and sinks put logits of magnitude 10 about 1.3e-4 from transformers').
 float logitTolerance(const FloatTensor& golden) { return 1e-4f + 1e-5f * golden.maxAbs(); }
 
+// A fixture whose float32 result is itself uncertain: transformers' own float32 run lies
+// f32_*_vs_f64 from its float64 run (the JSON's per prompt; the Qwen3.5-MoE fixture's prompt 0
+// logits 9.6e-4, its layer-3 prefill 3.5e-4, where KV Scope's float32 lies 3.6e-4 from that
+// float64 run). Another float32 implementation cannot be held closer to transformers' than
+// that, so the fixed tolerance grows to four times it; a bug moves these numbers by 0.1 and more.
+float withFloatNoise(float fixed, const nlohmann::json& prompt, const char* key) {
+  return std::max(fixed, 4.0f * prompt.value(key, 0.0f));
+}
+
 class FamilyGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FamilyGolden, PromptLogitsAndPrefillKvMatchTransformers) {
@@ -96,14 +105,15 @@ TEST_P(FamilyGolden, PromptLogitsAndPrefillKvMatchTransformers) {
     const std::string p = "p" + std::to_string(i) + ".";
     ReferenceRun run = model->reference(pm["ids"].get<std::vector<int64_t>>());
     const FloatTensor wantLogits = golden->readFloat(p + "prompt_logits");
-    EXPECT_TRUE(closeTo(run.logits, wantLogits, logitTolerance(wantLogits)));
+    EXPECT_TRUE(closeTo(run.logits, wantLogits, withFloatNoise(logitTolerance(wantLogits), pm, "f32_logits_vs_f64")));
+    const float kvTol = withFloatNoise(1e-4f, pm, "f32_prefill_vs_f64");
     ASSERT_EQ(run.keys.size(), static_cast<size_t>(model->config().numLayers));
     for (int64_t l = 0; l < model->config().numLayers; ++l) {
       const std::string layer = p + "prefill.layer" + std::to_string(l);
       if (model->config().isRecurrentLayer(l)) {  // the conv's last inputs and the recurrent state
         EXPECT_TRUE(run.keys[static_cast<size_t>(l)].empty()) << layer;
-        EXPECT_TRUE(closeTo(run.convStates[static_cast<size_t>(l)], golden->readFloat(layer + ".conv"), 1e-4f)) << layer;
-        EXPECT_TRUE(closeTo(run.recurrentStates[static_cast<size_t>(l)], golden->readFloat(layer + ".state"), 1e-4f))
+        EXPECT_TRUE(closeTo(run.convStates[static_cast<size_t>(l)], golden->readFloat(layer + ".conv"), kvTol)) << layer;
+        EXPECT_TRUE(closeTo(run.recurrentStates[static_cast<size_t>(l)], golden->readFloat(layer + ".state"), kvTol))
             << layer;
         continue;
       }
@@ -111,8 +121,8 @@ TEST_P(FamilyGolden, PromptLogitsAndPrefillKvMatchTransformers) {
       // A sliding layer's cache keeps only the last positions of its window.
       const int64_t keep = wantK.dim(1);
       ASSERT_LE(keep, run.keys[static_cast<size_t>(l)].dim(1)) << layer;
-      EXPECT_TRUE(closeTo(lastPositions(run.keys[static_cast<size_t>(l)], keep), wantK, 1e-4f)) << layer;
-      EXPECT_TRUE(closeTo(lastPositions(run.values[static_cast<size_t>(l)], keep), wantV, 1e-4f)) << layer;
+      EXPECT_TRUE(closeTo(lastPositions(run.keys[static_cast<size_t>(l)], keep), wantK, kvTol)) << layer;
+      EXPECT_TRUE(closeTo(lastPositions(run.values[static_cast<size_t>(l)], keep), wantV, kvTol)) << layer;
     }
   }
 }
@@ -138,7 +148,8 @@ TEST_P(FamilyGolden, CachedGreedyContinuationMatchesTransformers) {
     const auto steps = trace.stepsOf(static_cast<int64_t>(i));
     ASSERT_EQ(steps.size(), 16u);
     for (size_t s = 0; s < steps.size(); ++s)
-      EXPECT_TRUE(closeTo(stepRow(steps[s]->logits), goldenRow(want, static_cast<int64_t>(s)), logitTolerance(want)))
+      EXPECT_TRUE(closeTo(stepRow(steps[s]->logits), goldenRow(want, static_cast<int64_t>(s)),
+                          withFloatNoise(logitTolerance(want), meta["prompts"][i], "f32_greedy_vs_f64")))
           << "step " << s;
   }
 }
@@ -153,7 +164,11 @@ TEST_P(FamilyGolden, Bf16RunsOfTransformersSitInsideTheBf16Tolerances) {
   // its float32 run by 7% of layer 1's keys and 68% of layer 3's, prompt 1 position 6, with no
   // expert flip below layer 3): no tolerance can hold it that would not also hold a bug. Its
   // float32 goldens (1e-4) are the check; the Qwen3.5 fixture covers the recurrent layers in bf16.
-  if (f == "qwen3_next") GTEST_SKIP() << "bf16 run of this fixture is chaotic (see the comment)";
+  // The Qwen3.5-MoE fixture likewise: its float32 run is itself 9.6e-4 from float64 (prompt 0's
+  // logits), and transformers' bf16 run leaves it by 1.8x the bf16 tolerance on layer 3's keys
+  // and 4.4x on its values.
+  if (f == "qwen3_next" || f == "qwen3_5_moe_text")
+    GTEST_SKIP() << "bf16 run of this fixture is chaotic (see the comment)";
   auto model = Model::load(familyModel(f));
   auto golden = SafetensorsFile::open(familyGolden(f, ".safetensors"));
   const auto meta = familyJson(f);
@@ -254,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
                          ::testing::Values("qwen3", "qwen3_moe", "olmo2", "granite", "smollm3", "phi3",
                                            "gemma2", "gemma3_text", "gpt_oss", "phi3_longrope", "mixtral",
                                            "olmo3", "glm4", "ministral3", "gemma3", "gpt_oss_mxfp4", "llama4_text", "llama4",
-                                           "qwen3_5_text", "qwen3_5", "qwen3_next"));
+                                           "qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text"));
 
 TEST(FamilyConfig, Qwen3ReadsQkNormHeadDimWindowsAndTiedHead) {
   const ModelConfig c = ModelConfig::load(familyModel("qwen3") + "/config.json");

@@ -39,6 +39,11 @@ double worst(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(1.0, b.abs().max().item<double>());
 }
 
+// Float32 rounding of the other matmul shapes a chunk takes, relative to the largest value
+// (measured: up to 1.7e-6 through GPT-OSS's layers on an AMD EPYC, under 1e-6 elsewhere); a
+// feature lost at a chunk edge moves them by more than 1e-4.
+constexpr double kChunkRounding = 1e-5;
+
 TEST(QueryChunks, AChunkedForwardComputesTheWholeOnesResult) {
   const std::vector<int64_t> ids = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64, 8, 9, 10, 11, 90, 91, 92};
   for (const char* f : {"gemma2", "gpt_oss", "qwen3", "mixtral"}) {
@@ -48,10 +53,10 @@ TEST(QueryChunks, AChunkedForwardComputesTheWholeOnesResult) {
     ASSERT_EQ(kvscope::detail::AttentionContext::queryRows(1, heads, T, T, budget), 3);
     ASSERT_EQ(kvscope::detail::AttentionContext::queryRows(1, heads, T, T), T);  // the default: whole
     const Pass whole = run(*m, ids, 0), chunked = run(*m, ids, budget);
-    EXPECT_LT(worst(chunked.logits, whole.logits), 1e-6) << f;
+    EXPECT_LT(worst(chunked.logits, whole.logits), kChunkRounding) << f;
     for (size_t l = 0; l < whole.keys.size(); ++l) {
-      EXPECT_LT(worst(chunked.keys[l], whole.keys[l]), 1e-6) << f << " layer " << l;
-      EXPECT_LT(worst(chunked.values[l], whole.values[l]), 1e-6) << f << " layer " << l;
+      EXPECT_LT(worst(chunked.keys[l], whole.keys[l]), kChunkRounding) << f << " layer " << l;
+      EXPECT_LT(worst(chunked.values[l], whole.values[l]), kChunkRounding) << f << " layer " << l;
     }
   }
 }
@@ -63,10 +68,10 @@ TEST(QueryChunks, AFeatureDroppedFromOneQueryOnKeepsItsEdgeAcrossChunks) {
   const std::vector<int64_t> ids = {5, 17, 300, 41, 99, 7, 12, 250, 3, 64, 8, 9};
   const int64_t budget = m->config().numHeads * static_cast<int64_t>(ids.size()) * 3;
   const Pass whole = run(*m, ids, 0, 7), chunked = run(*m, ids, budget, 7), capped = run(*m, ids, 0);
-  EXPECT_LT(worst(chunked.logits, whole.logits), 1e-6);
+  EXPECT_LT(worst(chunked.logits, whole.logits), kChunkRounding);
   const auto& k2 = whole.keys.at(2);
-  EXPECT_LT(worst(chunked.keys.at(2), k2), 1e-6);
-  EXPECT_LT(worst(k2.narrow(1, 0, 7), capped.keys.at(2).narrow(1, 0, 7)), 1e-6);  // before: the same
+  EXPECT_LT(worst(chunked.keys.at(2), k2), kChunkRounding);
+  EXPECT_LT(worst(k2.narrow(1, 0, 7), capped.keys.at(2).narrow(1, 0, 7)), kChunkRounding);  // before: the same
   EXPECT_GT(worst(k2.narrow(1, 7, 5), capped.keys.at(2).narrow(1, 7, 5)), 1e-4);  // from 7: not
 }
 

@@ -116,6 +116,25 @@ TEST(ReferenceCli, DumpHoldsLogitsHiddenStatesAndKvAndIsNeverOverwritten) {
   EXPECT_EQ(test::readBytes(dump), before);
 }
 
+// A model with recurrent layers (Qwen3.5: layers 0 and 2) dumps their state after the prompt
+// where an attention layer's K/V go (it crashed writing their empty K/V before).
+TEST(ReferenceCli, DumpHoldsARecurrentLayersStateInsteadOfKv) {
+  const std::string dir = test::scratchDir(kReferenceTag, "dump-recurrent").string();
+  fs::create_directories(dir);
+  const std::string dump = dir + "/ref.safetensors";
+  fs::remove(dump);
+  const std::string model = test::fixture("families/models/qwen3_5_text");
+  const test::CliRun r = test::runKvscopeCli({"reference", "--model", model, "--ids", "5,17,300,41", "--dump", dump});
+  ASSERT_TRUE(r.exitedWith(0)) << r;
+  const ReferenceRun run = Model::load(model)->reference({5, 17, 300, 41});
+  auto file = SafetensorsFile::open(dump);
+  EXPECT_EQ(file->readFloat("layer0.state"), run.recurrentStates[0]);
+  EXPECT_EQ(file->readFloat("layer0.conv").shape, (std::vector<int64_t>{64, 4}));
+  EXPECT_EQ(file->readFloat("layer1.k"), run.keys[1]);
+  const std::vector<std::string> names = file->names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "layer0.k"), 0);
+}
+
 TEST(ReferenceCli, PaddingRowsBeyondTheTokenizerAreANoteNotAnError) {
   CheckpointSpec spec = test::smallSpec();
   spec.vocabSize = 400;

@@ -140,7 +140,10 @@ void KvHeatmapPanel::syncControls() {
   const InspectionPoint& s = context_->selection();
   const QSignalBlocker b1(layer_), b2(head_), b3(kind_);
   layer_->setRange(0, static_cast<int>(std::max<int64_t>(0, context_->numLayers() - 1)));
-  head_->setRange(0, static_cast<int>(std::max<int64_t>(0, context_->numKvHeads() - 1)));
+  // A recurrent layer's state has its value heads (more than the KV heads on Qwen3.5).
+  const auto& snap = context_->snapshot();
+  const int64_t heads = snap && snap->point.layer == s.layer && snap->heads > 0 ? snap->heads : context_->numKvHeads();
+  head_->setRange(0, static_cast<int>(std::max<int64_t>(0, heads - 1)));
   layer_->setValue(static_cast<int>(s.layer));
   head_->setValue(static_cast<int>(s.head));
   kind_->setCurrentIndex(s.kind == KvKind::Keys ? 0 : 1);
@@ -177,6 +180,14 @@ void KvHeatmapPanel::paintSnapshot() {
     heading += first == last ? tr(" · new record: pos %1").arg(first)
                              : tr(" · new records: pos %1–%2").arg(first).arg(last);
   heading_->setText(heading);
+  for (KvHeatmapView* v : {reference_, cached_, difference_})
+    v->setAxisNames(snap->showsState ? tr("key feature") : tr("position"),
+                    snap->showsState ? tr("value feature") : tr("head dim"));
+  if (snap->heads > 0 && head_->maximum() != snap->heads - 1) {
+    const QSignalBlocker block(head_);
+    head_->setMaximum(static_cast<int>(snap->heads - 1));
+    head_->setValue(static_cast<int>(s.head));
+  }
   // What the layer is (sliding, NoPE, sinks, ...), on the layer control.
   layer_->setToolTip(snap->layerKind.empty()
                          ? tr("Layer (also: click a bar in the layer overview)")

@@ -33,8 +33,7 @@ KvHeatmapView::KvHeatmapView(Role role, QWidget* parent) : QCustomPlot(parent), 
   title_->setProperty(kFullTitleProperty, roleTitle(role));
   plotLayout()->addElement(0, 0, title_);
 
-  xAxis->setLabel(tr("position"));
-  yAxis->setLabel(tr("head dim"));
+  setAxisNames(tr("position"), tr("head dim"));
   // Positions and dimensions are whole numbers: no 2.5 ticks.
   for (QCPAxis* axis : {xAxis, yAxis}) {
     auto ticker = QSharedPointer<QCPAxisTickerFixed>(new QCPAxisTickerFixed);
@@ -171,6 +170,11 @@ void KvHeatmapView::resizeEvent(QResizeEvent* event) {
   refitTitles(this);
   fitTicks();
   replot(QCustomPlot::rpQueuedReplot);
+}
+
+void KvHeatmapView::setAxisNames(const QString& across, const QString& down) {
+  xAxis->setLabel(across);
+  yAxis->setLabel(down);
 }
 
 void KvHeatmapView::setMarkedPositions(int64_t first, int64_t last) {

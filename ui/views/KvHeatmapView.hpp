@@ -28,6 +28,9 @@ class KvHeatmapView : public QCustomPlot {
   void clearBuffer(const QString& message);
   /// Outlines positions [first, last] (the records the current step appended); -1: none.
   void setMarkedPositions(int64_t first, int64_t last);
+  /// The axes' names: "position" / "head dim" for K/V rows, the state's features for a
+  /// recurrent layer's state.
+  void setAxisNames(const QString& across, const QString& down);
   void setGradient(const QCPColorGradient& gradient);
   /// Shows positions [first, last] (the rest stays reachable by dragging / wheel zoom).
   void setVisiblePositions(double first, double last);

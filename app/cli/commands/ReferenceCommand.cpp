@@ -83,8 +83,16 @@ void writeDump(const ReferenceRun& run, const Model& model, const std::string& p
   for (size_t j = 0; j < run.hiddenStates.size(); ++j)
     w.addFloat("hidden." + std::to_string(j), run.hiddenStates[j]);  // [T, H]
   for (size_t l = 0; l < run.keys.size(); ++l) {
-    w.addFloat("layer" + std::to_string(l) + ".k", run.keys[l]);    // [h_kv, T, d]
-    w.addFloat("layer" + std::to_string(l) + ".v", run.values[l]);  // [h_kv, T, d]
+    const std::string layer = "layer" + std::to_string(l);
+    if (run.keys[l].empty()) {  // a recurrent layer: its state after the prompt, no K/V
+      if (l < run.recurrentStates.size() && !run.recurrentStates[l].empty()) {
+        w.addFloat(layer + ".conv", run.convStates[l]);    // [C, K]
+        w.addFloat(layer + ".state", run.recurrentStates[l]);  // [Hv, Dk, Dv]
+      }
+      continue;
+    }
+    w.addFloat(layer + ".k", run.keys[l]);    // [h_kv, T, d]
+    w.addFloat(layer + ".v", run.values[l]);  // [h_kv, T, d]
   }
   w.write(path, /*overwrite=*/false);
 }
@@ -204,7 +212,7 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
   }
   if (!o.dump.empty())
     std::cout << "\ndump: " << o.dump << " (logits [" << T << ", " << V << "], "
-              << run.hiddenStates.size() << " hidden states, K/V of " << run.keys.size()
+              << run.hiddenStates.size() << " hidden states, K/V or state of " << run.keys.size()
               << " layers)\n";
   ctx.exitCode = 0;
 }
@@ -226,8 +234,9 @@ void registerReferenceCommand(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", o->json,
                 "Print JSON: ids, tokens, fingerprint, dtype, architecture, last_logits, top");
   cmd->add_option("--dump", o->dump,
-                  "Write logits [T,V], hidden.{j} [T,H], layer{l}.k / layer{l}.v [h_kv,T,d] to "
-                  "a new safetensors file (an existing file is never replaced)");
+                  "Write logits [T,V], hidden.{j} [T,H], layer{l}.k / layer{l}.v [h_kv,T,d] (a "
+                  "recurrent layer: layer{l}.conv [C,K] / layer{l}.state [Hv,Dk,Dv], its state after "
+                  "the prompt) to a new safetensors file (an existing file is never replaced)");
   cmd->add_option("--top", o->top, "How many of the most likely next tokens to show (default 10)");
   cmd->callback([o, &ctx]() { runReference(*o, ctx); });
 }

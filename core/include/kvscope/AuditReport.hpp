@@ -70,6 +70,9 @@ struct StepNumerics {
   std::vector<double> valueError;  // per layer, V records
   std::vector<double> keyTolerance;    // per layer: the tolerance those errors were held to
   std::vector<double> valueTolerance;  // (dtype, depth, position and magnitude; docs/audit.md)
+  /// Per layer, a recurrent layer's recorded state after the step against the reference's
+  /// (0 elsewhere, and where the step recorded none); empty for a model without such layers.
+  std::vector<double> stateError, stateTolerance;
   bool valuesChecked = true;           // false: no reference for this step's weights version
   bool diverged = false;
   bool operator==(const StepNumerics& o) const;

@@ -39,6 +39,8 @@ inline constexpr const char* YarnAttentionFactor = "yarn_attention_factor";
 inline constexpr const char* ChunkMask = "chunk_mask";
 inline constexpr const char* TemperaturePosition = "temperature_position";
 inline constexpr const char* RecurrentState = "recurrent_state";
+inline constexpr const char* StateRollback = "state_rollback";
+inline constexpr const char* PrefixState = "prefix_state";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

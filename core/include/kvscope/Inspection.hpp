@@ -58,11 +58,13 @@ struct StepView {
   float diffMax = 0.0f;            // max of absDiff
   int64_t diffArgPosition = -1;    // where diffMax sits
   int64_t diffArgDim = -1;
-  int64_t worstHead = -1;      // kv head whose whole cache at this layer differs most
+  int64_t worstHead = -1;      // kv head whose whole cache at this layer differs most (a state: value head)
+  int64_t heads = 0;           // heads the shown layer has (its KV heads; a recurrent layer: value heads)
   int64_t appendedFirst = -1;  // cache positions of the step's own real tokens:
   int64_t appendedCount = 0;   // [appendedFirst, appendedFirst + appendedCount)
 
-  std::vector<double> layerMaxDiff;  // [layers] whole-cache max |cached - reference| (kind)
+  std::vector<double> layerMaxDiff;  // [layers] whole-cache max |cached - reference| (kind; a
+                                     // recurrent layer: its state's, where the step recorded it)
   /// The audit's tolerance at this step (the numbers stages 2 and 4 judged by): below it a
   /// difference is precision noise. Empty / 0 when the step was not audited.
   std::vector<double> layerNoiseFloor;  // [layers] for the shown kind
@@ -156,6 +158,9 @@ class Inspector {
   std::vector<int64_t> steps(int64_t request) const;  // step numbers in order
   int64_t layers() const;
   int64_t kvHeads() const;
+  /// The heads `layer` shows: its KV heads, or a recurrent layer's value heads (those of a
+  /// recorded state; the KV heads when the trace records none).
+  int64_t headsAt(int64_t layer) const;
   /// Every field moved to the nearest existing value (a missing step to the nearest
   /// recorded one at or below it); the auto flags are kept.
   InspectionPoint clamp(InspectionPoint p) const;
@@ -171,8 +176,8 @@ class Inspector {
   /// else 0, when it names none), head and kind auto.
   InspectionPoint locate(const Finding& finding) const;
   /// The kv head whose whole cache after (request, step) at `layer` differs most from the
-  /// reference (rewritten rows rebuilt when the checksum says so); -1 when none compares.
-  /// Cost O(h_kv * t * d).
+  /// reference (rewritten rows rebuilt when the checksum says so); a recurrent layer: the value
+  /// head whose state differs most; -1 when none compares. Cost O(h_kv * t * d).
   int64_t worstHead(int64_t request, int64_t step, int64_t layer, KvKind kind) const;
 
   /// The request's stream, steps and events (built once in the constructor, O(fed

@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next, Qwen3_5Moe };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);

@@ -41,7 +41,8 @@ bool StepNumerics::operator==(const StepNumerics& o) const {
          maxLogitError == o.maxLogitError && tolerance == o.tolerance &&
          top2Margin == o.top2Margin && nearTie == o.nearTie && referenceToken == o.referenceToken &&
          chosenToken == o.chosenToken && keyError == o.keyError && valueError == o.valueError &&
-         keyTolerance == o.keyTolerance && valueTolerance == o.valueTolerance &&
+         keyTolerance == o.keyTolerance && valueTolerance == o.valueTolerance && stateError == o.stateError &&
+         stateTolerance == o.stateTolerance &&
          valuesChecked == o.valuesChecked && diverged == o.diverged;
 }
 
@@ -168,7 +169,7 @@ nlohmann::json AuditReport::toJson() const {
                            {"status", stageStatusName(s.status)}, {"summary", s.summary},
                            {"checks", s.checks}});
   j["steps"] = ordered_json::array();
-  for (const auto& s : steps)
+  for (const auto& s : steps) {
     j["steps"].push_back({{"request", s.request},
                           {"step", s.step},
                           {"position", s.position},
@@ -184,6 +185,11 @@ nlohmann::json AuditReport::toJson() const {
                           {"value_tolerance", numbers(s.valueTolerance)},
                           {"values_checked", s.valuesChecked},
                           {"diverged", s.diverged}});
+    if (!s.stateError.empty()) {  // a model with recurrent layers
+      j["steps"].back()["state_error"] = numbers(s.stateError);
+      j["steps"].back()["state_tolerance"] = numbers(s.stateTolerance);
+    }
+  }
   j["stopping"] = stopSummary;
   j["faults"] = nlohmann::json::array();
   for (size_t i = 0; i < faults.size(); ++i) {

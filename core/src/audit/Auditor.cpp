@@ -196,6 +196,10 @@ class AuditRun {
         n.valueError = a.valueError;
         n.keyTolerance = a.keyTol;
         n.valueTolerance = a.valueTol;
+        if (!trace_.recurrentLayers().empty()) {
+          n.stateError = a.stateError;
+          n.stateTolerance = a.stateTol;
+        }
         n.valuesChecked = !a.referenceMissing;
         n.diverged = a.diverged();
         rep.steps.push_back(n);

@@ -238,6 +238,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
       for (const int64_t layer : change.chunkAsWindow) attention.maskChunkAsWindow(layer);
       if (!change.ropeFlipped.empty()) attention.flipLayers(change.ropeFlipped, change.chunksFlip);
       attention.shiftTemperature(change.temperatureShift);
+      attention.restartStateAt(change.stateRestart);
       KvTapCollector taps(/*withLogits=*/true);
       m->impl().forward(torch::tensor(ids, torch::kLong).view({1, T}),
                         torch::tensor(positions, torch::kLong).view({1, T}), attention, &taps);
@@ -248,6 +249,10 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
         const torch::Tensor k = taps.keysOf(static_cast<size_t>(l)), v = taps.valuesOf(static_cast<size_t>(l));
         run->keys.push_back(k.defined() ? toFloatTensor(k.contiguous()) : FloatTensor{});
         run->values.push_back(v.defined() ? toFloatTensor(v.contiguous()) : FloatTensor{});
+        const auto L = static_cast<size_t>(l);
+        const bool state = L < taps.recurrentStates.size() && taps.recurrentStates[L].defined();
+        run->convStates.push_back(state ? toFloatTensor(taps.convStates[L].contiguous()) : FloatTensor{});
+        run->recurrentStates.push_back(state ? toFloatTensor(taps.recurrentStates[L].contiguous()) : FloatTensor{});
       }
       if (taps.logits.defined()) run->logits = toFloatTensor(taps.logits.contiguous());
       return run;

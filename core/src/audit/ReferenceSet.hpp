@@ -33,6 +33,9 @@ struct PassHypothesis {
   bool chunksFlip = false;
   /// The query temperature taken this many positions later (the temperature_position row).
   int64_t temperatureShift = 0;
+  /// The recurrent layers restarting from a zero state at this stream index (the prefix_state
+  /// row: a prefix hit that reused the attention rows but not the state); -1: none.
+  int64_t stateRestart = -1;
 };
 
 class ReferenceSet {
@@ -84,8 +87,8 @@ class ReferenceSet {
       const std::vector<int64_t>& ids, const std::vector<int64_t>& positions,
       const std::map<int64_t, std::vector<int64_t>>& layerPositions, uint64_t version);
   /// Model mode only: the K/V records and logits of an uncached pass over `ids` at
-  /// `positions` with `change` applied, rounded as the trace's cache is; nullptr otherwise
-  /// (also when a position is beyond the context).
+  /// `positions` with `change` applied, rounded as the trace's cache is, and the recurrent
+  /// layers' states after it; nullptr otherwise (also when a position is beyond the context).
   std::unique_ptr<ReferenceRun> hypothesis(const std::vector<int64_t>& ids,
                                            const std::vector<int64_t>& positions,
                                            const PassHypothesis& change, uint64_t version);

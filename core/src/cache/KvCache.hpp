@@ -48,6 +48,11 @@ class KvCache {
   torch::Tensor recurrentState(int64_t layer, int64_t slot) const {
     return recurrentStates_[static_cast<size_t>(layer)].select(0, slot);
   }
+  /// Sets (layer, slot)'s states to copies of `conv` [C, K] and `state` [Hv, Dk, Dv].
+  void setRecurrentState(int64_t layer, int64_t slot, const torch::Tensor& conv, const torch::Tensor& state) {
+    convState(layer, slot).copy_(conv);
+    recurrentState(layer, slot).copy_(state);
+  }
   /// XXH3-64 of (layer, slot)'s [h, length, d] region laid out contiguously (no copy).
   uint64_t checksumKeys(int64_t layer, int64_t slot, int64_t length) const;
   uint64_t checksumValues(int64_t layer, int64_t slot, int64_t length) const;

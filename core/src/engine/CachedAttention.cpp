@@ -120,10 +120,19 @@ RecurrentState CachedAttention::recurrentState(int64_t layer) {
 void CachedAttention::keepRecurrentState(int64_t layer, const RecurrentState& next) {
   for (size_t b = 0; b < group_.size(); ++b) {
     RequestState& r = *group_[b];
-    cache_.convState(layer, r.slot).copy_(next.conv.select(0, static_cast<int64_t>(b)));
-    cache_.recurrentState(layer, r.slot).copy_(next.state.select(0, static_cast<int64_t>(b)));
+    cache_.setRecurrentState(layer, r.slot, next.conv.select(0, static_cast<int64_t>(b)),
+                             next.state.select(0, static_cast<int64_t>(b)));
     r.lengths[static_cast<size_t>(layer)] += static_cast<int64_t>(fedMask_[b].size());
   }
+}
+
+void CachedAttention::keepStateAfter(int64_t layer, int64_t length, const RecurrentState& state) {
+  keptStates_[{layer, length}] = state;
+}
+
+const RecurrentState* CachedAttention::stateAfter(int64_t layer, int64_t length) const {
+  const auto it = keptStates_.find({layer, length});
+  return it == keptStates_.end() ? nullptr : &it->second;
 }
 
 torch::Tensor CachedAttention::realEntries(int64_t layer) const {

@@ -5,6 +5,8 @@
 // the new records, then writes them into their slots (transformers' sliding-window layers).
 #pragma once
 
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "cache/KvCache.hpp"
@@ -40,6 +42,11 @@ class CachedAttention : public AttentionContext {
   RecurrentState recurrentState(int64_t layer) override;
   void keepRecurrentState(int64_t layer, const RecurrentState& next) override;
   torch::Tensor realEntries(int64_t layer) const override;
+  /// A one-row forward that keeps states (keepStatesAfter: a speculative step's drafts, a
+  /// prefill's prefix blocks): recurrent `layer`'s state after `length` fed entries.
+  void keepStateAfter(int64_t layer, int64_t length, const RecurrentState& state) override;
+  /// The state kept after `length` fed entries ([1, ...] tensors), or nullptr.
+  const RecurrentState* stateAfter(int64_t layer, int64_t length) const;
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
   /// Member b's records per layer as its rings took them ([h, n, d] keys, values; undefined
@@ -65,6 +72,7 @@ class CachedAttention : public AttentionContext {
   std::vector<torch::Tensor> stashK_, stashV_;  // [layer] this forward's records, for wrong_layer
   std::vector<std::vector<int64_t>> before_;
   std::vector<RingRecords> ringRecords_;  // [member]
+  std::map<std::pair<int64_t, int64_t>, RecurrentState> keptStates_;  // (layer, length) -> state
 };
 
 }  // namespace kvscope::detail

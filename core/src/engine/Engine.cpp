@@ -4,6 +4,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 #include "cache/KvCache.hpp"
 #include "cache/KvQuantizer.hpp"
@@ -11,6 +12,7 @@
 #include "engine/EngineSetup.hpp"
 #include "engine/FaultPlan.hpp"
 #include "engine/PrefixCache.hpp"
+#include "engine/RecurrentCheckpoints.hpp"
 #include "engine/RequestState.hpp"
 #include "engine/StepRecorder.hpp"
 #include "model/ExpertTapCollector.hpp"
@@ -93,7 +95,7 @@ class EngineRun {
     // rollback keeps them all).
     const int64_t capacity =
         std::min(longest, cfg_.maxPositions) * 2 + 8 + specDrafts_ * (longestNew + 1);
-    checkMemory(specs, options, capacity);
+    detail::checkEngineMemory(impl_, specs, options, capacity);
     cache_ = detail::KvCache::forModel(cfg_, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())), capacity);
     updates_ = options.weightUpdates;
     if (auto stale = faults_.staleCache()) {
@@ -102,37 +104,6 @@ class EngineRun {
       staleLayer_ = stale->layer;
     }
     padId_ = cfg_.padTokenId.value_or(cfg_.eosTokenIds.empty() ? 0 : cfg_.eosTokenIds.front());
-  }
-
-  // Refuses (OutOfMemoryError naming the figures) a run that cannot fit, before the cache
-  // or any activation is allocated.
-  void checkMemory(const std::vector<RequestSpec>& specs, const EngineOptions& options,
-                   int64_t capacity) const {
-    const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
-    int64_t longestPrompt = 0, longestRun = 0;
-    uint64_t kept = 0;
-    const int64_t perToken = 2 * cfg_.numLayers * cfg_.numKvHeads * cfg_.headDim;  // K and V
-    for (const auto& s : specs) {
-      const auto prompt = static_cast<int64_t>(s.promptIds.size());
-      const int64_t run = std::min(prompt + s.maxNewTokens, cfg_.maxPositions);
-      longestPrompt = std::max(longestPrompt, prompt);
-      longestRun = std::max(longestRun, run);
-      kept += f(s.maxNewTokens * cfg_.vocabSize);  // one logits row per step
-      if (options.recordCache || options.uncached) kept += f(run * perToken);
-      if (options.recordSnapshots) kept += f(s.maxNewTokens * run * perToken);
-    }
-    const auto B = static_cast<int64_t>(std::max<size_t>(1, specs.size()));
-    MemoryNeed need = options.uncached ? impl_.forwardMemory(1, longestRun, longestRun)
-                                       : impl_.forwardMemory(B, longestPrompt, capacity);
-    need.kvCache = options.uncached ? 0 : f(B * capacity * perToken);
-    need.kept = kept;
-    need.check(MemoryAvailable::now(),
-               std::string(options.uncached ? "uncached" : "cached") + " generation of " +
-                   std::to_string(specs.size()) + " request(s) up to " + std::to_string(longestRun) +
-                   " tokens",
-               "generate fewer tokens (--max-new), drop --snapshots, audit in trace+trace mode "
-               "(kvscope-cli audit --reference-trace A --trace B loads no model), or use a "
-               "machine with more memory");
   }
 
   Trace run() {
@@ -348,6 +319,7 @@ class EngineRun {
     std::vector<std::vector<TraceLayerRecord>> records(B);
     std::vector<int64_t> accepted(B, 0);
     torch::Tensor logits;
+    std::unique_ptr<detail::CachedAttention> cached;  // the cached engine's forward (its kept states)
     // A mixture of experts' choices, recorded per entry (and the uncached engine's records).
     detail::KvTapCollector kvTaps;
     detail::ExpertTapCollector routed(options_.uncached ? &kvTaps : nullptr);
@@ -361,14 +333,18 @@ class EngineRun {
       // The prompt, then one token per step.
       records[0] = detail::StepRecorder::uncachedLayers(kvTaps, cfg_.numLayers, W, group[0]->step == 0 ? W : 1);
     } else {
-      detail::CachedAttention attention(*cache_, group, mask, pos, faults_, impl_.layerWindows,
-                                        quantizer_);
+      cached = std::make_unique<detail::CachedAttention>(*cache_, group, mask, pos, faults_, impl_.layerWindows,
+                                                         quantizer_);
+      detail::CachedAttention& attention = *cached;
       // chunk_position (layer L): the recorded ids are right, layer L rotates at the
       // chunk-local ones (B is 1: chunked requests are prefilled alone).
       if (B == 1 && prefilling[0])
         for (int64_t l = 0; l < cfg_.numLayers; ++l)
           if (faults_.chunkPositionsRestart(group[0]->id, group[0]->chunk, l))
             attention.setLayerPositions(l, torch::arange(W, torch::kLong).view({1, W}));
+      if (B == 1 && cfg_.hasRecurrentLayers())
+        attention.keepStatesAfter(detail::stateCheckpoints(*group[0], W, drafts[0].size(),
+                                                            prefilling[0] != 0 && prefix_ ? prefix_->blockSize() : 0));
       logits = impl_.forward(idsT, posT, attention, &routed);
       std::vector<std::vector<int64_t>> appendedUntil(B);
       for (size_t b = 0; b < B; ++b) {
@@ -376,7 +352,7 @@ class EngineRun {
         appendedUntil[b] = group[b]->lengths;
         accepted[b] = verifyDrafts(*group[b], logits.select(0, static_cast<int64_t>(b)),
                                    fed[b].size(), drafts[b]);
-        rollBack(*group[b], static_cast<int64_t>(drafts[b].size()) - accepted[b]);
+        rollBack(*group[b], static_cast<int64_t>(drafts[b].size()) - accepted[b], attention);
       }
       if (options_.recordCache) {
         detail::StepRecorder recorder(*cache_, options_.recordChecksums, options_.recordSnapshots,
@@ -425,7 +401,8 @@ class EngineRun {
           continue;
         }
         r.firstDecodeStep = r.step + 1;
-        if (prefix_ && B == 1) prefix_->add(r, model_.weightsVersion());
+        if (prefix_ && B == 1)
+          prefix_->add(r, model_.weightsVersion(), detail::prefixStates(cfg_, r, W, hits[b], cached.get()));
       }
       // A speculative step chooses its next token from the row of its last accepted entry;
       // the accepted drafts join the stream before it, the rejected ones not at all.
@@ -496,14 +473,25 @@ class EngineRun {
   }
 
   // The rejected drafts' rows leave the cache (their records were appended last), except
-  // where the speculative_rollback fault skips it.
-  void rollBack(RequestState& r, int64_t rejected) {
+  // where the speculative_rollback fault skips it; a recurrent layer takes back its state after
+  // the accepted tokens (kept by the forward), except where the state_rollback fault skips it.
+  void rollBack(RequestState& r, int64_t rejected, const detail::CachedAttention& attention) {
     if (rejected <= 0) return;
     int64_t longest = 0;
     for (int64_t l = 0; l < cfg_.numLayers; ++l) {
       auto& length = r.lengths[static_cast<size_t>(l)];
-      if (!faults_.skipRollback(r.id, r.step, l)) length -= rejected;
+      if (!cfg_.isRecurrentLayer(l)) {
+        if (!faults_.skipRollback(r.id, r.step, l)) length -= rejected;
+        longest = std::max(longest, length);
+        continue;
+      }
+      length -= rejected;
       longest = std::max(longest, length);
+      if (faults_.skipStateRollback(r.id, r.step, l)) continue;
+      const int64_t fed = length - attention.lengthsBefore()[0][static_cast<size_t>(l)];  // accepted entries
+      const detail::RecurrentState* kept = attention.stateAfter(l, fed);
+      if (!kept) throw std::logic_error("no state kept after the accepted tokens of a speculative step");
+      cache_->setRecurrentState(l, r.slot, kept->conv.select(0, 0), kept->state.select(0, 0));
     }
     r.valid.resize(static_cast<size_t>(longest));
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kvscope/Error.hpp"
+#include "kvscope/MemoryBudget.hpp"
 #include "model/RotaryEmbedding.hpp"
 #include "kvscope/Sampler.hpp"
 
@@ -34,32 +35,35 @@ void checkRingRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerW
                        "name a sliding layer or layer=-1");
 }
 
-// A model with recurrent (Gated DeltaNet) layers: their state is overwritten by every
-// forward, so nothing that takes cache entries back or hands them to another request applies,
-// and a fault that acts on a layer's K/V entries cannot name such a layer.
-void checkRecurrentRequest(const ModelConfig& cfg, const FaultPlan& faults, const EngineOptions& options,
-                           int64_t speculativeDrafts) {
-  for (const int64_t l : faults.recurrentStateLayers()) {
-    if (!cfg.hasRecurrentLayers())
-      throw UsageError("fault 'recurrent_state' needs a checkpoint with recurrent layers (Qwen3.5's linear_attention "
-                       "layers); this " + cfg.modelType + " checkpoint has none, so no state reads the padding");
-    if (l >= 0 && !cfg.isRecurrentLayer(l))
-      throw UsageError("fault 'recurrent_state': layer " + std::to_string(l) +
-                       " is an attention layer (its mask keeps the pads out); name a linear_attention layer or layer=-1");
-    if (options.uncached)
-      throw UsageError("fault 'recurrent_state' needs the cached engine: the uncached reference runs every request alone");
-  }
+// A model with recurrent (Gated DeltaNet) layers: the faults on their state need one (and the
+// cached engine) and name only such layers; a fault that acts on a layer's K/V entries cannot
+// name one. Speculative decoding and prefix caching keep the states they need (the state after
+// each draft, after each prefix block).
+void checkRecurrentRequest(const ModelConfig& cfg, const FaultPlan& faults, const EngineOptions& options) {
+  struct StateFault {
+    const char* name;
+    const char* what;  // what the fault changes, for the refusals
+  };
+  for (const StateFault f : {StateFault{"recurrent_state", "no state reads the padding"},
+                             StateFault{"state_rollback", "no state is rolled back after rejected drafts"},
+                             StateFault{"prefix_state", "no state is handed over on a prefix hit"}})
+    for (const int64_t l : faults.layersNamedBy(f.name)) {
+      const std::string fault = std::string("fault '") + f.name + "'";
+      if (!cfg.hasRecurrentLayers())
+        throw UsageError(fault + " needs a checkpoint with recurrent layers (Qwen3.5's linear_attention layers); "
+                         "this " + cfg.modelType + " checkpoint has none, so " + f.what);
+      if (l >= 0 && !cfg.isRecurrentLayer(l))
+        throw UsageError(fault + ": layer " + std::to_string(l) + " is an attention layer (" +
+                         (std::string(f.name) == "recurrent_state" ? "its mask keeps the pads out"
+                                                                   : "it keeps K/V rows, not a state") +
+                         "); name a linear_attention layer or layer=-1");
+      if (options.uncached)
+        throw UsageError(fault + " needs the cached engine: the uncached reference keeps no state between steps");
+    }
   if (!cfg.hasRecurrentLayers() || options.uncached) return;
-  const std::string model = "this " + cfg.modelType + " checkpoint's recurrent (Gated DeltaNet) layers";
-  if (speculativeDrafts > 0)
-    throw UsageError("speculative decoding does not combine with " + model +
-                     ": rolling rejected drafts back would need the state from before them, which this "
-                     "engine does not keep");
-  if (options.prefixCacheBlock > 0 || faults.prefixBlock() > 0)
-    throw UsageError("--prefix-cache does not combine with " + model +
-                     ": a hit would reuse the attention layers' rows but has no state for the recurrent ones");
   for (const auto& named : faults.namedLayers())
-    if (cfg.isRecurrentLayer(named.layer) && named.fault != "recurrent_state")
+    if (cfg.isRecurrentLayer(named.layer) && named.fault != "recurrent_state" && named.fault != "state_rollback" &&
+        named.fault != "prefix_state")
       throw UsageError("fault '" + named.fault + "': " + named.parameter + "=" + std::to_string(named.layer) +
                        " is a recurrent (Gated DeltaNet) layer: it keeps a state, not the K/V entries the fault "
                        "acts on; name an attention layer (layer_types full_attention)");
@@ -185,7 +189,7 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                        "layer or layer=-1");
   }
   checkRingRequest(cfg, layerWindows, faults, options, speculativeDrafts);
-  checkRecurrentRequest(cfg, faults, options, speculativeDrafts);
+  checkRecurrentRequest(cfg, faults, options);
   const bool prefix = options.prefixCacheBlock > 0 || faults.prefixBlock() > 0;
   if (prefix && !options.uncached &&
       (options.ringWindow || faults.needsRingCache() || options.prefillChunk > 0 ||
@@ -223,6 +227,36 @@ std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWin
     out.push_back(k);
   }
   return out;
+}
+
+void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
+                       int64_t capacity) {
+  const ModelConfig& cfg = impl.config;
+  const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
+  int64_t longestPrompt = 0, longestRun = 0;
+  uint64_t kept = 0;
+  const int64_t perToken = 2 * cfg.numLayers * cfg.numKvHeads * cfg.headDim;  // K and V
+  for (const auto& s : specs) {
+    const auto prompt = static_cast<int64_t>(s.promptIds.size());
+    const int64_t run = std::min(prompt + s.maxNewTokens, cfg.maxPositions);
+    longestPrompt = std::max(longestPrompt, prompt);
+    longestRun = std::max(longestRun, run);
+    kept += f(s.maxNewTokens * cfg.vocabSize);  // one logits row per step
+    if (options.recordCache || options.uncached) kept += f(run * perToken);
+    if (options.recordSnapshots) kept += f(s.maxNewTokens * run * perToken);
+  }
+  const auto B = static_cast<int64_t>(std::max<size_t>(1, specs.size()));
+  MemoryNeed need = options.uncached ? impl.forwardMemory(1, longestRun, longestRun)
+                                     : impl.forwardMemory(B, longestPrompt, capacity);
+  need.kvCache = options.uncached ? 0 : f(B * capacity * perToken);
+  need.kept = kept;
+  need.check(MemoryAvailable::now(),
+             std::string(options.uncached ? "uncached" : "cached") + " generation of " +
+                 std::to_string(specs.size()) + " request(s) up to " + std::to_string(longestRun) +
+                 " tokens",
+             "generate fewer tokens (--max-new), drop --snapshots, audit in trace+trace mode "
+             "(kvscope-cli audit --reference-trace A --trace B loads no model), or use a "
+             "machine with more memory");
 }
 
 FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,

@@ -12,6 +12,7 @@
 #include "kvscope/Engine.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/Trace.hpp"
+#include "model/ModelImpl.hpp"
 
 namespace kvscope::detail {
 
@@ -20,6 +21,11 @@ namespace kvscope::detail {
 void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerWindows,
                         const FaultPlan& faults, const EngineOptions& options,
                         const std::vector<RequestSpec>& specs, int64_t speculativeDrafts);
+
+/// Refuses (OutOfMemoryError naming the figures) a run of `specs` whose cache holds `capacity`
+/// entries per slot when it cannot fit, before the cache or any activation is allocated.
+void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
+                       int64_t capacity);
 
 /// Per layer its ring (as many slots as its window) when `ring`, else none (0 slots).
 std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring);

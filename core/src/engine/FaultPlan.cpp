@@ -24,7 +24,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
                f.name == "window_off_by_one" || f.name == "window_wrap" || f.name == "chunk_mask" ||
                f.name == "temperature_position" || f.name == "recurrent_state") {
       checkLayer(f, "layer", true);
-    } else if (f.name == "speculative_rollback") {
+    } else if (f.name == "speculative_rollback" || f.name == "state_rollback") {
       checkLayer(f, "layer", true);
       if (f.get("draft") < 1 || f.get("draft") > 16)
         throw UsageError("fault '" + f.toString() + "': draft must be in 1..16");
@@ -51,6 +51,10 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
         throw UsageError("fault '" + f.toString() +
                          "': chunk must be >= 1 (chunk 0 starts at position 0 either way)");
       if (f.get("size") < 1) throw UsageError("fault '" + f.toString() + "': size must be >= 1");
+    } else if (f.name == "prefix_state") {
+      checkLayer(f, "layer", true);
+      if (f.get("block") < 1 || f.get("block") > 4096)
+        throw UsageError("fault '" + f.toString() + "': block must be in 1..4096 tokens");
     } else if (f.name == "prefix_reuse") {
       checkLayer(f, "layer", true);
       if (f.get("block") < 2 || f.get("block") > 64)
@@ -176,12 +180,6 @@ bool FaultPlan::padsEnterState(int64_t request, int64_t layer) const {
   return false;
 }
 
-std::vector<int64_t> FaultPlan::recurrentStateLayers() const {
-  std::vector<int64_t> out;
-  for (const auto* f : all("recurrent_state")) out.push_back(f->get("layer"));
-  return out;
-}
-
 bool FaultPlan::temperatureAtCacheIndex(int64_t request, int64_t layer) const {
   for (const auto* f : all("temperature_position"))
     if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
@@ -215,8 +213,21 @@ int64_t FaultPlan::prefixReuseLayer(int64_t request) const {
 }
 
 int64_t FaultPlan::prefixBlock() const {
-  const auto* f = find("prefix_reuse");
-  return f ? f->get("block") : 0;
+  for (const char* name : {"prefix_reuse", "prefix_state"})
+    if (const auto* f = find(name)) return f->get("block");
+  return 0;
+}
+
+bool FaultPlan::dropsPrefixState(int64_t request, int64_t layer) const {
+  for (const auto* f : all("prefix_state"))
+    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
+  return false;
+}
+
+std::vector<int64_t> FaultPlan::layersNamedBy(const char* name) const {
+  std::vector<int64_t> out;
+  for (const auto* f : all(name)) out.push_back(f->get("layer"));
+  return out;
 }
 
 std::vector<int64_t> FaultPlan::ringWrapLayers() const {
@@ -235,8 +246,19 @@ bool FaultPlan::skipRollback(int64_t request, int64_t step, int64_t layer) const
   return false;
 }
 
+bool FaultPlan::skipStateRollback(int64_t request, int64_t step, int64_t layer) const {
+  for (const auto* f : all("state_rollback"))
+    if (matches(*f, request) && step >= f->get("step") &&
+        (f->get("layer") < 0 || f->get("layer") == layer)) {
+      note(f, request, step, layer);
+      return true;
+    }
+  return false;
+}
+
 int64_t FaultPlan::speculativeDrafts() const {
-  if (const auto* f = find("speculative_rollback")) return f->get("draft");
+  for (const char* name : {"speculative_rollback", "state_rollback"})
+    if (const auto* f = find(name)) return f->get("draft");
   return 0;
 }
 
@@ -441,8 +463,13 @@ std::vector<FaultFiring> FaultPlan::firings(const RunFacts& facts) const {
     else if (f.name == "chunk_position")
       why = "no prompt reached chunk " + std::to_string(f.get("chunk")) + " (chunks of " +
             std::to_string(f.get("size")) + " tokens)";
-    else if (f.name == "speculative_rollback")
+    else if (f.name == "speculative_rollback" || f.name == "state_rollback")
       why = "no draft was rejected from step " + std::to_string(f.get("step")) + " on";
+    else if (f.name == "prefix_state")
+      why = !facts.prefilledAlone
+                ? "no request was prefilled alone (the prefix cache serves only those)"
+                : "no prefix hit: no two prompts share a full block of " + std::to_string(f.get("block")) +
+                      " tokens (their last token aside)";
     else if (f.name == "duplicate_prompt_token")
       why = "no request decoded a token after its prefill";
     else

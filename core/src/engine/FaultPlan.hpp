@@ -41,8 +41,6 @@ class FaultPlan {
   /// recurrent_state: (request, recurrent layer) reads its left padding into the recurrence
   /// (the pads' inputs not zeroed).
   bool padsEnterState(int64_t request, int64_t layer) const;
-  /// The layers the recurrent_state faults name (-1 for every recurrent layer).
-  std::vector<int64_t> recurrentStateLayers() const;
   /// temperature_position: (request, layer)'s query temperature taken at the cache index.
   bool temperatureAtCacheIndex(int64_t request, int64_t layer) const;
   bool takesTemperatureAtCacheIndex() const { return find("temperature_position") != nullptr; }
@@ -59,11 +57,18 @@ class FaultPlan {
   bool prefixPartialMatch(int64_t request) const;
   /// The one layer whose rows a wrong block hands over (-1: every layer).
   int64_t prefixReuseLayer(int64_t request) const;
-  /// Block size the prefix_reuse fault asks for (0 without it).
+  /// Block size the prefix_reuse or prefix_state fault asks for (0 without them).
   int64_t prefixBlock() const;
   /// speculative_rollback: the rejected drafts' rows of (request, step, layer) stay cached.
   bool skipRollback(int64_t request, int64_t step, int64_t layer) const;
-  /// Draft tokens per step the speculative_rollback fault asks for (0 without it).
+  /// state_rollback: recurrent (request, step, layer) keeps its state after the rejected
+  /// drafts instead of the one after the accepted tokens.
+  bool skipStateRollback(int64_t request, int64_t step, int64_t layer) const;
+  /// prefix_state: a prefix hit of `request` leaves recurrent `layer`'s state unset (zeros).
+  bool dropsPrefixState(int64_t request, int64_t layer) const;
+  /// The layers the faults called `name` name (-1 for every layer they may act on).
+  std::vector<int64_t> layersNamedBy(const char* name) const;
+  /// Draft tokens per step the speculative_rollback or state_rollback fault asks for (0 without).
   int64_t speculativeDrafts() const;  // 1 when the sliding window keeps one key too many
   /// kv_quantization: the factor (request, step, layer)'s records are dequantised with
   /// instead of their own scale (1 without the fault).

@@ -1,6 +1,7 @@
 #include "engine/PrefixCache.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace kvscope::detail {
 
@@ -34,6 +35,15 @@ PrefixHit PrefixCache::reuse(RequestState& r, KvCache& cache, uint64_t version,
     }
   }
   if (!best) return hit;
+  // Recurrent layers: the longest hit the source holds states after.
+  bool recurrent = false;
+  for (int64_t l = 0; l < cache.layers(); ++l) recurrent = recurrent || cache.isRecurrent(l);
+  if (recurrent) {
+    const auto after = best->states.upper_bound(hit.length);
+    hit.length = after == best->states.begin() ? 0 : std::prev(after)->first;
+    if (hit.length == 0) return {};
+    hit.states.insert(best->states.begin(), best->states.upper_bound(hit.length));
+  }
   hit.source = best->request;
   // prefix_reuse fired when the lookup handed over more than a full comparison would have.
   if (partial && sharedBlocks(prompt, best->prompt, false) < hit.length)
@@ -49,12 +59,20 @@ PrefixHit PrefixCache::reuse(RequestState& r, KvCache& cache, uint64_t version,
   // A fault on one layer: the other layers' rows are right (computed), that layer's the block's.
   const int64_t onlyLayer = partial ? faults.prefixReuseLayer(r.id) : -1;
   if (onlyLayer >= 0) computeRows(r, hit.length);
+  std::fill(r.lengths.begin(), r.lengths.end(), hit.length);
   for (int64_t l = 0; l < cache.layers(); ++l) {
     if (onlyLayer >= 0 && l != onlyLayer) continue;
-    cache.write(l, r.slot, 0, cache.copyKeys(l, best->slot, 0, hit.length),
-                cache.copyValues(l, best->slot, 0, hit.length));
+    if (!cache.isRecurrent(l)) {
+      cache.write(l, r.slot, 0, cache.copyKeys(l, best->slot, 0, hit.length),
+                  cache.copyValues(l, best->slot, 0, hit.length));
+    } else if (faults.dropsPrefixState(r.id, l)) {
+      r.lengths[static_cast<size_t>(l)] = 0;  // prefix_state: the layer starts from a fresh state
+      faults.noteFired("prefix_state", r.id, r.step, l);
+    } else {
+      const RecurrentState& st = hit.states.at(hit.length).at(l);
+      cache.setRecurrentState(l, r.slot, st.conv.select(0, 0), st.state.select(0, 0));
+    }
   }
-  std::fill(r.lengths.begin(), r.lengths.end(), hit.length);
   r.valid.assign(static_cast<size_t>(hit.length), 1);
   r.consumed.assign(prompt.begin(), prompt.begin() + hit.length);
   r.nextPosition = hit.length;
@@ -62,9 +80,9 @@ PrefixHit PrefixCache::reuse(RequestState& r, KvCache& cache, uint64_t version,
   return hit;
 }
 
-void PrefixCache::add(const RequestState& r, uint64_t version) {
+void PrefixCache::add(const RequestState& r, uint64_t version, PrefixStates states) {
   forgetSlot(r.slot);
-  entries_.push_back({r.id, r.slot, r.spec.promptIds, version});
+  entries_.push_back({r.id, r.slot, r.spec.promptIds, version, std::move(states)});
 }
 
 void PrefixCache::forgetSlot(int64_t slot) {

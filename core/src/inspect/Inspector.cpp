@@ -125,15 +125,31 @@ InspectionPoint Inspector::clamp(InspectionPoint p) const {
     p.step = 0;
   }
   p.layer = std::clamp<int64_t>(p.layer, 0, std::max<int64_t>(0, layers() - 1));
-  p.head = std::clamp<int64_t>(p.head, 0, std::max<int64_t>(0, kvHeads() - 1));
+  p.head = std::clamp<int64_t>(p.head, 0, std::max<int64_t>(0, headsAt(p.layer) - 1));
   return p;
+}
+
+int64_t Inspector::headsAt(int64_t layer) const {
+  const Trace& trace = output_->result.trace;
+  if (!trace.layerKind(layer).recurrent) return kvHeads();
+  const auto l = static_cast<size_t>(layer);
+  for (const TraceStep& st : trace.steps)  // the value heads of a recorded state
+    if (l < st.layers.size() && st.layers[l].recurrentState.shape.size() == 3)
+      return st.layers[l].recurrentState.shape[0];
+  return kvHeads();
 }
 
 int64_t Inspector::worstHead(int64_t request, int64_t step, int64_t layer, KvKind kind) const {
   const AuditResult& result = output_->result;
-  bool rewritten = false, replayed = false;
-  const FloatTensor a = cachedSide(result, request, step, layer, kind, &rewritten, &replayed);
-  const std::vector<float> maxima = headMaxima(a, result.referenceKv(request, step, layer, kind));
+  std::vector<float> maxima;
+  if (result.trace.layerKind(layer).recurrent) {  // [Hv, Dk, Dv]: per value head, as [h, t, d]
+    const auto [cached, reference] = recurrentStates(result, request, step, layer);
+    maxima = headMaxima(cached, reference);
+  } else {
+    bool rewritten = false, replayed = false;
+    const FloatTensor a = cachedSide(result, request, step, layer, kind, &rewritten, &replayed);
+    maxima = headMaxima(a, result.referenceKv(request, step, layer, kind));
+  }
   int64_t best = -1;
   float bestDiff = 0.0f;
   for (size_t h = 0; h < maxima.size(); ++h)
@@ -209,6 +225,7 @@ StepView Inspector::view(const InspectionPoint& requested) {
   v.cached = headSlice(cachedT, p.head, &v.cachedPositions, &dCached);
   v.reference = headSlice(refT, p.head, &v.referencePositions, &dRef);
   v.headDim = dCached ? dCached : dRef;
+  v.heads = headsAt(p.layer);
   for (float x : v.cached) v.valueAbsMax = std::max(v.valueAbsMax, std::abs(x));
   for (float x : v.reference) v.valueAbsMax = std::max(v.valueAbsMax, std::abs(x));
 
@@ -272,6 +289,12 @@ StepView Inspector::view(const InspectionPoint& requested) {
   if (numerics) {
     v.layerNoiseFloor = p.kind == KvKind::Keys ? numerics->keyTolerance : numerics->valueTolerance;
     v.logitNoiseFloor = numerics->tolerance;
+    // A recurrent layer's bar: its state's difference and tolerance, where the step recorded it.
+    for (size_t l = 0; l < numerics->stateTolerance.size(); ++l)
+      if (numerics->stateTolerance[l] > 0 && l < v.layerMaxDiff.size() && l < v.layerNoiseFloor.size()) {
+        v.layerMaxDiff[l] = numerics->stateError[l];
+        v.layerNoiseFloor[l] = numerics->stateTolerance[l];
+      }
   }
   const auto shown = static_cast<size_t>(p.layer);
   v.diffFloor = shown < v.layerNoiseFloor.size() && v.layerNoiseFloor[shown] > 0

@@ -49,6 +49,19 @@ class AttentionContext {
   /// "conv_state_at" / "recurrent_state_at", one per n in order); empty: none.
   const std::vector<int64_t>& statesAfter() const { return statesAfter_; }
   void keepStatesAfter(std::vector<int64_t> lengths) { statesAfter_ = std::move(lengths); }
+  /// Recurrent `layer`'s state after the first `length` fed entries of a one-row forward, for
+  /// each length of statesAfter() (conv [1, C, K], state [1, Hv, Dk, Dv]): the cached engine
+  /// keeps them to roll rejected drafts back and to hand a prefix's state over.
+  virtual void keepStateAfter(int64_t layer, int64_t length, const RecurrentState& state) {
+    (void)layer;
+    (void)length;
+    (void)state;
+  }
+  /// The prefix_state hypothesis: every recurrent layer restarts from a zero state (and a
+  /// zero conv history) at fed entry `n`, as an engine that reused a prefix's attention rows
+  /// without its state computes the rest; -1 (the default): no restart.
+  int64_t stateRestart() const { return stateRestart_; }
+  void restartStateAt(int64_t n) { stateRestart_ = n; }
   /// [B, s] bool: the fed entries that are real tokens (a recurrent layer zeroes the others'
   /// inputs, as transformers' apply_mask_to_padding_states does); undefined: every entry.
   virtual torch::Tensor realEntries(int64_t layer) const {
@@ -200,6 +213,7 @@ class AttentionContext {
  private:
   std::vector<int64_t> chunks_;
   std::vector<int64_t> statesAfter_;
+  int64_t stateRestart_ = -1;
   int64_t modelChunk_ = 0;
   std::vector<torch::Tensor> layerPositions_;  // [layer] [B, s] or undefined
   const ExpertGuide* guide_ = nullptr;

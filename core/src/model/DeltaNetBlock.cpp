@@ -2,7 +2,8 @@
 // Qwen3_5GatedDeltaNet computes it: padding zeroed, q|k|v through the causal depthwise conv
 // (SiLU), the gated delta rule (GatedDeltaRule.hpp: the chunked form, or the recurrent one for a
 // single-token step from a held state), the output RMS-normed per value head and gated by
-// silu(z), out_proj.
+// silu(z), out_proj. A one-row forward may keep the states after given lengths (the
+// reference's recorded steps, the engine's drafts and prefix blocks).
 #include <cmath>
 
 #include "model/GatedDeltaRule.hpp"
@@ -41,9 +42,20 @@ torch::Tensor ModelImpl::deltaNetBlock(int64_t layer, const torch::Tensor& xIn, 
   const torch::Tensor before = held.conv.defined() ? held.conv : torch::zeros({B, C, K}, mixed.options());
   const auto inputs = torch::cat({before, mixed}, -1);  // [B, C, K + s]
   const auto conv = F::conv1d(inputs, w.dnConvW.to(torch::kFloat), F::Conv1dFuncOptions().groups(C));
-  const auto qkv = torch::silu(conv.narrow(-1, conv.size(-1) - s, s)).transpose(1, 2);  // [B, s, C]
+  auto convOut = conv.narrow(-1, conv.size(-1) - s, s);  // [B, C, s]
   detail::RecurrentState next;
   next.conv = inputs.narrow(-1, inputs.size(-1) - K, K).contiguous();
+  // The prefix_state hypothesis: from fed entry `restart` on, the conv sees zeros before it.
+  const int64_t restart = attention.stateRestart();
+  const bool restarts = restart > 0 && restart < s;
+  if (restarts) {
+    const int64_t rest = s - restart;
+    const auto fresh = torch::cat({torch::zeros({B, C, K}, mixed.options()), mixed.narrow(-1, restart, rest)}, -1);
+    const auto tail = F::conv1d(fresh, w.dnConvW.to(torch::kFloat), F::Conv1dFuncOptions().groups(C));
+    convOut = torch::cat({convOut.narrow(-1, 0, restart), tail.narrow(-1, tail.size(-1) - rest, rest)}, -1);
+    next.conv = fresh.narrow(-1, fresh.size(-1) - K, K).contiguous();
+  }
+  const auto qkv = torch::silu(convOut).transpose(1, 2);  // [B, s, C]
   auto q = qkv.narrow(-1, 0, Hk * Dk).reshape({B, s, Hk, Dk});
   auto k = qkv.narrow(-1, Hk * Dk, Hk * Dk).reshape({B, s, Hk, Dk});
   const auto v = qkv.narrow(-1, 2 * Hk * Dk, Hv * Dv).reshape({B, s, Hv, Dv});
@@ -63,7 +75,10 @@ torch::Tensor ModelImpl::deltaNetBlock(int64_t layer, const torch::Tensor& xIn, 
   };
   detail::DeltaRuleResult rule;
   const std::vector<int64_t>& keep = attention.statesAfter();
-  if (keep.empty() || B != 1) {
+  if (restarts) {
+    const detail::DeltaRuleResult head = run(0, restart, held.state), tail = run(restart, s, torch::Tensor());
+    rule = {torch::cat({head.out, tail.out}, 1), tail.state};
+  } else if (keep.empty() || B != 1) {
     rule = run(0, s, held.state);
   } else {
     // A reference that keeps the states after given lengths: the rule in segments ending
@@ -77,8 +92,9 @@ torch::Tensor ModelImpl::deltaNetBlock(int64_t layer, const torch::Tensor& xIn, 
       outs.push_back(part.out);
       state = part.state;
       from = n;
-      if (taps && taps->wants("conv_state_at"))
-        taps->onTensor(layer, "conv_state_at", inputs.narrow(-1, n, K).contiguous());
+      const detail::RecurrentState after{inputs.narrow(-1, n, K).contiguous(), state};
+      attention.keepStateAfter(layer, n, after);
+      if (taps && taps->wants("conv_state_at")) taps->onTensor(layer, "conv_state_at", after.conv);
       if (taps && taps->wants("recurrent_state_at")) taps->onTensor(layer, "recurrent_state_at", state);
     }
     if (from < s) {

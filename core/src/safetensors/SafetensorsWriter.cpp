@@ -86,6 +86,10 @@ void SafetensorsWriter::setMetadata(const std::string& key, const std::string& v
 
 void SafetensorsWriter::addFloat(const std::string& name, const FloatTensor& t,
                                  SafetensorsDtype dtype) {
+  // An empty FloatTensor (no shape) would read as a one-element scalar it does not hold.
+  if (static_cast<int64_t>(t.data.size()) != t.numel())
+    throw std::invalid_argument("SafetensorsWriter::addFloat: tensor '" + name + "' holds " +
+                                std::to_string(t.data.size()) + " values, not its shape's");
   addFloat(name, t.shape, t.data.data(), dtype);
 }
 

@@ -56,6 +56,10 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       &rows::temperaturePosition(),
       // A recurrent layer's state wrong below every wrong record: asked on its own question
       // (explainState) before the records; without recorded states, a nearest answer only.
+      // A step that rejected drafts or took a prefix hit since the last right state names the
+      // narrower cause first (each re-derives the state it would leave).
+      &rows::stateRollback(),
+      &rows::prefixState(),
       &rows::recurrentState(),
       // A token routed to other experts than the checkpoint's router picks, beyond the near-tie
       // margin (the trace records the engine's experts): the layers up to the router's exact,

@@ -35,5 +35,7 @@ const FailureRow& expertRouting();
 const FailureRow& chunkMask();
 const FailureRow& temperaturePosition();
 const FailureRow& recurrentState();
+const FailureRow& stateRollback();
+const FailureRow& prefixState();
 
 }  // namespace kvscope::detail::rows

@@ -24,6 +24,7 @@ const ModelFamily& glm4Family();
 const ModelFamily& ministral3Family();
 const ModelFamily& llama4Family();
 const ModelFamily& qwen3_5Family();
+const ModelFamily& qwen3_5MoeFamily();
 const ModelFamily& qwen3NextFamily();
 
 }  // namespace kvscope

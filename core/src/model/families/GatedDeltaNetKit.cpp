@@ -23,8 +23,10 @@ void readDeltaNetLayerTypes(const ConfigReader& r, ModelConfig& c, const char* f
 
 }  // namespace
 
-void readGatedDeltaNetConfig(const ConfigReader& r, ModelConfig& c, const char* family, int64_t kvHeads) {
+void readGatedDeltaNetConfig(const ConfigReader& r, ModelConfig& c, const char* family, int64_t kvHeads,
+                             int64_t denseWidth) {
   DecoderDefaults defaults;
+  defaults.intermediateSize = denseWidth;
   defaults.numKvHeads = kvHeads;
   defaults.headDim = 256;
   defaults.partialRotaryFactor = 0.25;
@@ -131,6 +133,13 @@ std::vector<CheckpointWriter::TensorPlan> deltaNetDemoTensors(const CheckpointSp
     if (!dropped) p.push_back(t);
   }
   return p;
+}
+
+void adjustDeltaNetDemoSpec(CheckpointSpec& s) {
+  s.attentionBias = false;
+  s.useSlidingWindow = false;
+  s.maxWindowLayers = 0;
+  s.slidingWindow = 0;
 }
 
 void validateDeltaNetDemoSpec(const CheckpointSpec& s) {

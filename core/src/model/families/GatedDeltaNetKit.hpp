@@ -19,7 +19,9 @@ class ConfigReader;
 /// linear_num_value_heads is not a multiple of linear_num_key_heads) and layer_types
 /// ("linear_attention", legacy "conv" / "mamba"; "full_attention", legacy "attention"; absent:
 /// full every full_attention_interval-th layer, default 4). `family` names the family in errors.
-void readGatedDeltaNetConfig(const ConfigReader& r, ModelConfig& c, const char* family, int64_t kvHeads = 4);
+/// `denseWidth` > 0: the intermediate_size of a class without one (every layer a mixture of experts).
+void readGatedDeltaNetConfig(const ConfigReader& r, ModelConfig& c, const char* family, int64_t kvHeads = 4,
+                             int64_t denseWidth = 0);
 
 /// Qwen3.5's separate projections (linear_attn.in_proj_qkv / _z / _b / _a), or, `fused`,
 /// Qwen3-Next's in_proj_qkvz and in_proj_ba; the conv, A_log, dt_bias, norm and out_proj.
@@ -38,6 +40,8 @@ void addDeltaNetDemoConfig(nlohmann::json& c, const CheckpointSpec& s);
 /// layers, the attention's tensors replaced by the DeltaNet's, named by `n`.
 std::vector<CheckpointWriter::TensorPlan> deltaNetDemoTensors(const CheckpointSpec& s, const WeightNames& n,
                                                               std::vector<CheckpointWriter::TensorPlan> dense);
+/// The demo spec without what the DeltaNet families have none of: attention bias, sliding windows.
+void adjustDeltaNetDemoSpec(CheckpointSpec& s);
 /// validateHfDecoderDemoSpec plus the DeltaNet's rules (no window, no bias, value heads a
 /// multiple of key heads).
 void validateDeltaNetDemoSpec(const CheckpointSpec& s);

@@ -52,7 +52,9 @@ void readDecoderConfig(const ConfigReader& r, ModelConfig& c, const DecoderDefau
   c.hiddenSize = r.requireSize("hidden_size", limits::kHiddenSize);
   c.numHeads = r.requireSize("num_attention_heads", limits::kHeads);
   c.numLayers = r.requireSize("num_hidden_layers", limits::kLayers);
-  c.intermediateSize = r.requireSize("intermediate_size", limits::kIntermediateSize);
+  c.intermediateSize = defaults.intermediateSize > 0 && !r.has("intermediate_size")
+                           ? defaults.intermediateSize
+                           : r.requireSize("intermediate_size", limits::kIntermediateSize);
   c.maxPositions = r.requireSize("max_position_embeddings", limits::kPositions);
   c.numKvHeads = r.intOr("num_key_value_heads", defaults.numKvHeads > 0 ? defaults.numKvHeads : c.numHeads);
   r.checkSize("num_key_value_heads", c.numKvHeads, limits::kHeads);
@@ -159,6 +161,43 @@ void readQwenSparseMoe(const ConfigReader& r, ModelConfig& c, int64_t experts, i
                        "layer " + std::to_string(i) + " is not in [0, " + std::to_string(c.numLayers) + ")");
     m.layers[static_cast<size_t>(i)] = false;
   }
+}
+
+void readQwenSharedExpert(const ConfigReader& r, ModelConfig& c, int64_t width) {
+  c.moe.sharedIntermediateSize = r.intOr("shared_expert_intermediate_size", width);
+  r.checkSize("shared_expert_intermediate_size", c.moe.sharedIntermediateSize, limits::kIntermediateSize);
+  c.moe.sharedExpertGate = true;
+}
+
+void addQwenSharedExpertMoeNames(WeightNames& w) {
+  w.router = "mlp.gate.weight";
+  w.expertPrefix = "mlp.experts.";
+  w.expertGate = "gate_proj.weight";
+  w.expertUp = "up_proj.weight";
+  w.expertDown = "down_proj.weight";
+  w.sharedGate = "mlp.shared_expert.gate_proj.weight";
+  w.sharedUp = "mlp.shared_expert.up_proj.weight";
+  w.sharedDown = "mlp.shared_expert.down_proj.weight";
+  w.sharedExpertGate = "mlp.shared_expert_gate.weight";
+}
+
+std::vector<CheckpointWriter::TensorPlan> withQwenSharedExperts(const CheckpointSpec& s, const WeightNames& n,
+                                                                std::vector<CheckpointWriter::TensorPlan> moe,
+                                                                int64_t experts) {
+  using Init = CheckpointWriter::Init;
+  std::vector<CheckpointWriter::TensorPlan> out;
+  const int64_t H = s.hiddenSize, I = s.intermediateSize;
+  for (auto& t : moe) {
+    out.push_back(t);
+    for (int64_t i = 0; i < s.numLayers; ++i)
+      if (t.name == n.expert(i, experts - 1, n.expertDown)) {
+        out.push_back({n.layer(i, n.sharedGate), {I, H}, Init::Normal, s.initStd});
+        out.push_back({n.layer(i, n.sharedUp), {I, H}, Init::Normal, s.initStd});
+        out.push_back({n.layer(i, n.sharedDown), {H, I}, Init::Normal, s.initStd});
+        out.push_back({n.layer(i, n.sharedExpertGate), {1, H}, Init::Normal, s.initStd});
+      }
+  }
+  return out;
 }
 
 double positiveNumber(const ConfigReader& r, const char* name, double fallback) {

@@ -19,6 +19,7 @@ struct DecoderDefaults {
   double ropeTheta = 10000.0;
   int64_t originalMaxPositions = 0;  // the class's original_max_position_embeddings (Phi-3: 4096)
   double partialRotaryFactor = 1.0;  // the class's partial_rotary_factor (GLM-4: 0.5)
+  int64_t intermediateSize = 0;      // > 0: intermediate_size when absent (a class without a dense MLP)
 };
 
 /// hidden_size, num_attention_heads, num_hidden_layers, intermediate_size,
@@ -75,6 +76,18 @@ void readExpertCounts(const ConfigReader& r, MoeConfig& m, const char* primary, 
 /// decoder_sparse_step picks outside mlp_only_layers; the class's defaults given.
 void readQwenSparseMoe(const ConfigReader& r, ModelConfig& c, int64_t experts, int64_t topK, int64_t width,
                        bool normTopK);
+/// Qwen's gated shared expert (Qwen3-Next, Qwen3.5-MoE): shared_expert_intermediate_size (the
+/// class's default given), its output scaled by sigmoid(shared_expert_gate x).
+void readQwenSharedExpert(const ConfigReader& r, ModelConfig& c, int64_t width);
+/// The weight names of Qwen's sparse MoE with a gated shared expert: mlp.gate, the experts one
+/// tensor each (mlp.experts.E.{gate,up,down}_proj, as save_pretrained writes them), the shared
+/// expert and its gate.
+void addQwenSharedExpertMoeNames(WeightNames& w);
+/// `moe`'s tensors (moeDemoTensors) with a shared expert of the spec's intermediate width and its
+/// gate [1, H] after each MoE layer's last expert (`experts` of them), named by `n`.
+std::vector<CheckpointWriter::TensorPlan> withQwenSharedExperts(const CheckpointSpec& s, const WeightNames& n,
+                                                                std::vector<CheckpointWriter::TensorPlan> moe,
+                                                                int64_t experts);
 /// `name` from the config: a positive finite number (a multiplier), else InputError.
 double positiveNumber(const ConfigReader& r, const char* name, double fallback);
 /// The rules every RoPE decoder's spec follows (an even head_dim).

@@ -14,7 +14,6 @@
 #include "model/families/Families.hpp"
 #include "model/families/GatedDeltaNetKit.hpp"
 #include "model/families/HfDecoderKit.hpp"
-#include "util/InputLimits.hpp"
 
 namespace kvscope {
 
@@ -31,25 +30,14 @@ class Qwen3NextFamily final : public ModelFamily {
   void readConfig(const ConfigReader& r, ModelConfig& c) const override {
     readGatedDeltaNetConfig(r, c, "Qwen3-Next", /*kvHeads=*/2);
     readQwenSparseMoe(r, c, 512, 10, 512, true);
-    if (c.moe.numExperts == 0) return;
-    c.moe.sharedIntermediateSize = r.intOr("shared_expert_intermediate_size", 512);
-    r.checkSize("shared_expert_intermediate_size", c.moe.sharedIntermediateSize, limits::kIntermediateSize);
-    c.moe.sharedExpertGate = true;
+    if (c.moe.numExperts > 0) readQwenSharedExpert(r, c, 512);
   }
 
   const WeightNames& weightNames() const override {
     static const WeightNames n = [] {
       WeightNames w = hfDecoderWeightNames();
       addDeltaNetWeightNames(w, /*fused=*/true);
-      w.router = "mlp.gate.weight";
-      w.expertPrefix = "mlp.experts.";
-      w.expertGate = "gate_proj.weight";
-      w.expertUp = "up_proj.weight";
-      w.expertDown = "down_proj.weight";
-      w.sharedGate = "mlp.shared_expert.gate_proj.weight";
-      w.sharedUp = "mlp.shared_expert.up_proj.weight";
-      w.sharedDown = "mlp.shared_expert.down_proj.weight";
-      w.sharedExpertGate = "mlp.shared_expert_gate.weight";
+      addQwenSharedExpertMoeNames(w);
       return w;
     }();
     return n;
@@ -74,32 +62,15 @@ class Qwen3NextFamily final : public ModelFamily {
   }
 
   std::vector<CheckpointWriter::TensorPlan> demoTensors(const CheckpointSpec& s) const override {
-    using Init = CheckpointWriter::Init;
     const WeightNames& n = weightNames();
-    auto p = moeDemoTensors(s, n, deltaNetDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false)),
-                            kNextDemoExperts, expertWidth(s), {s.numLayers - 1});
-    // The shared expert and its gate after each MoE layer's experts.
-    std::vector<CheckpointWriter::TensorPlan> out;
-    const int64_t H = s.hiddenSize, I = s.intermediateSize;
-    for (auto& t : p) {
-      out.push_back(t);
-      for (int64_t i = 0; i + 1 < s.numLayers; ++i)
-        if (t.name == n.expert(i, kNextDemoExperts - 1, n.expertDown)) {
-          out.push_back({n.layer(i, n.sharedGate), {I, H}, Init::Normal, s.initStd});
-          out.push_back({n.layer(i, n.sharedUp), {I, H}, Init::Normal, s.initStd});
-          out.push_back({n.layer(i, n.sharedDown), {H, I}, Init::Normal, s.initStd});
-          out.push_back({n.layer(i, n.sharedExpertGate), {1, H}, Init::Normal, s.initStd});
-        }
-    }
-    return out;
+    return withQwenSharedExperts(
+        s, n,
+        moeDemoTensors(s, n, deltaNetDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false)),
+                       kNextDemoExperts, expertWidth(s), {s.numLayers - 1}),
+        kNextDemoExperts);
   }
 
-  void adjustDemoSpec(CheckpointSpec& s) const override {
-    s.attentionBias = false;
-    s.useSlidingWindow = false;
-    s.maxWindowLayers = 0;
-    s.slidingWindow = 0;
-  }
+  void adjustDemoSpec(CheckpointSpec& s) const override { adjustDeltaNetDemoSpec(s); }
 
   void validateDemoSpec(const CheckpointSpec& s) const override {
     validateDeltaNetDemoSpec(s);

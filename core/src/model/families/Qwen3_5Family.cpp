@@ -54,12 +54,7 @@ class Qwen3_5Family final : public ModelFamily {
     return deltaNetDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false));
   }
 
-  void adjustDemoSpec(CheckpointSpec& s) const override {
-    s.attentionBias = false;
-    s.useSlidingWindow = false;
-    s.maxWindowLayers = 0;
-    s.slidingWindow = 0;
-  }
+  void adjustDemoSpec(CheckpointSpec& s) const override { adjustDeltaNetDemoSpec(s); }
 
   void validateDemoSpec(const CheckpointSpec& s) const override { validateDeltaNetDemoSpec(s); }
 };

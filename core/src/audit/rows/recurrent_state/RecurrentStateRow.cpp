@@ -11,6 +11,7 @@
 #include "audit/rows/FailureRow.hpp"
 #include "audit/rows/Rows.hpp"
 #include "audit/StepAnalysis.hpp"
+#include "audit/rows/StateOrigin.hpp"
 
 namespace kvscope::detail::rows {
 namespace {
@@ -73,20 +74,11 @@ class RecurrentStateRow final : public FailureRow {
     ev["tokens_consumed"] = static_cast<double>(a.stateLength);
     if (a.firstBadLayer >= 0) ev["first_wrong_record_layer"] = static_cast<double>(a.firstBadLayer);
     const std::string ex =
-        "layer " + std::to_string(l) + "'s recurrent state after the request's first " + std::to_string(a.stateLength) +
-        " tokens differs from the reference's by " + numberText(a.stateError[static_cast<size_t>(l)], 3) +
-        " (tolerance " + numberText(a.stateTol[static_cast<size_t>(l)], 3) + ") while every layer below it is exact" +
+        stateDifferenceText(a, l) + " while every layer below it is exact" +
         (a.firstBadLayer >= 0 ? "; the K/V records from layer " + std::to_string(a.firstBadLayer) + " up differ with it"
                               : "") +
         ": the recurrence read something the uncached reference did not" + leftPadsText(pads);
-    ctx.add(FindingDraft(finding::RecurrentState)
-                .at(*a.step)
-                .layer(l)
-                .position(std::max<int64_t>(a.stateLength - 1, 0))
-                .confidence(pads > 0 ? 0.9 : 0.75)
-                .explanation(ex)
-                .evidence(std::move(ev)),
-            a);
+    addStateFinding(ctx, finding::RecurrentState, a, l, pads > 0 ? 0.9 : 0.75, ex, std::move(ev));
     return true;
   }
 
@@ -124,28 +116,17 @@ class RecurrentStateRow final : public FailureRow {
   // below them exact.
   bool nearestRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const RequestReference&,
                       const Evidence& base) const override {
-    std::vector<int64_t> below;
-    for (const int64_t l : ctx.trace.recurrentLayers())
-      if (l < a.firstBadLayer) below.push_back(l);
-    if (below.empty() || a.statesCompared > 0 || a.structural()) return false;
+    const std::vector<int64_t> below = recurrentLayersBelowRecords(ctx.trace, a);
+    if (below.empty()) return false;
     const int64_t pads = requestLeftPads(ctx.trace, r);
     Evidence ev = base;
     ev["left_pads"] = static_cast<double>(pads);
     ev["recurrent_layers_below"] = static_cast<double>(below.size());
-    const std::string ex = "layer " + std::to_string(a.firstBadLayer) + "'s K/V records are the first wrong ones, every "
-                           "layer below that holds records is exact, and recurrent " +
-                           std::string(below.size() == 1 ? "layer " : "layers ") + listText(below) +
-                           " below it keep states the trace does not record: a wrong recurrent state is the likeliest "
-                           "cause (record the states to check it: kvscope-record records them by default)" +
+    const std::string ex = recordsAboveStatesText(a, below) +
+                           ": a wrong recurrent state is the likeliest cause (record the states to check it: "
+                           "kvscope-record records them by default)" +
                            leftPadsText(pads);
-    ctx.add(FindingDraft(finding::RecurrentState)
-                .at(*a.step)
-                .layer(below.back())
-                .position(a.firstBadStreamIndex)
-                .confidence(0.5)
-                .explanation(ex)
-                .evidence(std::move(ev)),
-            a);
+    addNearestStateFinding(ctx, finding::RecurrentState, a, below.back(), 0.5, ex, std::move(ev));
     return true;
   }
 };
