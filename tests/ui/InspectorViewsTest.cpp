@@ -2,7 +2,9 @@
 // heatmaps' colour-map data (read back cell by cell against cachedKv / referenceKv /
 // |difference|), the first divergence is highlighted and D jumps to it, clicking a layer
 // in the overview or a finding selects it, and settings persist.
+#include <QComboBox>
 #include <QSettings>
+#include <QSpinBox>
 #include <QTableView>
 #include <QtTest>
 #include <cmath>
@@ -242,6 +244,40 @@ class InspectorViewsTest : public QObject {
     QCOMPARE(again.heatmaps()->gradientName(), QStringLiteral("Thermal"));
     QVERIFY(!again.recentFiles().isEmpty());
     QCOMPARE(again.recentFiles().first(), QFileInfo(dir.path()).absoluteFilePath());
+  }
+
+  // A recurrent layer's state: its value heads selectable (4, the demo's 2 KV heads
+  // notwithstanding), no keys/values choice, the axes and the difference named by the state's
+  // features, the layer's bar its state error against its own floor.
+  void aRecurrentLayersStateIsShownOnItsOwnTerms() {
+    const auto out = test::makeRecurrentStateOutput();
+    QCOMPARE(out->result.report.findings.size(), size_t(1));
+    QCOMPARE(QString::fromStdString(out->result.report.findings[0].id), QStringLiteral("prefix_state"));
+    window_->showOutput(out);
+    settle();
+    const InspectionPoint s = ctx()->selection();
+    QCOMPARE(s.request, int64_t(1));
+    QCOMPARE(s.layer, int64_t(0));
+    const auto& snap = ctx()->snapshot();
+    QVERIFY(snap->showsState);
+    KvHeatmapPanel* maps = window_->heatmaps();
+    QSpinBox* head = nullptr;
+    for (QSpinBox* box : maps->findChildren<QSpinBox*>())
+      if (box->prefix().contains(QStringLiteral("head"))) head = box;
+    QVERIFY(head);
+    QCOMPARE(head->prefix(), QStringLiteral("value head "));
+    QCOMPARE(int64_t(head->maximum()) + 1, snap->heads);
+    QVERIFY(snap->heads > ctx()->numKvHeads());
+    QCOMPARE(maps->cachedView()->xAxis->label(), QStringLiteral("key feature"));
+    QCOMPARE(maps->cachedView()->yAxis->label(), QStringLiteral("value feature"));
+    for (QComboBox* box : maps->findChildren<QComboBox*>())
+      if (box->itemText(0).startsWith(QStringLiteral("Keys"))) QVERIFY(!box->isEnabled());
+    QVERIFY(snap->layerMaxDiff[0] > snap->layerNoiseFloor[0]);
+    // An attention layer: kv heads and keys/values again.
+    ctx()->select(InspectionPoint{1, s.step, 1, 0, KvKind::Keys});
+    settle();
+    QCOMPARE(head->prefix(), QStringLiteral("kv head "));
+    QCOMPARE(maps->cachedView()->xAxis->label(), QStringLiteral("position"));
   }
 };
 

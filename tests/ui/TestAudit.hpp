@@ -50,6 +50,29 @@ inline std::shared_ptr<const AuditJobOutput> makeTestOutput() {
   return output;
 }
 
+/// A Qwen3.5 demo checkpoint (make-demo's: Gated DeltaNet layers 0 and 2, written once) run
+/// with prefix caching: request 1 shares request 0's first two blocks of 4 and arrives a tick
+/// later, and the prefix_state fault hands it the attention rows without the recurrent state.
+inline std::shared_ptr<const AuditJobOutput> makeRecurrentStateOutput() {
+  static const auto output = [] {
+    static QTemporaryDir dir;
+    if (!dir.isValid()) throw std::runtime_error("no temporary directory for the Qwen3.5 demo checkpoint");
+    CheckpointSpec model = CheckpointSpec::demo();
+    model.setArchitecture(Architecture::Qwen3_5);
+    model.numLayers = 4;
+    const std::string path = dir.filePath(QStringLiteral("qwen3_5-demo")).toStdString();
+    CheckpointWriter(model).write(path);
+    AuditJobSpec spec;
+    spec.modelDir = path;
+    spec.promptIds = {{11, 42, 7, 300, 5, 99, 123, 64, 8, 9}, {11, 42, 7, 300, 5, 99, 123, 64, 17, 18, 19}};
+    spec.arrivalTicks = {0, 1};
+    spec.maxNewTokens = 4;
+    spec.faults = {"prefix_state:block=4"};
+    return std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+  }();
+  return output;
+}
+
 /// The same requests without faults: a clean audit.
 inline std::shared_ptr<const AuditJobOutput> makeCleanOutput() {
   static const auto output = std::make_shared<const AuditJobOutput>(runAuditJob(testAuditSpec({})));

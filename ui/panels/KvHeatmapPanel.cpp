@@ -173,7 +173,7 @@ void KvHeatmapPanel::paintSnapshot() {
                                               .arg(s.head)
                                               .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
   QString heading = snap->showsState
-                        ? tr("<b>Recurrent state after step %1</b> · rows: key features, columns: value features")
+                        ? tr("<b>Recurrent state after step %1</b> · key features across, value features down")
                               .arg(s.step)
                         : tr("<b>K/V cache after step %1</b>").arg(s.step);
   if (last >= first && first >= 0)
@@ -183,6 +183,10 @@ void KvHeatmapPanel::paintSnapshot() {
   for (KvHeatmapView* v : {reference_, cached_, difference_})
     v->setAxisNames(snap->showsState ? tr("key feature") : tr("position"),
                     snap->showsState ? tr("value feature") : tr("head dim"));
+  // A state has value heads and no keys/values choice.
+  head_->setPrefix(snap->showsState ? tr("value head ") : tr("kv head "));
+  kind_->setEnabled(!snap->showsState);
+  kind_->setToolTip(snap->showsState ? tr("A recurrent layer keeps one state, not keys and values") : QString());
   if (snap->heads > 0 && head_->maximum() != snap->heads - 1) {
     const QSignalBlocker block(head_);
     head_->setMaximum(static_cast<int>(snap->heads - 1));
@@ -214,7 +218,8 @@ void KvHeatmapPanel::paintSnapshot() {
     const double upper = std::max(static_cast<double>(snap->diffMax), floor);
     const int64_t t = std::min(snap->cachedPositions, snap->referencePositions);
     QString sub = snap->diffMax > floor
-                      ? tr("max %1 at pos %2, dim %3")
+                      ? (snap->showsState ? tr("max %1 at key feature %2, value feature %3")
+                                          : tr("max %1 at pos %2, dim %3"))
                             .arg(snap->diffMax, 0, 'g', 3)
                             .arg(snap->diffArgPosition)
                             .arg(snap->diffArgDim)

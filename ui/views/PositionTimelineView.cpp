@@ -94,6 +94,7 @@ void PositionTimelineView::rebuild() {
     top = std::max({top, static_cast<double>(st.expectedPosition + 1), static_cast<double>(st.recordedPosition)});
     std::set<int64_t> distinct;
     for (size_t l = 0; l < st.cacheLength.size(); ++l) {
+      if (r->trace.layerKind(static_cast<int64_t>(l)).recurrent) continue;  // a state, no rows to count
       lengths[static_cast<int64_t>(l)].push_back(static_cast<double>(st.cacheLength[l]));
       distinct.insert(st.cacheLength[l]);
       top = std::max(top, static_cast<double>(st.cacheLength[l]));
@@ -102,7 +103,7 @@ void PositionTimelineView::rebuild() {
   }
   const QColor lenColor = Theme::cacheLength();
   for (const auto& [layer, values] : lengths) {
-    if (!layersDisagree && layer > 0) break;
+    if (!layersDisagree && layer > lengths.begin()->first) break;
     QCPGraph* g = addGraph();
     g->setName(layersDisagree ? tr("cache length L%1").arg(layer) : tr("cache length"));
     QColor c = lenColor;

@@ -301,8 +301,9 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                 "Recompute the full prefix every step (the reference engine)");
   cmd->add_option("--speculative", o->speculative,
                   "Speculative decoding: propose K prompt-lookup draft tokens per decode step and "
-                  "verify them in one forward, rolling the rejected ones back (greedy requests "
-                  "decoding alone; 0 = off)");
+                  "verify them in one forward, rolling the rejected ones back (their K/V rows "
+                  "trimmed; a recurrent layer's state taken back to the one after the last accepted "
+                  "token) (greedy requests decoding alone; 0 = off)");
   cmd->add_option("--prefill-chunk", o->prefillChunk,
                   "Chunked prefill: feed a prompt N tokens per forward, one chunk per tick, each "
                   "attending over the cache and itself; every chunk but the last chooses no token "
@@ -313,8 +314,9 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                 "with sliding_window: Mistral, Qwen2 with use_sliding_window)");
   cmd->add_option("--prefix-cache", o->prefixCache,
                   "Prefix caching in blocks of B tokens: a request whose prompt begins with an "
-                  "earlier prompt's whole blocks takes their K/V rows and prefills only the rest; "
-                  "the trace records each hit (reused_count, reused_from; 0 = off)");
+                  "earlier prompt's whole blocks takes their K/V rows (and a recurrent layer's "
+                  "state after them) and prefills only the rest; the trace records each hit "
+                  "(reused_count, reused_from; 0 = off)");
   cmd->add_option("--kv-cache", o->kvCache,
                   "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
                   "kv head, or llama.cpp's q8_0 / q4_0 with a scale per 32-element block "
