@@ -273,8 +273,13 @@ class AuditRun {
           checksums += l.keyChecksum || !l.snapshotKeys.empty() ? 1 : 0;
       }
     const auto& m = trace_.model;
+    // Recurrent layers keep a state instead (the recurrent_state row's line says so).
+    const std::vector<int64_t> stateLayers = trace_.recurrentLayers();
+    const std::string stateNote = stateLayers.empty() ? ""
+                                  : "; " + std::string(stateLayers.size() == 1 ? "layer " : "layers ") +
+                                        listText(stateLayers) + " keep a recurrent state instead";
     cache.checks.push_back("ok: one K and one V record set per layer (" +
-                           describeTraceLayers(trace_) +
+                           describeTraceLayers(trace_) + stateNote +
                            "), axes [h_kv=" + std::to_string(m.numKvHeads) +
                            ", t, d=" + std::to_string(m.headDim) + "] per request row");
     for (int64_t l = 0; l < m.numLayers && trace_.isLayerSubset(); ++l)
