@@ -10,6 +10,10 @@ BUILD="$(realpath "${1:?usage: deb_package_test.sh BUILD_DIR SOURCE_DIR}")"
 SRC="$(realpath "${2:?usage: deb_package_test.sh BUILD_DIR SOURCE_DIR}")"
 OUT="$BUILD/package-test"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# `producer | has PATTERN`: reads all of its input before matching. A plain `| grep -q` under
+# pipefail fails when grep exits at its first match while the producer is still writing
+# (SIGPIPE): the man page passed 32 KiB and its check failed although the text was there.
+has() { local text; text="$(cat)"; grep -q -e "$1" <<<"$text"; }
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -44,15 +48,15 @@ if [[ -e "$BUILD/app/gui/kvscope" ]]; then
 fi
 for exe in "$U"/bin/kvscope*; do
   [[ "$(head -c 4 "$exe" | tail -c 3)" == ELF ]] || continue
-  readelf -S "$exe" | grep -q '\.debug_info' && fail "$exe is not stripped"
+  readelf -S "$exe" | has '\.debug_info' && fail "$exe is not stripped"
 done
-! find "$U" -name __pycache__ | grep -q . || fail "__pycache__ in the package"
+! find "$U" -name __pycache__ | has . || fail "__pycache__ in the package"
 # Man pages: valid roff with the subcommands.
-zcat "$U/share/man/man1/kvscope-cli.1.gz" | grep -q '^\.TH KVSCOPE-CLI' || fail "kvscope-cli.1"
-zcat "$U/share/man/man1/kvscope-cli.1.gz" | grep -q '^\.SS audit' || fail "kvscope-cli.1 has no audit section"
-zcat "$U/share/man/man1/kvscope-cli.1.gz" | grep -q 'minimize' || fail "kvscope-cli.1 lacks --minimize"
+zcat "$U/share/man/man1/kvscope-cli.1.gz" | has '^\.TH KVSCOPE-CLI' || fail "kvscope-cli.1"
+zcat "$U/share/man/man1/kvscope-cli.1.gz" | has '^\.SS audit' || fail "kvscope-cli.1 has no audit section"
+zcat "$U/share/man/man1/kvscope-cli.1.gz" | has 'minimize' || fail "kvscope-cli.1 lacks --minimize"
 if command -v man >/dev/null; then
-  MANWIDTH=80 man -l "$U/share/man/man1/kvscope-cli.1.gz" 2>/dev/null | grep -q "kvscope-cli \[OPTIONS\]" || fail "man -l kvscope-cli.1"
+  MANWIDTH=80 man -l "$U/share/man/man1/kvscope-cli.1.gz" 2>/dev/null | has "kvscope-cli \[OPTIONS\]" || fail "man -l kvscope-cli.1"
 fi
 
 # The unpacked programs, from the scratch root.
@@ -110,7 +114,7 @@ print("mime magic: matches both writers' traces, not a checkpoint")
 PY
 
 if [[ $GUI -eq 1 ]]; then
-  QT_QPA_PLATFORM=offscreen XDG_RUNTIME_DIR="$W" "$U/bin/kvscope" --version 2>/dev/null | grep -q "^kvscope " || fail "kvscope --version"
+  QT_QPA_PLATFORM=offscreen XDG_RUNTIME_DIR="$W" "$U/bin/kvscope" --version 2>/dev/null | has "^kvscope " || fail "kvscope --version"
 fi
 echo "installed size: $(du -sk "$ROOT" | cut -f1) KiB unpacked (Installed-Size $(field Installed-Size) KiB)"
 echo "deb package test: ok"

@@ -47,6 +47,8 @@ class CachedAttention : public AttentionContext {
   void keepStateAfter(int64_t layer, int64_t length, const RecurrentState& state) override;
   /// The state kept after `length` fed entries ([1, ...] tensors), or nullptr.
   const RecurrentState* stateAfter(int64_t layer, int64_t length) const;
+  /// Every state kept: (layer, fed length) -> state.
+  const std::map<std::pair<int64_t, int64_t>, RecurrentState>& keptStates() const { return keptStates_; }
   /// Per member, per layer: the cache length before this forward.
   const std::vector<std::vector<int64_t>>& lengthsBefore() const { return before_; }
   /// Member b's records per layer as its rings took them ([h, n, d] keys, values; undefined

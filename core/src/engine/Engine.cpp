@@ -402,7 +402,7 @@ class EngineRun {
         }
         r.firstDecodeStep = r.step + 1;
         if (prefix_ && B == 1)
-          prefix_->add(r, model_.weightsVersion(), detail::prefixStates(cfg_, r, W, hits[b], cached.get()));
+          prefix_->add(r, model_.weightsVersion(), detail::prefixStates(r, W, hits[b], cached.get()));
       }
       // A speculative step chooses its next token from the row of its last accepted entry;
       // the accepted drafts join the stream before it, the rejected ones not at all.

@@ -28,7 +28,7 @@ void checkRingRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerW
     throw UsageError(what +
                      " does not combine with speculative decoding: rolling rejected drafts back "
                      "would need the slots they overwrote");
-  for (const int64_t l : faults.ringWrapLayers())
+  for (const int64_t l : faults.layersNamedBy("window_wrap"))
     if (l >= 0 && layerWindows.at(static_cast<size_t>(l)) == 0)
       throw UsageError("fault 'window_wrap': layer " + std::to_string(l) +
                        " attends over every entry (no sliding window), so it keeps no ring; "
@@ -41,29 +41,32 @@ void checkRingRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerW
 // each draft, after each prefix block).
 void checkRecurrentRequest(const ModelConfig& cfg, const FaultPlan& faults, const EngineOptions& options) {
   struct StateFault {
-    const char* name;
-    const char* what;  // what the fault changes, for the refusals
+    std::string name;
+    const char* what;         // what the fault changes, for the refusals
+    const char* onAttention;  // why an attention layer is not one it acts on
   };
-  for (const StateFault f : {StateFault{"recurrent_state", "no state reads the padding"},
-                             StateFault{"state_rollback", "no state is rolled back after rejected drafts"},
-                             StateFault{"prefix_state", "no state is handed over on a prefix hit"}})
-    for (const int64_t l : faults.layersNamedBy(f.name)) {
-      const std::string fault = std::string("fault '") + f.name + "'";
+  static const std::vector<StateFault> stateFaults = {
+      {"recurrent_state", "no state reads the padding", "its mask keeps the pads out"},
+      {"state_rollback", "no state is rolled back after rejected drafts", "it keeps K/V rows, not a state"},
+      {"prefix_state", "no state is handed over on a prefix hit", "it keeps K/V rows, not a state"}};
+  for (const StateFault& f : stateFaults)
+    for (const int64_t l : faults.layersNamedBy(f.name.c_str())) {
+      const std::string fault = "fault '" + f.name + "'";
       if (!cfg.hasRecurrentLayers())
         throw UsageError(fault + " needs a checkpoint with recurrent layers (Qwen3.5's linear_attention layers); "
                          "this " + cfg.modelType + " checkpoint has none, so " + f.what);
       if (l >= 0 && !cfg.isRecurrentLayer(l))
-        throw UsageError(fault + ": layer " + std::to_string(l) + " is an attention layer (" +
-                         (std::string(f.name) == "recurrent_state" ? "its mask keeps the pads out"
-                                                                   : "it keeps K/V rows, not a state") +
+        throw UsageError(fault + ": layer " + std::to_string(l) + " is an attention layer (" + f.onAttention +
                          "); name a linear_attention layer or layer=-1");
       if (options.uncached)
         throw UsageError(fault + " needs the cached engine: the uncached reference keeps no state between steps");
     }
   if (!cfg.hasRecurrentLayers() || options.uncached) return;
+  const auto onState = [](const std::string& fault) {
+    return std::any_of(stateFaults.begin(), stateFaults.end(), [&](const StateFault& f) { return f.name == fault; });
+  };
   for (const auto& named : faults.namedLayers())
-    if (cfg.isRecurrentLayer(named.layer) && named.fault != "recurrent_state" && named.fault != "state_rollback" &&
-        named.fault != "prefix_state")
+    if (cfg.isRecurrentLayer(named.layer) && !onState(named.fault))
       throw UsageError("fault '" + named.fault + "': " + named.parameter + "=" + std::to_string(named.layer) +
                        " is a recurrent (Gated DeltaNet) layer: it keeps a state, not the K/V entries the fault "
                        "acts on; name an attention layer (layer_types full_attention)");
@@ -74,7 +77,7 @@ void checkRecurrentRequest(const ModelConfig& cfg, const FaultPlan& faults, cons
 void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& layerWindows,
                         const FaultPlan& faults, const EngineOptions& options,
                         const std::vector<RequestSpec>& specs, int64_t speculativeDrafts) {
-  for (const int64_t l : faults.chunkPositionLayers())
+  for (const int64_t l : faults.layersNamedBy("chunk_position"))
     if (l >= 0 && !cfg.usesRope())
       throw UsageError(
           "fault 'chunk_position': layer=" + std::to_string(l) + " needs a RoPE model; this " +
@@ -177,7 +180,7 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
     throw UsageError("fault 'temperature_position' needs a checkpoint with a query temperature (Llama 4's "
                      "attn_temperature_tuning, Ministral 3's llama_4_scaling_beta); this " +
                      architectureName(cfg.architecture) + " checkpoint has none, so no position to take it at");
-  for (const int64_t l : faults.chunkMaskLayers()) {
+  for (const int64_t l : faults.layersNamedBy("chunk_mask")) {
     if (cfg.attentionChunk == 0)
       throw UsageError("fault 'chunk_mask' needs a checkpoint with chunked attention layers "
                        "(attention_chunk_size and chunked_attention layer_types, as Llama 4 has); "

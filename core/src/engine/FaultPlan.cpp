@@ -175,27 +175,15 @@ bool FaultPlan::chunkAsWindow(int64_t layer) const {
 }
 
 bool FaultPlan::padsEnterState(int64_t request, int64_t layer) const {
-  for (const auto* f : all("recurrent_state"))
-    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
-  return false;
+  return atLayer("recurrent_state", request, layer);
 }
 
 bool FaultPlan::temperatureAtCacheIndex(int64_t request, int64_t layer) const {
-  for (const auto* f : all("temperature_position"))
-    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
-  return false;
-}
-
-std::vector<int64_t> FaultPlan::chunkMaskLayers() const {
-  std::vector<int64_t> out;
-  for (const auto* f : all("chunk_mask")) out.push_back(f->get("layer"));
-  return out;
+  return atLayer("temperature_position", request, layer);
 }
 
 int64_t FaultPlan::ringWrapShift(int64_t request, int64_t layer) const {
-  for (const auto* f : all("window_wrap"))
-    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return -1;
-  return 0;
+  return atLayer("window_wrap", request, layer) ? -1 : 0;
 }
 
 bool FaultPlan::needsRingCache() const { return find("window_wrap") != nullptr; }
@@ -219,9 +207,7 @@ int64_t FaultPlan::prefixBlock() const {
 }
 
 bool FaultPlan::dropsPrefixState(int64_t request, int64_t layer) const {
-  for (const auto* f : all("prefix_state"))
-    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
-  return false;
+  return atLayer("prefix_state", request, layer);
 }
 
 std::vector<int64_t> FaultPlan::layersNamedBy(const char* name) const {
@@ -230,30 +216,12 @@ std::vector<int64_t> FaultPlan::layersNamedBy(const char* name) const {
   return out;
 }
 
-std::vector<int64_t> FaultPlan::ringWrapLayers() const {
-  std::vector<int64_t> out;
-  for (const auto* f : all("window_wrap")) out.push_back(f->get("layer"));
-  return out;
-}
-
 bool FaultPlan::skipRollback(int64_t request, int64_t step, int64_t layer) const {
-  for (const auto* f : all("speculative_rollback"))
-    if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer)) {
-      note(f, request, step, layer);
-      return true;
-    }
-  return false;
+  return fromStepAtLayer("speculative_rollback", request, step, layer);
 }
 
 bool FaultPlan::skipStateRollback(int64_t request, int64_t step, int64_t layer) const {
-  for (const auto* f : all("state_rollback"))
-    if (matches(*f, request) && step >= f->get("step") &&
-        (f->get("layer") < 0 || f->get("layer") == layer)) {
-      note(f, request, step, layer);
-      return true;
-    }
-  return false;
+  return fromStepAtLayer("state_rollback", request, step, layer);
 }
 
 int64_t FaultPlan::speculativeDrafts() const {
@@ -279,6 +247,12 @@ bool FaultPlan::ropeScalingDropped(int64_t request, int64_t step, int64_t layer)
 }
 
 bool FaultPlan::dropsRopeScaling() const { return find("rope_scaling") != nullptr; }
+
+bool FaultPlan::atLayer(const char* name, int64_t request, int64_t layer) const {
+  for (const auto* f : all(name))
+    if (matches(*f, request) && (f->get("layer") < 0 || f->get("layer") == layer)) return true;
+  return false;
+}
 
 bool FaultPlan::fromStepAtLayer(const char* name, int64_t request, int64_t step,
                                 int64_t layer) const {
@@ -364,11 +338,6 @@ int64_t FaultPlan::prefillChunk() const {
   return 0;
 }
 
-std::vector<int64_t> FaultPlan::chunkPositionLayers() const {
-  std::vector<int64_t> out;
-  for (const auto* f : all("chunk_position")) out.push_back(f->get("layer"));
-  return out;
-}
 int64_t FaultPlan::projectionSplits(int64_t request, int64_t step, int64_t layer,
                                     int64_t batchMates) const {
   if (batchMates < 2) return 1;

@@ -44,15 +44,11 @@ class FaultPlan {
   /// temperature_position: (request, layer)'s query temperature taken at the cache index.
   bool temperatureAtCacheIndex(int64_t request, int64_t layer) const;
   bool takesTemperatureAtCacheIndex() const { return find("temperature_position") != nullptr; }
-  /// The layers the chunk_mask faults name (-1 for every chunked layer).
-  std::vector<int64_t> chunkMaskLayers() const;
   /// window_wrap: the slots (request, layer)'s ring entries move by once it has wrapped (-1:
   /// one slot back; 0 without the fault).
   int64_t ringWrapShift(int64_t request, int64_t layer) const;
   /// The window_wrap fault needs ring caches (turned on unless chosen).
   bool needsRingCache() const;
-  /// The layers the window_wrap faults name (-1 for every sliding layer).
-  std::vector<int64_t> ringWrapLayers() const;
   /// prefix_reuse: `request`'s prefix-cache lookup matches a block without its last token.
   bool prefixPartialMatch(int64_t request) const;
   /// The one layer whose rows a wrong block hands over (-1: every layer).
@@ -66,7 +62,8 @@ class FaultPlan {
   bool skipStateRollback(int64_t request, int64_t step, int64_t layer) const;
   /// prefix_state: a prefix hit of `request` leaves recurrent `layer`'s state unset (zeros).
   bool dropsPrefixState(int64_t request, int64_t layer) const;
-  /// The layers the faults called `name` name (-1 for every layer they may act on).
+  /// The layers the faults called `name` name (-1 for every layer they may act on: every chunked
+  /// layer for chunk_mask, every sliding one for window_wrap, every recurrent one for the state faults).
   std::vector<int64_t> layersNamedBy(const char* name) const;
   /// Draft tokens per step the speculative_rollback or state_rollback fault asks for (0 without).
   int64_t speculativeDrafts() const;  // 1 when the sliding window keeps one key too many
@@ -109,8 +106,6 @@ class FaultPlan {
   bool chunkPositionsRestart(int64_t request, int64_t chunk, int64_t layer) const;
   /// Prompt tokens per chunk the chunk_position fault asks for (0 without it).
   int64_t prefillChunk() const;
-  /// The layers the chunk_position faults name (-1 for every layer).
-  std::vector<int64_t> chunkPositionLayers() const;
   /// batch_variance: how many parts (request, step, layer)'s q/k/v projection sums its
   /// reduction in (split-K chosen by the batch size: `batchMates`); 1 = one reduction.
   int64_t projectionSplits(int64_t request, int64_t step, int64_t layer, int64_t batchMates) const;
@@ -147,6 +142,8 @@ class FaultPlan {
   const FaultSpec* find(const char* name) const;
   std::vector<const FaultSpec*> all(const char* name) const;
   static bool matches(const FaultSpec& f, int64_t request);
+  /// A fault `name` matching `request` at its `layer` (-1: every layer).
+  bool atLayer(const char* name, int64_t request, int64_t layer) const;
   /// A fault `name` matching `request` from its `step` on, at its `layer` (-1: every layer);
   /// notes the firing.
   bool fromStepAtLayer(const char* name, int64_t request, int64_t step, int64_t layer) const;

@@ -13,15 +13,12 @@ std::vector<int64_t> stateCheckpoints(const RequestState& r, int64_t width, size
   return out;
 }
 
-PrefixStates prefixStates(const ModelConfig& cfg, const RequestState& r, int64_t width, const PrefixHit& hit,
+PrefixStates prefixStates(const RequestState& r, int64_t width, const PrefixHit& hit,
                           const CachedAttention* attention) {
   PrefixStates out = hit.states;
   const int64_t fedFrom = r.promptFed - width;
-  for (int64_t l = 0; attention && l < cfg.numLayers; ++l) {
-    if (!cfg.isRecurrentLayer(l)) continue;
-    for (int64_t n = 1; n <= width; ++n)
-      if (const RecurrentState* st = attention->stateAfter(l, n)) out[fedFrom + n][l] = *st;
-  }
+  if (attention)
+    for (const auto& [at, state] : attention->keptStates()) out[fedFrom + at.second][at.first] = state;
   return out;
 }
 

@@ -9,7 +9,6 @@
 #include "engine/CachedAttention.hpp"
 #include "engine/PrefixCache.hpp"
 #include "engine/RequestState.hpp"
-#include "kvscope/ModelConfig.hpp"
 
 namespace kvscope::detail {
 
@@ -22,7 +21,7 @@ std::vector<int64_t> stateCheckpoints(const RequestState& r, int64_t width, size
 /// The recurrent states after each whole block of `r`'s prompt (its prefill of `width` entries
 /// just done), for its prefix-cache entry: those within `hit` from the hit's source, the rest as
 /// `attention` kept them (nullptr: none).
-PrefixStates prefixStates(const ModelConfig& cfg, const RequestState& r, int64_t width, const PrefixHit& hit,
+PrefixStates prefixStates(const RequestState& r, int64_t width, const PrefixHit& hit,
                           const CachedAttention* attention);
 
 }  // namespace kvscope::detail

@@ -53,19 +53,7 @@ void addStateFinding(DiagnosisContext& ctx, const char* id, const StepAnalysis& 
   ctx.add(FindingDraft(id)
               .at(*a.step)
               .layer(layer)
-              .position(std::max<int64_t>(a.stateLength - 1, 0))
-              .confidence(confidence)
-              .explanation(explanation)
-              .evidence(std::move(evidence)),
-          a);
-}
-
-void addNearestStateFinding(DiagnosisContext& ctx, const char* id, const StepAnalysis& a, int64_t layer,
-                            double confidence, const std::string& explanation, Evidence evidence) {
-  ctx.add(FindingDraft(id)
-              .at(*a.step)
-              .layer(layer)
-              .position(a.firstBadStreamIndex)
+              .position(a.firstBadStateLayer >= 0 ? std::max<int64_t>(a.stateLength - 1, 0) : a.firstBadStreamIndex)
               .confidence(confidence)
               .explanation(explanation)
               .evidence(std::move(evidence)),

@@ -38,13 +38,10 @@ std::string recordsAboveStatesText(const StepAnalysis& a, const std::vector<int6
 /// by X (tolerance Y)": step `a`'s wrong state of `layer`.
 std::string stateDifferenceText(const StepAnalysis& a, int64_t layer);
 
-/// Adds row `id`'s finding about step `a`'s wrong state of `layer`, placed at the last token
-/// the state has read.
+/// Adds row `id`'s finding about step `a` at recurrent `layer`: placed at the last token a wrong
+/// recorded state has read, or (a nearest answer, no wrong state recorded at the step) at the
+/// first wrong record's stream index.
 void addStateFinding(DiagnosisContext& ctx, const char* id, const StepAnalysis& a, int64_t layer, double confidence,
                      const std::string& explanation, Evidence evidence);
-/// A nearest answer (no state recorded at step `a`): row `id`'s finding at recurrent `layer`,
-/// placed at the first wrong record's stream index.
-void addNearestStateFinding(DiagnosisContext& ctx, const char* id, const StepAnalysis& a, int64_t layer,
-                            double confidence, const std::string& explanation, Evidence evidence);
 
 }  // namespace kvscope::detail::rows

@@ -244,6 +244,8 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
   return p;
 }
 
+int64_t demoExpertWidth(const CheckpointSpec& s) { return std::max<int64_t>(2, s.intermediateSize / 2); }
+
 std::vector<CheckpointWriter::TensorPlan> moeDemoTensors(const CheckpointSpec& s, const WeightNames& n,
                                                          std::vector<CheckpointWriter::TensorPlan> dense,
                                                          int64_t experts, int64_t expertWidth,

@@ -60,6 +60,8 @@ std::vector<CheckpointWriter::TensorPlan> hfDecoderDemoTensors(const CheckpointS
                                                                const WeightNames& n, bool qkvBias,
                                                                bool oBias, bool qkNorm,
                                                                bool qkNormOverHeads);
+/// make-demo's expert width for the Qwen MoE families: half the dense MLP's, at least 2.
+int64_t demoExpertWidth(const CheckpointSpec& s);
 /// `dense`'s tensors with each MoE layer's dense gate/up/down (every layer but those in
 /// `denseLayers`) replaced by the router [E, H] and each expert's gate/up [Im, H] and down
 /// [H, Im], named by `n` (router, expertPrefix, expertGate/Up/Down).

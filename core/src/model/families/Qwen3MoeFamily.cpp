@@ -87,9 +87,6 @@ class Qwen3MoeFamily final : public ModelFamily {
     require(s.maxWindowLayers == 0, "max_window_layers", "Qwen3-MoE's window is on every layer");
     require(s.numLayers >= 2, "num_layers", "the demo has MoE layers and one dense layer: at least 2");
   }
-
- private:
-  static int64_t demoExpertWidth(const CheckpointSpec& s) { return std::max<int64_t>(2, s.intermediateSize / 2); }
 };
 
 }  // namespace

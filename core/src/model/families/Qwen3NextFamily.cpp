@@ -53,7 +53,7 @@ class Qwen3NextFamily final : public ModelFamily {
     addDeltaNetDemoConfig(c, s);
     c["num_experts"] = kNextDemoExperts;
     c["num_experts_per_tok"] = kNextDemoTopK;
-    c["moe_intermediate_size"] = expertWidth(s);
+    c["moe_intermediate_size"] = demoExpertWidth(s);
     c["shared_expert_intermediate_size"] = s.intermediateSize;
     c["norm_topk_prob"] = true;
     c["decoder_sparse_step"] = 1;
@@ -66,7 +66,7 @@ class Qwen3NextFamily final : public ModelFamily {
     return withQwenSharedExperts(
         s, n,
         moeDemoTensors(s, n, deltaNetDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false)),
-                       kNextDemoExperts, expertWidth(s), {s.numLayers - 1}),
+                       kNextDemoExperts, demoExpertWidth(s), {s.numLayers - 1}),
         kNextDemoExperts);
   }
 
@@ -76,9 +76,6 @@ class Qwen3NextFamily final : public ModelFamily {
     validateDeltaNetDemoSpec(s);
     require(s.numLayers >= 2, "num_layers", "the demo has MoE layers and one dense layer: at least 2");
   }
-
- private:
-  static int64_t expertWidth(const CheckpointSpec& s) { return std::max<int64_t>(2, s.intermediateSize / 2); }
 };
 
 }  // namespace

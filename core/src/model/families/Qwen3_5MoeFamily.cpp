@@ -75,7 +75,7 @@ class Qwen3_5MoeFamily final : public ModelFamily {
     addDeltaNetDemoConfig(c, s);
     c["num_experts"] = kQwen35MoeDemoExperts;
     c["num_experts_per_tok"] = kQwen35MoeDemoTopK;
-    c["moe_intermediate_size"] = expertWidth(s);
+    c["moe_intermediate_size"] = demoExpertWidth(s);
     c["shared_expert_intermediate_size"] = s.intermediateSize;
     return c;
   }
@@ -85,16 +85,13 @@ class Qwen3_5MoeFamily final : public ModelFamily {
     return withQwenSharedExperts(
         s, n,
         moeDemoTensors(s, n, deltaNetDemoTensors(s, n, hfDecoderDemoTensors(s, n, false, false, true, false)),
-                       kQwen35MoeDemoExperts, expertWidth(s), {}),
+                       kQwen35MoeDemoExperts, demoExpertWidth(s), {}),
         kQwen35MoeDemoExperts);
   }
 
   void adjustDemoSpec(CheckpointSpec& s) const override { adjustDeltaNetDemoSpec(s); }
 
   void validateDemoSpec(const CheckpointSpec& s) const override { validateDeltaNetDemoSpec(s); }
-
- private:
-  static int64_t expertWidth(const CheckpointSpec& s) { return std::max<int64_t>(2, s.intermediateSize / 2); }
 };
 
 }  // namespace

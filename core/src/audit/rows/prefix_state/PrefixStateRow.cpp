@@ -5,6 +5,7 @@
 // request's first wrong state when a step since its last recorded state took a prefix hit; with a
 // model, the recorded state is held against an uncached pass whose recurrent layers restart
 // from zero where the hit ends.
+#include <algorithm>
 #include <numeric>
 
 #include "audit/NumberText.hpp"
@@ -58,10 +59,11 @@ class PrefixStateRow final : public FailureRow {
     ev["reused_entries"] = static_cast<double>(hit->reusedCount);
     ev["reused_from_request"] = static_cast<double>(hit->reusedFrom);
     ev["tokens_consumed"] = static_cast<double>(a.stateLength);
-    double reusedError = 0;
-    if (hit == a.step)
+    if (hit == a.step) {
+      double reusedError = 0;
       for (const double e : a.reusedError) reusedError = std::max(reusedError, e);
-    if (hit == a.step) ev["reused_rows_error"] = reusedError;
+      ev["reused_rows_error"] = reusedError;
+    }
     std::string ex = "step " + std::to_string(hit->step) + " took " + std::to_string(hit->reusedCount) +
                      " prefix entries from request " + std::to_string(hit->reusedFrom) + "'s cache" +
                      (hit == a.step && a.reusedBadLayer < 0 ? " (the attention layers' reused rows right)" : "") +
@@ -122,7 +124,7 @@ class PrefixStateRow final : public FailureRow {
                            std::to_string(hit->reusedFrom) +
                            "'s cache since their last recorded state: a state not handed over with the reused rows "
                            "is the likeliest cause (record the states to check it)";
-    addNearestStateFinding(ctx, finding::PrefixState, a, below.front(), 0.6, ex, std::move(ev));
+    addStateFinding(ctx, finding::PrefixState, a, below.front(), 0.6, ex, std::move(ev));
     return true;
   }
 };

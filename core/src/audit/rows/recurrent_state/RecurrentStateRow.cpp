@@ -126,7 +126,7 @@ class RecurrentStateRow final : public FailureRow {
                            ": a wrong recurrent state is the likeliest cause (record the states to check it: "
                            "kvscope-record records them by default)" +
                            leftPadsText(pads);
-    addNearestStateFinding(ctx, finding::RecurrentState, a, below.back(), 0.5, ex, std::move(ev));
+    addStateFinding(ctx, finding::RecurrentState, a, below.back(), 0.5, ex, std::move(ev));
     return true;
   }
 };

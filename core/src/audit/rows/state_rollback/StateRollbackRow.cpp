@@ -112,7 +112,7 @@ class StateRollbackRow final : public FailureRow {
                            " rejected " + std::to_string(spec->rejectedCount()) +
                            " draft(s) since their last recorded state: a recurrent state kept after rejected drafts "
                            "is the likeliest cause (record the states every step to check it)";
-    addNearestStateFinding(ctx, finding::StateRollback, a, below.front(), 0.6, ex, std::move(ev));
+    addStateFinding(ctx, finding::StateRollback, a, below.front(), 0.6, ex, std::move(ev));
     return true;
   }
 };
