@@ -53,6 +53,7 @@ def load_tensors(f: _Container, trace: Any) -> List[Optional[list]]:
     [keys, values, cache_keys, cache_values] as stored (keys None for a snapshot alone)."""
     path, m = f.path, trace.model
     L, H, D, V = m["num_layers"], m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+    Dv = m.get("value_head_dim") or D
     stored: List[Optional[list]] = []
     for i, s in enumerate(trace.steps):
         key = f"step{i}"
@@ -72,9 +73,9 @@ def load_tensors(f: _Container, trace: Any) -> List[Optional[list]]:
             base = f"{key}.layer{l}"
             k = v = ck = cv = None
             if f"{base}.cache_k" in f:
-                ck, cv = f.read_records(f"{base}.cache_k", H, D), f.read_records(f"{base}.cache_v", H, D)
+                ck, cv = f.read_records(f"{base}.cache_k", H, D), f.read_records(f"{base}.cache_v", H, Dv)
             if f"{base}.k" in f:
-                k, v = f.read_records(f"{base}.k", H, D), f.read_records(f"{base}.v", H, D)
+                k, v = f.read_records(f"{base}.k", H, D), f.read_records(f"{base}.v", H, Dv)
             elif ck is None:
                 raise TraceError(path, f"{base}.k", "missing (truncated trace?)")
             layers.append([k, v, ck, cv])

@@ -128,6 +128,7 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
     for a snapshot alone), like format_v1.load_tensors."""
     path, m = f.path, trace.model
     H, D, V = m["num_kv_heads"], m["head_dim"], m["vocab_size"]
+    Dv = m.get("value_head_dim") or D
     names = trace.stored_layers()  # entry l of the per-layer columns is model layer names[l]
     L = len(names)
     if trace.recorded_layers is not None:
@@ -172,12 +173,12 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
                 name = f"layer{names[l]}.{kind}"
                 if name in f:
                     _float_tensor(f, name)
-                    t = f.read_records(name, H, D)
+                    t = f.read_records(name, H, D if kind in ("k", "cache_k") else Dv)
                 elif total:
                     raise TraceError(path, name, f"missing, but steps.{column} adds up to {total} "
                                      "records (truncated or inconsistent trace)")
                 else:
-                    t = np.zeros((H, 0, D), np.float32)
+                    t = np.zeros((H, 0, D if kind in ("k", "cache_k") else Dv), np.float32)
                 if t.shape[1] != total:
                     raise TraceError(path, name, f"holds {t.shape[1]} records but steps.{column} "
                                      f"adds up to {total} (truncated or inconsistent trace)")

@@ -435,6 +435,7 @@ class TraceRecorder:
         multiple of state_every (cached mode)."""
         m = self.model
         L, H, D = m["num_layers"], m["num_kv_heads"], m["head_dim"]
+        Dv = kvtrace.value_dim(m)
         events = list(events)
         layers = cache_layers(cache) if cache is not None else []
         kw: Dict[str, Any] = {}
@@ -447,7 +448,7 @@ class TraceRecorder:
             rows = []
             for k, v in layers:
                 if k is None:
-                    rows.append((np.zeros((H, 0, D), np.float32), np.zeros((H, 0, D), np.float32)))
+                    rows.append((np.zeros((H, 0, D), np.float32), np.zeros((H, 0, Dv), np.float32)))
                 else:
                     rows.append((cache_row(k, batch_index), cache_row(v, batch_index)))
             # An engine's cache that drops rows (mlx-lm's ChunkedKVCache) says how many entries
@@ -466,7 +467,7 @@ class TraceRecorder:
                     kinds = None
                 if kinds is not None:
                     self.writer.extra["layer_kinds"] = kinds
-            empty = (np.zeros((H, 0, D), np.float32), np.zeros((H, 0, D), np.float32))
+            empty = (np.zeros((H, 0, D), np.float32), np.zeros((H, 0, Dv), np.float32))
             if appended is not None and self.mode == "cached":
                 # What each layer's update() was handed: the step's own records, in fed order.
                 rowed = [l for l in range(L) if l not in recurrent]
@@ -595,13 +596,17 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
         return default
     heads = first("num_attention_heads", "n_head")
     hidden = first("hidden_size", "n_embd", "d_model")
+    latent = first("kv_lora_rank")  # DeepSeek's latent attention: transformers caches the latent
+    if latent:                       # row as keys [B, 1, t, kv_lora_rank] and k_pe as values
+        shape = {"num_kv_heads": 1, "head_dim": latent, "value_head_dim": first("qk_rope_head_dim")}
+    else:
+        shape = {"num_kv_heads": first("num_key_value_heads", "num_kv_heads", default=heads),
+                 "head_dim": first("head_dim", default=hidden // heads if heads else 0)}
     return {"fingerprint": kvtrace.model_fingerprint(model_dir) if fingerprint else "",
             "architecture": getattr(c, "model_type", "") or "",
             "directory": os.path.abspath(model_dir),
             "num_layers": first("num_hidden_layers", "n_layer"),
-            "num_heads": heads,
-            "num_kv_heads": first("num_key_value_heads", "num_kv_heads", default=heads),
-            "head_dim": first("head_dim", default=hidden // heads if heads else 0),
+            "num_heads": heads, **shape,
             "vocab_size": vocab_size,
             "max_positions": first("max_position_embeddings", "n_positions", "n_ctx"),
             "stored_dtype": kvtrace.model_stored_dtype(model_dir), "compute_dtype": compute_dtype}

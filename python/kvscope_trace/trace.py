@@ -295,6 +295,10 @@ def _parse_document(doc: Any, file: str):
         model[k] = m.integer(k, 0)
     if min(model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"]) <= 0:
         raise TraceError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive")
+    if "value_head_dim" in m.j:
+        model["value_head_dim"] = m.integer("value_head_dim")
+        if model["value_head_dim"] <= 0:
+            raise TraceError(file, "model.value_head_dim", "must be positive")
     rope.parse_rope(model, file)  # kept in `model`, validated here
     V = model["vocab_size"]
     recorded = _recorded_layers(top, model["num_layers"])
@@ -577,6 +581,12 @@ def _check_recurrent_step(trace: Trace, path: str, i: int, l: int, rec: LayerRec
 
 
 # ----------------------------------------------------------------------------- write
+
+def value_dim(model: Dict[str, Any]) -> int:
+    """A value record's width: model.value_head_dim where given (MLA: the roped key part beside
+    the latent keys), else head_dim."""
+    return model.get("value_head_dim") or model["head_dim"]
+
 
 def _stack_layers(arrays, L: int, H: int, D: int, what: str) -> Optional[List[np.ndarray]]:
     if arrays is None:

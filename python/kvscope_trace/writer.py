@@ -12,7 +12,7 @@ import numpy as np
 
 from . import format_v2, layer_kinds, stored_checksums
 from .container import STORE_DTYPES, _float32, _is_int, write_safetensors
-from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_layers,
+from .trace import (FORMAT_VERSION, LayerRecord, Step, Trace, _document, _stack_layers, value_dim,
                     cache_checksum, normalize_policy)
 
 
@@ -58,6 +58,11 @@ class TraceWriter:
             v = self.model.get(k)
             if not _is_int(v) or v <= 0:
                 raise ValueError(f"model.{k} must be a positive integer, found {v!r}")
+        v = self.model.get("value_head_dim")
+        if v is not None and (not _is_int(v) or v <= 0):
+            raise ValueError(f"model.value_head_dim must be a positive integer, found {v!r}")
+        if v == self.model["head_dim"]:
+            del self.model["value_head_dim"]  # the default: files stay as they were
 
     @classmethod
     def from_trace(cls, trace: Trace, dtype: str = "F32") -> "TraceWriter":
@@ -191,21 +196,23 @@ class TraceWriter:
         elif st.chosen >= 0:
             raise ValueError("a step that chose a token needs its logits row")
         k = _stack_layers(keys, L, H, D, "keys")
-        v = _stack_layers(values, L, H, D, "values")
+        Dv = value_dim(m)
+        v = _stack_layers(values, L, H, Dv, "values")
         ck = _stack_layers(cache_keys, L, H, D, "cache_keys")
-        cv = _stack_layers(cache_values, L, H, D, "cache_values")
+        cv = _stack_layers(cache_values, L, H, Dv, "cache_values")
         if k is not None or ck is not None:
             for l in range(L):
                 rec = LayerRecord()
                 if k is not None:
                     rec.keys, rec.values = k[l], v[l]
-                    if rec.keys.shape != rec.values.shape:
+                    if rec.keys.shape[1] != rec.values.shape[1]:
                         raise ValueError(f"layer {l}: keys {list(rec.keys.shape)} and values "
-                                         f"{list(rec.values.shape)} differ")
+                                         f"{list(rec.values.shape)} hold different numbers of records")
                 if ck is not None:
                     rec.cache_keys, rec.cache_values = ck[l], cv[l]
-                    if rec.cache_keys.shape != rec.cache_values.shape:
-                        raise ValueError(f"layer {l}: cache_keys and cache_values shapes differ")
+                    if rec.cache_keys.shape[1] != rec.cache_values.shape[1]:
+                        raise ValueError(f"layer {l}: cache_keys and cache_values hold different "
+                                         "numbers of records")
                     rec.checksum_k = cache_checksum(rec.cache_keys)
                     rec.checksum_v = cache_checksum(rec.cache_values)
                 if cache_lengths is not None:

@@ -34,11 +34,11 @@ TEST(GgufBlocks, EveryTypeDequantisesAsGgufPyDoes) {
   int checked = 0;
   for (const GgufTensorInfo& t : file->tensors()) {
     SCOPED_TRACE(t.name);
-    const detail::GgmlType* g = detail::ggmlType(t.type);
+    const kvscope::detail::GgmlType* g = kvscope::detail::ggmlType(t.type);
     ASSERT_NE(g, nullptr);
     const FloatTensor want = golden->readFloat("blocks." + t.name);
     std::vector<float> got(static_cast<size_t>(t.numel()));
-    detail::ggmlDequantize(*g, file->bytes(t), t.numel(), got.data());
+    kvscope::detail::ggmlDequantize(*g, file->bytes(t), t.numel(), got.data());
     ASSERT_EQ(got.size(), want.data.size());
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want.data[i]) << "element " << i;
     ++checked;

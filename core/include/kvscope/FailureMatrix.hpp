@@ -41,6 +41,7 @@ inline constexpr const char* TemperaturePosition = "temperature_position";
 inline constexpr const char* RecurrentState = "recurrent_state";
 inline constexpr const char* StateRollback = "state_rollback";
 inline constexpr const char* PrefixState = "prefix_state";
+inline constexpr const char* MlaAbsorb = "mla_absorb";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next, Qwen3_5Moe };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next, Qwen3_5Moe, DeepseekV3 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -85,7 +85,10 @@ struct MoeConfig {
   // SoftmaxThenTopK: softmax over every expert in float32, the k most probable (Qwen3-MoE,
   // Mixtral); TopKThenSoftmax: the k largest router logits, softmax over those k (GPT-OSS);
   // TopKThenSigmoid: the k largest router logits, each weighted by its own sigmoid (Llama 4).
-  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax, TopKThenSigmoid };
+  // SigmoidGroupLimited: DeepSeek V3's: sigmoid scores plus the router's score bias choose the k
+  // experts, only within the topGroups of `groups` expert groups whose two best such scores sum
+  // highest; weighted by the plain sigmoid scores (renormalised with normTopK) x routedScale.
+  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax, TopKThenSigmoid, SigmoidGroupLimited };
   Routing routing = Routing::SoftmaxThenTopK;
   bool routerBias = false;       // the router has a bias (GPT-OSS)
   // Gated: down(act(gate x) * up x), one tensor per expert; ClampedGlu: GPT-OSS's experts,
@@ -103,6 +106,8 @@ struct MoeConfig {
   bool sharedExpertGate = false;       // the shared expert's output times sigmoid(x . g)
                                        // (Qwen3-Next's shared_expert_gate)
   double gluAlpha = 1.702, gluLimit = 7.0;
+  int64_t groups = 1, topGroups = 1;   // SigmoidGroupLimited: n_group, topk_group
+  double routedScale = 1.0;            // routed_scaling_factor: the routed experts' weights x it
   std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
 };
 
@@ -121,6 +126,23 @@ struct DeltaNetConfig {
   int64_t convDim() const { return 2 * keyDim() + valueDim(); }  // q | k | v channels
 };
 
+/// Multi-head latent attention (DeepSeek V2 / V3): a token's cache entry is one latent row c_kv
+/// [kvLoraRank] (after kv_a_layernorm) and one roped key part k_pe [ropeDim] shared by every head,
+/// as transformers caches them; each head's key (nope | rope) and value are decompressed from the
+/// cached latent by kv_b_proj at every forward. The model's cache geometry is then one KV "head"
+/// of headDim = kvLoraRank (keys: c_kv) and valueHeadDim = ropeDim (values: k_pe).
+struct MlaConfig {
+  int64_t qLoraRank = 0;   // q_lora_rank; 0 (null): the query is q_proj's
+  int64_t kvLoraRank = 0;  // kv_lora_rank; 0: no latent attention
+  int64_t nopeDim = 0;     // qk_nope_head_dim: the key/query features without position
+  int64_t ropeDim = 0;     // qk_rope_head_dim: the roped ones
+  int64_t valueDim = 0;    // v_head_dim
+  bool deinterleaveRope = false;  // rope_interleave: the roped features are rotated in (even,
+                                  // odd) pairs and come out as all evens, then all odds
+  bool enabled() const { return kvLoraRank > 0; }
+  int64_t queryDim() const { return nopeDim + ropeDim; }
+};
+
 struct ModelConfig {
   std::string sourceFile;             // path of the config.json this came from
   Architecture architecture = Architecture::Llama;
@@ -133,6 +155,8 @@ struct ModelConfig {
   int64_t numHeads = 0;
   int64_t numKvHeads = 0;             // == numHeads without GQA
   int64_t headDim = 0;                // head_dim override, else hiddenSize / numHeads
+  int64_t valueHeadDim = 0;           // a cached value's width where it differs from headDim's
+                                      // (MLA: k_pe's); 0: headDim
   int64_t intermediateSize = 0;       // GPT-2: n_inner or 4 * n_embd
   int64_t maxPositions = 0;           // n_positions / max_position_embeddings
   double normEps = 1e-5;              // layer_norm_epsilon / rms_norm_eps
@@ -164,6 +188,7 @@ struct ModelConfig {
   int64_t attentionChunk = 0;         // Llama 4: a chunked layer's query sees only the keys of
   std::vector<bool> chunkedLayers;    // its own chunk of attentionChunk positions
                                       // (attention_chunk_size); per layer: true where it applies
+  MlaConfig mla;                      // DeepSeek's latent attention (none: mla.kvLoraRank 0)
   DeltaNetConfig deltaNet;            // Qwen3.5's recurrent layers (none: deltaNet.layers empty)
   bool attentionOutputGate = false;   // Qwen3.5: q_proj yields each head's query and as many
                                       // gate features; the attention output is multiplied by
@@ -194,6 +219,14 @@ struct ModelConfig {
   /// Adds EOS ids from a generation_config.json next to the config, when present.
   void mergeGenerationConfig(const std::string& path);
 
+  /// The width of a cached value row: valueHeadDim, else headDim.
+  int64_t cacheValueDim() const { return valueHeadDim > 0 ? valueHeadDim : headDim; }
+  /// The head width RoPE rotates over (times partialRotaryFactor): MLA's roped part, else headDim.
+  int64_t rotaryHeadDim() const { return mla.enabled() ? mla.ropeDim : headDim; }
+  /// Whether a key record is one head's key, turned by RoPE over its first rotary features
+  /// (what the rows that re-derive key records under another rotation assume): not MLA's latent
+  /// rows, whose roped part is a record of its own (the values).
+  bool keyRecordsAreRotatedHeads() const { return !mla.enabled(); }
   bool usesRope() const { return recipe.positions == BlockRecipe::Positions::Rope; }
   bool isSlidingLayer(int64_t layer) const;
   /// Whether `layer` attends within chunks of attentionChunk positions (Llama 4).

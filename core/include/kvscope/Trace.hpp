@@ -27,7 +27,9 @@ struct TraceModelInfo {
   int64_t numLayers = 0;
   int64_t numHeads = 0;
   int64_t numKvHeads = 0;
-  int64_t headDim = 0;
+  int64_t headDim = 0;           // a key record's width
+  int64_t valueHeadDim = 0;      // a value record's where it differs (MLA: the roped key part
+                                 // beside the latent keys; file field value_head_dim); 0: headDim
   int64_t vocabSize = 0;
   int64_t maxPositions = 0;
   std::string storedDtype;       // F32 / F16 / BF16 (as stored)
@@ -37,6 +39,8 @@ struct TraceModelInfo {
   /// evidence reads it in trace+trace mode; model modes take the checkpoint's.
   std::optional<RopeConfig> rope;
   bool operator==(const TraceModelInfo& o) const;
+  /// A value record's width: valueHeadDim, else headDim.
+  int64_t valueDim() const { return valueHeadDim > 0 ? valueHeadDim : headDim; }
   /// The shape fields of a model of `config` (architecture, layers, heads, kv heads, head
   /// size, vocabulary, positions); fingerprint, directory and dtypes are the caller's.
   static TraceModelInfo ofConfig(const ModelConfig& config);

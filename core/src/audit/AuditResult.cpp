@@ -40,7 +40,7 @@ FloatTensor concatRecords(
 RequestReference referenceFromTrace(const Trace& t, int64_t request) {
   RequestReference ref;
   ref.request = request;
-  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim,
+  const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim, dv = t.model.valueDim(),
                 V = t.model.vocabSize;
   std::vector<int64_t> ids;
   std::vector<std::vector<float>> logitRows;
@@ -84,11 +84,11 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
         if (j >= cnt) continue;
         for (int64_t hh = 0; hh < h; ++hh) {
           auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
-          auto* vd = rec.values.data.data() + (hh * cnt + j) * d;
+          auto* vd = rec.values.data.data() + (hh * cnt + j) * dv;
           kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
               kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
           vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
-              vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + d);
+              vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + dv);
         }
       }
     }
@@ -102,7 +102,7 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       std::copy(row.begin(), row.end(), ref.logits.data.begin() + p * V);
   }
   for (int64_t l = 0; l < L; ++l) {
-    FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, d});
+    FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, dv});
     if (!t.holdsRows(l)) {  // unknown, not zero: no record ever matches it
       std::fill(k.data.begin(), k.data.end(), std::numeric_limits<float>::quiet_NaN());
       std::fill(v.data.begin(), v.data.end(), std::numeric_limits<float>::quiet_NaN());
@@ -112,7 +112,7 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       const auto& vs = vh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
       const int64_t have = d > 0 ? std::min<int64_t>(T, static_cast<int64_t>(ks.size()) / d) : 0;
       std::copy(ks.begin(), ks.begin() + have * d, k.data.begin() + hh * T * d);
-      std::copy(vs.begin(), vs.begin() + have * d, v.data.begin() + hh * T * d);
+      std::copy(vs.begin(), vs.begin() + have * dv, v.data.begin() + hh * T * dv);
     }
     ref.keys.push_back(std::move(k));
     ref.values.push_back(std::move(v));

@@ -281,7 +281,9 @@ class AuditRun {
     cache.checks.push_back("ok: one K and one V record set per layer (" +
                            describeTraceLayers(trace_) + stateNote +
                            "), axes [h_kv=" + std::to_string(m.numKvHeads) +
-                           ", t, d=" + std::to_string(m.headDim) + "] per request row");
+                           ", t, d=" + std::to_string(m.headDim) +
+                           (m.valueDim() != m.headDim ? " (values: d=" + std::to_string(m.valueDim()) + ")" : "") +
+                           "] per request row");
     for (int64_t l = 0; l < m.numLayers && trace_.isLayerSubset(); ++l)
       if (!trace_.hasLayer(l)) cache.checks.push_back(layerNotInTraceNote(l));
     rowChecks(AuditStage::Cache, analyses, f, cache.checks);
@@ -517,7 +519,8 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
   std::vector<Finding> findings;
   const auto& a = reference.model;
   const auto& b = cached.model;
-  if (a.numLayers != b.numLayers || a.numKvHeads != b.numKvHeads || a.headDim != b.headDim || a.vocabSize != b.vocabSize) {
+  if (a.numLayers != b.numLayers || a.numKvHeads != b.numKvHeads || a.headDim != b.headDim ||
+      a.valueDim() != b.valueDim() || a.vocabSize != b.vocabSize) {
     const std::string why = "the two traces describe different models (layers/kv heads/head dim/vocab)";
     s1.checks.push_back("FAIL: " + why);
     findings.push_back(referenceFinding(why));

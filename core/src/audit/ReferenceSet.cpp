@@ -45,7 +45,7 @@ const Model* ReferenceSet::modelFor(uint64_t version) {
     const auto& a = model_->config();
     const auto& b = other->config();
     if (a.numLayers != b.numLayers || a.numKvHeads != b.numKvHeads || a.headDim != b.headDim ||
-        a.vocabSize != b.vocabSize)
+        a.cacheValueDim() != b.cacheValueDim() || a.vocabSize != b.vocabSize)
       throw InputError(dir->second + "/config.json", "num_hidden_layers",
                        "the checkpoint given for weights version " + std::to_string(version) +
                            " has " + std::to_string(b.numLayers) + " layers, " +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "audit/ColumnDiff.hpp"
 #include "audit/rows/kv_quantization/QuantizationEvidence.hpp"
@@ -49,21 +50,20 @@ const RequestReference* RequestWalk::lookup(uint64_t version) {
 std::pair<double, double> RequestWalk::rebuiltColumnDiff(size_t l, int64_t c,
                                                          const RequestReference& ref,
                                                          int64_t p) const {
-  const int64_t d = trace_.model.headDim;
   const int64_t T = ref.keys[l].shape[1];
   double err = 0, mag = 0;
-  for (size_t h = 0; h < keys_[l].size(); ++h)
-    for (int64_t k = 0; k < d; ++k) {
-      const auto at = static_cast<size_t>((static_cast<int64_t>(h) * T + p) * d + k);
-      const auto own = static_cast<size_t>(c * d + k);
-      for (const auto& [x, y] :
-           {std::pair<double, double>{keys_[l][h][own], ref.keys[l].data[at]},
-            std::pair<double, double>{values_[l][h][own], ref.values[l].data[at]}}) {
+  // Keys, then values (of their own width where the model says so: MLA).
+  for (const auto& [own, theirs, d] :
+       {std::tuple{&keys_[l], &ref.keys[l], trace_.model.headDim},
+        std::tuple{&values_[l], &ref.values[l], trace_.model.valueDim()}})
+    for (size_t h = 0; h < own->size(); ++h)
+      for (int64_t k = 0; k < d; ++k) {
+        const double x = (*own)[h][static_cast<size_t>(c * d + k)];
+        const double y = theirs->data[static_cast<size_t>((static_cast<int64_t>(h) * T + p) * d + k)];
         err = std::max(err, std::fabs(x - y));
         if (std::isnan(x) != std::isnan(y)) err = INFINITY;
         mag = std::max(mag, std::fabs(y));
       }
-    }
   return {err, mag};
 }
 
@@ -141,12 +141,12 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   }
   // Rebuild the cache from the appended records, keeping each column's stream index and
   // weights version.
-  const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim;
+  const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim, dv = trace_.model.valueDim();
   for (int64_t h = 0; h < H && appended > 0; ++h) {
     auto* kd = rec.keys.data.data() + h * appended * d;
-    auto* vd = rec.values.data.data() + h * appended * d;
+    auto* vd = rec.values.data.data() + h * appended * dv;
     keys_[l][static_cast<size_t>(h)].insert(keys_[l][static_cast<size_t>(h)].end(), kd, kd + appended * d);
-    values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * d);
+    values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * dv);
   }
   for (int64_t j = 0; j < appended; ++j) {
     // Reused prefix-cache entries are stream positions 0..reused-1; then the fed entries.
@@ -166,7 +166,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   const int64_t trim = a.rejected > 0 ? std::clamp<int64_t>(length_[l] - after, 0, a.rejected) : 0;
   if (trim > 0) {
     for (auto& h : keys_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
-    for (auto& h : values_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
+    for (auto& h : values_[l]) h.resize(h.size() - static_cast<size_t>(trim * dv));
     columnStream_[l].resize(columnStream_[l].size() - static_cast<size_t>(trim));
     columnPosition_[l].resize(columnPosition_[l].size() - static_cast<size_t>(trim));
     columnVersion_[l].resize(columnVersion_[l].size() - static_cast<size_t>(trim));
@@ -193,13 +193,14 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     std::vector<int64_t> changedColumns;
     for (int64_t c = 0; c < t; ++c) {
       bool changed = false;
-      for (int64_t h = 0; h < H && !changed; ++h)
-        for (int64_t k = 0; k < d && !changed; ++k) {
-          const size_t at = static_cast<size_t>((h * t + c) * d + k),
-                       own = static_cast<size_t>(c * d + k);
-          changed = rec.snapshotKeys.data[at] != keys_[l][static_cast<size_t>(h)][own] ||
-                    rec.snapshotValues.data[at] != values_[l][static_cast<size_t>(h)][own];
-        }
+      for (int64_t h = 0; h < H && !changed; ++h) {
+        for (int64_t k = 0; k < d && !changed; ++k)
+          changed = rec.snapshotKeys.data[static_cast<size_t>((h * t + c) * d + k)] !=
+                    keys_[l][static_cast<size_t>(h)][static_cast<size_t>(c * d + k)];
+        for (int64_t k = 0; k < dv && !changed; ++k)
+          changed = rec.snapshotValues.data[static_cast<size_t>((h * t + c) * dv + k)] !=
+                    values_[l][static_cast<size_t>(h)][static_cast<size_t>(c * dv + k)];
+      }
       if (changed) changedColumns.push_back(c);
     }
     rewritten = rewritten || !changedColumns.empty();
@@ -213,8 +214,8 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     for (int64_t h = 0; h < H && !changedColumns.empty(); ++h) {
       keys_[l][static_cast<size_t>(h)].assign(rec.snapshotKeys.data.begin() + h * t * d,
                                               rec.snapshotKeys.data.begin() + (h + 1) * t * d);
-      values_[l][static_cast<size_t>(h)].assign(rec.snapshotValues.data.begin() + h * t * d,
-                                                rec.snapshotValues.data.begin() + (h + 1) * t * d);
+      values_[l][static_cast<size_t>(h)].assign(rec.snapshotValues.data.begin() + h * t * dv,
+                                                rec.snapshotValues.data.begin() + (h + 1) * t * dv);
     }
   }
   if (rewritten) {
@@ -240,7 +241,7 @@ std::optional<bool> RequestWalk::ringChecksumsMatch(size_t l, const TraceLayerRe
   if (!rec.keyChecksum || !rec.valueChecksum ||
       held > static_cast<int64_t>(rec.ringPositions.size()))
     return std::nullopt;
-  const int64_t d = trace_.model.headDim;
+  const int64_t d = trace_.model.headDim, dv = trace_.model.valueDim();
   const auto& positions = columnPosition_[l];
   std::vector<std::vector<float>> keys(keys_[l].size()), values(values_[l].size());
   for (int64_t s = 0; s < held; ++s) {
@@ -250,9 +251,10 @@ std::optional<bool> RequestWalk::ringChecksumsMatch(size_t l, const TraceLayerRe
     const auto c = static_cast<size_t>(positions.rend() - it - 1);
     for (size_t h = 0; h < keys.size(); ++h) {
       const auto from = static_cast<std::ptrdiff_t>(c * static_cast<size_t>(d));
+      const auto fromValue = static_cast<std::ptrdiff_t>(c * static_cast<size_t>(dv));
       keys[h].insert(keys[h].end(), keys_[l][h].begin() + from, keys_[l][h].begin() + from + d);
-      values[h].insert(values[h].end(), values_[l][h].begin() + from,
-                       values_[l][h].begin() + from + d);
+      values[h].insert(values[h].end(), values_[l][h].begin() + fromValue,
+                       values_[l][h].begin() + fromValue + dv);
     }
   }
   return *rec.keyChecksum == traceRowChecksum(keys) &&

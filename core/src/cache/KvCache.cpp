@@ -7,19 +7,21 @@
 namespace kvscope::detail {
 
 KvCache::KvCache(int64_t layers, int64_t slots, int64_t kvHeads, int64_t capacity, int64_t headDim,
-                 const std::vector<bool>& recurrentLayers)
+                 const std::vector<bool>& recurrentLayers, int64_t valueDim)
     : slots_(slots), capacity_(capacity) {
+  if (valueDim <= 0) valueDim = headDim;
   for (int64_t l = 0; l < layers; ++l) {
     const bool rows = static_cast<size_t>(l) >= recurrentLayers.size() || !recurrentLayers[static_cast<size_t>(l)];
     keys_.push_back(torch::zeros({slots, rows ? kvHeads : 0, capacity, rows ? headDim : 0}, torch::kFloat));
-    values_.push_back(torch::zeros({slots, rows ? kvHeads : 0, capacity, rows ? headDim : 0}, torch::kFloat));
+    values_.push_back(torch::zeros({slots, rows ? kvHeads : 0, capacity, rows ? valueDim : 0}, torch::kFloat));
   }
   convStates_.resize(static_cast<size_t>(layers));
   recurrentStates_.resize(static_cast<size_t>(layers));
 }
 
 std::unique_ptr<KvCache> KvCache::forModel(const ModelConfig& c, int64_t slots, int64_t capacity) {
-  auto cache = std::make_unique<KvCache>(c.numLayers, slots, c.numKvHeads, capacity, c.headDim, c.deltaNet.layers);
+  auto cache = std::make_unique<KvCache>(c.numLayers, slots, c.numKvHeads, capacity, c.headDim, c.deltaNet.layers,
+                                         c.cacheValueDim());
   const DeltaNetConfig& dn = c.deltaNet;
   for (int64_t l = 0; l < c.numLayers; ++l)
     if (c.isRecurrentLayer(l))

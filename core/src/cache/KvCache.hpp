@@ -19,8 +19,9 @@ class KvCache {
  public:
   /// `recurrentLayers`: per layer, true where the layer keeps a state, not K/V (makeRecurrent
   /// sizes it); such a layer gets no K/V storage.
+  /// `valueDim`: a value row's width where it differs from a key row's (MLA); 0: headDim.
   KvCache(int64_t layers, int64_t slots, int64_t kvHeads, int64_t capacity, int64_t headDim,
-          const std::vector<bool>& recurrentLayers = {});
+          const std::vector<bool>& recurrentLayers = {}, int64_t valueDim = 0);
 
   /// The cache of a model of `config`: K/V rows of its KV heads and head size on the attention
   /// layers, the states of its recurrent layers (config.deltaNet).

@@ -153,6 +153,11 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "(attn_logit_softcapping, as Gemma 2 has); this " +
                      architectureName(cfg.architecture) + " checkpoint has none, so there is "
                      "no soft-cap to drop");
+  if (faults.dropsFeature(detail::AttentionFeature::LatentHeadSplit) && !cfg.mla.enabled())
+    throw UsageError("fault 'mla_absorb' needs a checkpoint with multi-head latent attention "
+                     "(kv_lora_rank, as DeepSeek V3 has); this " +
+                     architectureName(cfg.architecture) + " checkpoint caches per-head keys and "
+                     "values, so there is no latent to absorb the weights into");
   if (faults.dropsFeature(detail::AttentionFeature::Sinks) && !cfg.attentionSinks)
     throw UsageError("fault 'sink_dropped' needs a checkpoint with attention sinks "
                      "(self_attn.sinks, as GPT-OSS has); this " +
@@ -238,7 +243,7 @@ void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& sp
   const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
   int64_t longestPrompt = 0, longestRun = 0;
   uint64_t kept = 0;
-  const int64_t perToken = 2 * cfg.numLayers * cfg.numKvHeads * cfg.headDim;  // K and V
+  const int64_t perToken = cfg.numLayers * cfg.numKvHeads * (cfg.headDim + cfg.cacheValueDim());  // K and V
   for (const auto& s : specs) {
     const auto prompt = static_cast<int64_t>(s.promptIds.size());
     const int64_t run = std::min(prompt + s.maxNewTokens, cfg.maxPositions);

@@ -41,7 +41,7 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
     } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
                f.name == "softcap_dropped" || f.name == "layer_rope_theta" ||
                f.name == "partial_rotary" || f.name == "sink_dropped" ||
-               f.name == "yarn_attention_factor" || f.name == "expert_routing") {
+               f.name == "yarn_attention_factor" || f.name == "expert_routing" || f.name == "mla_absorb") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -290,7 +290,12 @@ bool FaultPlan::wholeHeadRotated(int64_t request, int64_t step, int64_t layer) c
 bool FaultPlan::rotatesWholeHeads() const { return find("partial_rotary") != nullptr; }
 
 const char* FaultPlan::dropFaultName(AttentionFeature feature) {
-  return feature == AttentionFeature::Softcap ? "softcap_dropped" : "sink_dropped";
+  switch (feature) {
+    case AttentionFeature::Softcap: return "softcap_dropped";
+    case AttentionFeature::Sinks: return "sink_dropped";
+    case AttentionFeature::LatentHeadSplit: return "mla_absorb";
+  }
+  return "";
 }
 
 bool FaultPlan::featureDropped(AttentionFeature feature, int64_t request, int64_t step,

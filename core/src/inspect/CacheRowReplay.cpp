@@ -64,7 +64,7 @@ FloatTensor CacheRowReplay::replay(const Trace& trace, int64_t request, int64_t 
   const TraceLayerRecord& targetRec = target->layers[static_cast<size_t>(layer)];
   const std::optional<uint64_t> recorded = checksumOf(targetRec, kind);
   const int64_t length = targetRec.cacheLength;
-  const int64_t h = trace.model.numKvHeads, d = trace.model.headDim;
+  const int64_t h = trace.model.numKvHeads, d = kind == KvKind::Keys ? trace.model.headDim : trace.model.valueDim();
   if (!recorded || length <= 0 || h <= 0 || d <= 0) return {};
 
   // Every write into the target's slot up to the target step, in recording order.

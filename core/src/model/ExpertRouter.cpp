@@ -6,18 +6,26 @@
 
 namespace kvscope::detail {
 
-namespace {
-// What topk ranks: the probabilities where the family takes the top-k of its softmax (so a
-// pass without faults or guide picks exactly the experts it always did), else the logits.
-torch::Tensor rankScores(const MoeConfig& moe, const torch::Tensor& logits) {
-  return moe.routing == MoeConfig::Routing::SoftmaxThenTopK ? torch::softmax(logits, -1) : logits;
+// A pass without faults or guide picks exactly the experts the family's own rule picks.
+torch::Tensor ExpertRouter::rankScores(const torch::Tensor& logits) const {
+  if (moe_.routing == MoeConfig::Routing::SoftmaxThenTopK) return torch::softmax(logits, -1);
+  if (moe_.routing != MoeConfig::Routing::SigmoidGroupLimited) return logits;
+  // DeepSeek V3: sigmoid + score bias; a group scores the sum of its two best; the experts of
+  // all but the topGroups best groups are out of the choice.
+  torch::Tensor choice = torch::sigmoid(logits);
+  if (scoreBias_.defined()) choice = choice + scoreBias_.to(choice.scalar_type());
+  const int64_t N = choice.size(0), G = moe_.groups, per = choice.size(1) / G;
+  const auto grouped = choice.view({N, G, per});
+  const auto groupScores = std::get<0>(grouped.topk(2, -1)).sum(-1);  // [N, G]
+  const auto kept = std::get<1>(groupScores.topk(moe_.topGroups, -1));
+  const auto mask = torch::zeros({N, G}, torch::kBool).scatter(1, kept, true).unsqueeze(-1).expand({N, G, per});
+  return grouped.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity()).reshape({N, -1});
 }
-}  // namespace
 
 torch::Tensor ExpertRouter::topExperts(const torch::Tensor& logits,
                                        const std::vector<int64_t>& perRow) const {
   const int64_t most = perRow.empty() ? moe_.topK : *std::max_element(perRow.begin(), perRow.end());
-  torch::Tensor experts = std::get<1>(torch::topk(rankScores(moe_, logits), most, -1));
+  torch::Tensor experts = std::get<1>(torch::topk(rankScores(logits), most, -1));
   const auto B = static_cast<int64_t>(perRow.size());
   if (B == 0) return experts;
   const int64_t s = logits.size(0) / B;
@@ -77,6 +85,11 @@ torch::Tensor ExpertRouter::follow(int64_t layer, const torch::Tensor& logits, c
 torch::Tensor ExpertRouter::weights(const torch::Tensor& logits, const torch::Tensor& experts) const {
   const auto taken = experts.ge(0);
   const auto index = experts.clamp_min(0);
+  if (moe_.routing == MoeConfig::Routing::SigmoidGroupLimited) {  // the plain scores of the chosen
+    auto w = torch::sigmoid(logits.gather(1, index)).masked_fill(taken.logical_not(), 0.0);
+    if (moe_.normTopK) w = w / (w.sum(-1, true) + 1e-20);
+    return w * moe_.routedScale;
+  }
   if (moe_.routing == MoeConfig::Routing::TopKThenSigmoid)  // each chosen logit's own sigmoid
     return torch::sigmoid(logits.gather(1, index)).masked_fill(taken.logical_not(), 0.0);
   if (moe_.routing == MoeConfig::Routing::TopKThenSoftmax)

@@ -15,7 +15,9 @@ namespace kvscope::detail {
 
 class ExpertRouter {
  public:
-  explicit ExpertRouter(const MoeConfig& moe) : moe_(moe) {}
+  /// `scoreBias` [E]: DeepSeek's e_score_correction_bias (SigmoidGroupLimited), else undefined.
+  explicit ExpertRouter(const MoeConfig& moe, torch::Tensor scoreBias = {})
+      : moe_(moe), scoreBias_(std::move(scoreBias)) {}
 
   /// The experts [N, K] (K = the largest of `perRow`; -1: no expert in that slot) of router
   /// logits [N, E] (float32) of a forward of `perRow.size()` batch rows: row b's tokens take
@@ -31,7 +33,13 @@ class ExpertRouter {
   torch::Tensor weights(const torch::Tensor& logits, const torch::Tensor& experts) const;
 
  private:
+  /// What top-k ranks for each token [N, E]: the softmax probabilities where the family takes
+  /// the top-k of its softmax, DeepSeek's group-limited choice scores (-inf outside the chosen
+  /// groups), else the logits.
+  torch::Tensor rankScores(const torch::Tensor& logits) const;
+
   const MoeConfig& moe_;
+  torch::Tensor scoreBias_;
 };
 
 }  // namespace kvscope::detail

@@ -167,7 +167,7 @@ MemoryNeed Model::referenceMemory(int64_t tokens) const {
   const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
   // ReferenceRun keeps every row's logits, the hidden states and each layer's K/V.
   m.kept = f(tokens * c.vocabSize) + f((c.numLayers + 2) * tokens * c.hiddenSize) +
-           f(2 * c.numLayers * c.numKvHeads * tokens * c.headDim);
+           f(c.numLayers * c.numKvHeads * tokens * (c.headDim + c.cacheValueDim()));
   return m;
 }
 

@@ -105,6 +105,9 @@ std::string ModelConfig::layerDescription(int64_t layer) const {
   parts.push_back(isSlidingLayer(layer)   ? "sliding window " + std::to_string(slidingWindow)
                  : isChunkedLayer(layer) ? "chunks of " + std::to_string(attentionChunk)
                                          : "full attention");
+  if (mla.enabled())
+    parts.push_back("latent (cache: c_kv " + std::to_string(mla.kvLoraRank) + " + roped k_pe " +
+                    std::to_string(mla.ropeDim) + ")");
   if (usesRope()) {
     if (!ropeOn(layer)) {
       parts.push_back("NoPE");
@@ -114,6 +117,7 @@ std::string ModelConfig::layerDescription(int64_t layer) const {
       if (r.type != "default" && r.type != "longrope") rope += " x" + shortNumber(r.factor);
       if (slidingRope && !(*slidingRope == this->rope)) rope += " theta " + shortNumber(r.theta);
       if (r.partialRotaryFactor < 1.0) rope += ", partial " + shortNumber(r.partialRotaryFactor);
+      if (mla.deinterleaveRope) rope += ", interleaved pairs";
       if (recipe.ropeInterleaved) rope += ", pairs (2i, 2i+1)";
       if (qkL2Norm) rope += ", q/k L2 norm";
       parts.push_back(rope);

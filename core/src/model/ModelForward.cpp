@@ -98,18 +98,12 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
                                         const torch::Tensor& wholeCos, const torch::Tensor& wholeSin,
                                         detail::AttentionContext& attention,
                                         detail::TorchTapSink* taps) const {
+  if (config.mla.enabled()) return latentAttentionBlock(layer, x, cos, sin, attention, taps);
   const auto& w = layers[static_cast<size_t>(layer)];
   const int64_t B = x.size(0), s = x.size(1), d = config.headDim;
   const int64_t nh = config.numHeads, nkv = config.numKvHeads;
-  const bool conv1dLayout = config.recipe.layout == BlockRecipe::Layout::Conv1d;
-  // The projection of every row; a row the batch_variance fault splits sums it in parts.
   auto product = [&](const torch::Tensor& wt, const torch::Tensor& bias) {
-    torch::Tensor y = project(x, wt, bias);
-    for (int64_t row = 0; row < B; ++row)
-      if (const int64_t parts = attention.projectionSplits(layer, row); parts > 1)
-        y.select(0, row).copy_(
-            detail::splitKProduct(x.select(0, row), wt, bias, parts, conv1dLayout));
-    return y;
+    return rowSplitProduct(layer, x, wt, bias, attention);
   };
   torch::Tensor qRaw, kRaw, v;  // [B, h, s, d], before q/k norm and RoPE
   torch::Tensor outputGate;     // [B, s, nh * d] (config.attentionOutputGate)
@@ -196,26 +190,39 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
     keys = keys.repeat_interleave(nh / nkv, 1);
     values = values.repeat_interleave(nh / nkv, 1);
   }
-  // The queries in row chunks, so that a long forward never holds its whole [B, h, s, t]
-  // scores (AttentionContext::queryChunk; a short one is one chunk).
-  const int64_t rows = attention.queryChunk(B, nh, s, keys.size(2));
-  torch::Tensor context;  // [B, nh, s, d]
-  if (rows >= s) {
-    context = attendQueries(layer, q, keys, values, kv.allowed, attention, 0, s);
-  } else {
-    std::vector<torch::Tensor> parts;
-    for (int64_t first = 0; first < s; first += rows) {
-      const int64_t n = std::min(rows, s - first);
-      parts.push_back(attendQueries(layer, q.narrow(2, first, n), keys, values, kv.allowed.narrow(2, first, n),
-                                    attention, first, s));
-    }
-    context = torch::cat(parts, 2);
-  }
+  const torch::Tensor context = attendInChunks(layer, q, keys, values, kv.allowed, attention);  // [B, nh, s, d]
   auto out = context.transpose(1, 2).reshape({B, s, nh * d});
   if (outputGate.defined()) out = out * torch::sigmoid(outputGate);
   out = project(out, w.oW, w.oB);
   tap(taps, layer, "attn_out", out);
   return out;
+}
+
+torch::Tensor ModelImpl::rowSplitProduct(int64_t layer, const torch::Tensor& x, const torch::Tensor& w,
+                                         const torch::Tensor& b, const detail::AttentionContext& attention) const {
+  torch::Tensor y = project(x, w, b);
+  const bool conv1dLayout = config.recipe.layout == BlockRecipe::Layout::Conv1d;
+  for (int64_t row = 0; row < x.size(0); ++row)
+    if (const int64_t parts = attention.projectionSplits(layer, row); parts > 1)
+      y.select(0, row).copy_(detail::splitKProduct(x.select(0, row), w, b, parts, conv1dLayout));
+  return y;
+}
+
+torch::Tensor ModelImpl::attendInChunks(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
+                                        const torch::Tensor& values, const torch::Tensor& allowed,
+                                        const detail::AttentionContext& attention) const {
+  // The queries in row chunks, so that a long forward never holds its whole [B, h, s, t]
+  // scores (AttentionContext::queryChunk; a short one is one chunk).
+  const int64_t B = q.size(0), nh = q.size(1), s = q.size(2);
+  const int64_t rows = attention.queryChunk(B, nh, s, keys.size(2));
+  if (rows >= s) return attendQueries(layer, q, keys, values, allowed, attention, 0, s);
+  std::vector<torch::Tensor> parts;
+  for (int64_t first = 0; first < s; first += rows) {
+    const int64_t n = std::min(rows, s - first);
+    parts.push_back(attendQueries(layer, q.narrow(2, first, n), keys, values, allowed.narrow(2, first, n),
+                                  attention, first, s));
+  }
+  return torch::cat(parts, 2);
 }
 
 torch::Tensor ModelImpl::attendQueries(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
@@ -266,7 +273,7 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const d
   const int64_t B = x.size(0), H = x.size(-1);
   const auto flat = x.reshape({-1, H});  // [N, H]
   const auto logits = project(flat, w.routerW, w.routerB).to(torch::kFloat);  // [N, E]
-  const detail::ExpertRouter router(moe);
+  const detail::ExpertRouter router(moe, w.routerScoreB);
   std::vector<int64_t> perRow(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) perRow[static_cast<size_t>(b)] = attention.expertsPerToken(layer, b, moe.topK);
   torch::Tensor topE = router.topExperts(logits, perRow);  // [N, k]; -1: no expert
@@ -358,6 +365,7 @@ void ModelImpl::swapLayerRope(int64_t layer, const torch::Tensor& ids, const tor
 torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
   torch::InferenceMode guard;
   if (config.isRecurrentLayer(0)) return {};  // layer 0 keeps a state, no keys
+  if (config.mla.enabled()) return {};        // latent rows: the position sits in the values (k_pe)
   const auto& w = layers.at(0);
   auto positions = torch::arange(count, torch::kLong);
   auto h = detail::upcastRows(embed, torch::tensor({token}, torch::kLong)).expand({count, config.hiddenSize});
@@ -435,7 +443,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     }
     // The whole head's rotation, for rows that ignore partial rotary (partial_rotary).
     torch::Tensor wholeCos, wholeSin;
-    if (layerRope && config.ropeOn(i) && layerCos.size(-1) < config.headDim) {
+    if (layerRope && config.ropeOn(i) && layerCos.size(-1) < config.rotaryHeadDim()) {
       if (rowsWhere(ids.size(0), [&](int64_t b) { return attention.rotatesWholeHead(i, b); }).defined()) {
         const torch::Tensor& own = attention.layerPositions(i);
         std::tie(wholeCos, wholeSin) =

@@ -24,12 +24,16 @@ struct LayerWeights {
   torch::Tensor qkvW, qkvB;  // fused q|k|v (recipe.fusedQkv): [(nh + 2 nkv) d, H] as Linear
   torch::Tensor qW, qB, kW, kB, vW, vB;  // q [nh*d, H], k/v [nkv*d, H] as Linear
   torch::Tensor oW, oB;                  // [H, nh*d] as Linear
+  // Latent attention (config.mla): q_a [Rq, H] (+ bias), its norm [Rq], q_b [nh q, Rq]; kv_a
+  // [Rkv + rope, H] (+ bias), its norm [Rkv], kv_b [nh (nope + v), Rkv], as Linear.
+  torch::Tensor qAW, qAB, qANormW, qBW, kvAW, kvAB, kvANormW, kvBW;
   torch::Tensor sinksW;          // learned attention sinks (config.attentionSinks): [nh]
   torch::Tensor qNormW, kNormW;  // RMSNorm before RoPE (config.qkNorm): [d] per head, or
                                  // [h * d] over the projection (recipe.qkNormOverHeads)
   torch::Tensor gateW, gateB, upW, upB, downW, downB;  // gate/up [I, H], down [H, I] as Linear
   torch::Tensor gateUpW;                 // fused gate|up (recipe.fusedGateUp): [2I, H] as Linear
   torch::Tensor routerW, routerB;        // a MoE layer's router [E, H] (+ bias [E])
+  torch::Tensor routerScoreB;            // DeepSeek's score correction bias [E] (choice only)
   std::vector<torch::Tensor> expertGateW, expertUpW, expertDownW;  // per expert [Im, H], [H, Im]
   torch::Tensor stackedGateUpW, stackedGateUpB;  // stacked experts: [E, H, 2Im] (gate/up
                                                  // interleaved), [E, 2Im]
@@ -114,6 +118,29 @@ struct ModelImpl {
   /// A Gated DeltaNet layer over x [B, s, H]: the causal conv and the gated delta rule from the
   /// state attention.recurrentState() hands over (a fresh one: zeros), the new state handed back
   /// (DeltaNetBlock.cpp).
+  /// Latent attention (config.mla) over x [B, s, H]: the latent rows and roped key parts are
+  /// what the cache keeps (keys [B, 1, t, Rkv], values [B, 1, t, rope]); each head's key and value
+  /// are decompressed from the held rows (MlaBlock.cpp).
+  torch::Tensor latentAttentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin, detail::AttentionContext& attention,
+                                     detail::TorchTapSink* taps) const;
+  /// Latent attention in the absorbed form engines decode with: each head's query nope part
+  /// through kv_b_proj's key rows, scores against the held latent rows (plus the roped parts),
+  /// the latent context through the value rows: [B, nh, s, v]. `perHead`: kv_b_proj read as the
+  /// checkpoint lays it out (per head [key rows | value rows]); false: as every head's key rows,
+  /// then every head's value rows (the mla_absorb fault).
+  torch::Tensor absorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
+                                const detail::KvView& kv, bool perHead,
+                                const detail::AttentionContext& attention) const;
+  /// x times a projection, where the batch_variance fault splits a row's product in parts
+  /// (AttentionContext::projectionSplits) summed in that many partial products.
+  torch::Tensor rowSplitProduct(int64_t layer, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                const detail::AttentionContext& attention) const;
+  /// Queries [B, nh, s, dq] over keys [B, nh, t, dq] and values [B, nh, t, dv] (attendQueries), in
+  /// row chunks where AttentionContext::queryChunk asks: the context [B, nh, s, dv].
+  torch::Tensor attendInChunks(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
+                               const torch::Tensor& values, const torch::Tensor& allowed,
+                               const detail::AttentionContext& attention) const;
   torch::Tensor deltaNetBlock(int64_t layer, const torch::Tensor& x, detail::AttentionContext& attention,
                               detail::TorchTapSink* taps) const;
   torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,

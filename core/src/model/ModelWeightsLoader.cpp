@@ -183,7 +183,7 @@ void ModelImpl::loadWeights() {
                                        {n.dnOut, &w.dnOutW, matrix(H, Vd), true}})
         items.push_back(std::move(it));
     } else {
-      items.push_back({n.o, &w.oW, matrix(H, nh * d), true});
+      items.push_back({n.o, &w.oW, matrix(H, nh * (c.mla.enabled() ? c.mla.valueDim : d)), true});
       items.push_back({n.oBias, &w.oB, {H}, c.outputProjBias});
     }
     const bool moe = c.isMoeLayer(i);  // its experts stand in the dense MLP's place
@@ -202,6 +202,7 @@ void ModelImpl::loadWeights() {
       const int64_t Im = c.moe.intermediateSize;
       items.push_back({n.router, &w.routerW, matrix(E, H), true});
       items.push_back({n.routerBias, &w.routerB, {E}, c.moe.routerBias});
+      items.push_back({n.routerScoreBias, &w.routerScoreB, {E}, true});
       if (c.moe.expert == MoeConfig::Expert::ClampedGlu) {  // stacked [E, in, out] with biases
         items.push_back({n.stackedGateUpBias, &w.stackedGateUpB, {E, 2 * Im}, true});
         items.push_back({n.stackedDownBias, &w.stackedDownB, {E, H}, true});
@@ -243,7 +244,22 @@ void ModelImpl::loadWeights() {
         items.push_back({expert + n.expertDown, &w.expertDownW[ue], matrix(H, Im), true});
       }
     }
-    if (!recurrent) {  // the attention projections (a recurrent layer has the DeltaNet's above)
+    if (!recurrent && c.mla.enabled()) {  // latent attention: the LoRA'd query, kv_a, kv_b
+      const MlaConfig& m = c.mla;
+      const int64_t q = nh * m.queryDim(), kvA = m.kvLoraRank + m.ropeDim;
+      if (m.qLoraRank > 0) {
+        items.push_back({n.qA, &w.qAW, matrix(m.qLoraRank, H), true});
+        items.push_back({n.qABias, &w.qAB, {m.qLoraRank}, c.qkvBias});
+        items.push_back({n.qANorm, &w.qANormW, {m.qLoraRank}, true});
+        items.push_back({n.qB, &w.qBW, matrix(q, m.qLoraRank), true});
+      } else {
+        items.push_back({n.q, &w.qW, matrix(q, H), true});
+      }
+      items.push_back({n.kvA, &w.kvAW, matrix(kvA, H), true});
+      items.push_back({n.kvABias, &w.kvAB, {kvA}, c.qkvBias});
+      items.push_back({n.kvANorm, &w.kvANormW, {m.kvLoraRank}, true});
+      items.push_back({n.kvB, &w.kvBW, matrix(nh * (m.nopeDim + m.valueDim), m.kvLoraRank), true});
+    } else if (!recurrent) {  // the attention projections (a recurrent layer has the DeltaNet's above)
       if (recipe.fusedQkv) {
         const int64_t qkv = (nh + 2 * nkv) * d;
         items.push_back({n.qkv, &w.qkvW, matrix(qkv, H), true});
@@ -297,7 +313,7 @@ void ModelImpl::loadWeights() {
   if (recipe.positions == BlockRecipe::Positions::Rope) {
     rope = std::make_unique<detail::RotaryEmbedding>(c);
     if (c.slidingRope)
-      slidingRope = std::make_unique<detail::RotaryEmbedding>(*c.slidingRope, c.headDim, c.maxPositions);
+      slidingRope = std::make_unique<detail::RotaryEmbedding>(*c.slidingRope, c.rotaryHeadDim(), c.maxPositions);
   }
   layerWindows.assign(static_cast<size_t>(c.numLayers), 0);
   for (int64_t i = 0; i < c.numLayers; ++i)

@@ -93,7 +93,7 @@ int64_t RotaryEmbedding::rotaryDim(const RopeConfig& rope, int64_t headDim) {
 }
 
 int64_t RotaryEmbedding::rotaryDim(const ModelConfig& config) {
-  return rotaryDim(config.rope, config.headDim);
+  return rotaryDim(config.rope, config.rotaryHeadDim());
 }
 
 RotaryEmbedding::RotaryEmbedding(const RopeConfig& rope, int64_t headDim, int64_t maxPositions)
@@ -121,16 +121,16 @@ bool RotaryEmbedding::usesLongFactors(int64_t seqLen) const {
 }
 
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config)
-    : RotaryEmbedding(config.rope, config.headDim, config.maxPositions) {}
+    : RotaryEmbedding(config.rope, config.rotaryHeadDim(), config.maxPositions) {}
 
 RotaryEmbedding RotaryEmbedding::forLayer(const ModelConfig& config, int64_t layer) {
-  return RotaryEmbedding(config.ropeFor(layer), config.headDim, config.maxPositions);
+  return RotaryEmbedding(config.ropeFor(layer), config.rotaryHeadDim(), config.maxPositions);
 }
 
 RotaryEmbedding RotaryEmbedding::wholeHead(const ModelConfig& config, int64_t layer) {
   RopeConfig rope = config.ropeFor(layer);
   rope.partialRotaryFactor = 1.0;
-  return RotaryEmbedding(rope, config.headDim, config.maxPositions);
+  return RotaryEmbedding(rope, config.rotaryHeadDim(), config.maxPositions);
 }
 
 torch::Tensor RotaryEmbedding::invFreqFor(int64_t seqLen) const {

@@ -105,7 +105,7 @@ void PackedTraceTensors::checkLayerTensors(Kind& kind) {
         continue;
       }
       const auto& e = file_.entry(name);
-      checkRecordShape(file_.path(), name, e.shape, model_);
+      checkRecordShape(file_.path(), name, e.shape, model_, suffix == kind.values);
       if (e.shape[1] != total)
         throw InputError(file_.path(), name,
                          std::string("steps.") + kind.column + " adds up to " + std::to_string(total) +
@@ -161,11 +161,12 @@ std::optional<KeyValuePair> PackedTraceTensors::slice(const Kind& kind, size_t s
   const auto j = static_cast<size_t>(entry);
   if (j >= counts.size() || !counts[j]) return std::nullopt;
   const int64_t begin = kind.offsets[j][step], n = *counts[j];
-  return KeyValuePair{columns(layerName(layer, kind.keys), begin, n), columns(layerName(layer, kind.values), begin, n)};
+  return KeyValuePair{columns(layerName(layer, kind.keys), begin, n, model_.headDim),
+                      columns(layerName(layer, kind.values), begin, n, model_.valueDim())};
 }
 
-FloatTensor PackedTraceTensors::columns(const std::string& name, int64_t begin, int64_t count) const {
-  const int64_t h = model_.numKvHeads, d = model_.headDim;
+FloatTensor PackedTraceTensors::columns(const std::string& name, int64_t begin, int64_t count, int64_t d) const {
+  const int64_t h = model_.numKvHeads;
   FloatTensor out = FloatTensor::zeros({h, count, d});
   if (count == 0) return out;
   const int64_t width = file_.entry(name).shape[1];

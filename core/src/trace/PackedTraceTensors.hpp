@@ -47,7 +47,8 @@ class PackedTraceTensors : public TraceTensorSource {
   int64_t entryOf(size_t layer) const;
   void checkRows(const char* tensor, const char* column, int64_t StepLayout::*row, int64_t rows) const;
   std::optional<KeyValuePair> slice(const Kind& kind, size_t step, size_t layer) const;
-  FloatTensor columns(const std::string& name, int64_t begin, int64_t count) const;
+  /// Columns begin..begin+count of a packed [h, T, d] tensor.
+  FloatTensor columns(const std::string& name, int64_t begin, int64_t count, int64_t d) const;
 
   const SafetensorsFile& file_;
   const TraceModelInfo& model_;

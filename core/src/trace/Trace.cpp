@@ -13,6 +13,7 @@ TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c) {
   m.numHeads = c.numHeads;
   m.numKvHeads = c.numKvHeads;
   m.headDim = c.headDim;
+  if (c.cacheValueDim() != c.headDim) m.valueHeadDim = c.cacheValueDim();
   m.vocabSize = c.vocabSize;
   m.maxPositions = c.maxPositions;
   return m;
@@ -21,7 +22,7 @@ TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c) {
 bool TraceModelInfo::operator==(const TraceModelInfo& o) const {
   return fingerprint == o.fingerprint && architecture == o.architecture &&
          directory == o.directory && numLayers == o.numLayers && numHeads == o.numHeads &&
-         numKvHeads == o.numKvHeads && headDim == o.headDim && vocabSize == o.vocabSize &&
+         numKvHeads == o.numKvHeads && headDim == o.headDim && valueDim() == o.valueDim() && vocabSize == o.vocabSize &&
          maxPositions == o.maxPositions && storedDtype == o.storedDtype &&
          computeDtype == o.computeDtype && rope == o.rope;
 }

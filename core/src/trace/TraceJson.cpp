@@ -146,6 +146,7 @@ json traceHeaderToJson(const Trace& t, int version) {
                   {"num_kv_heads", m.numKvHeads}, {"head_dim", m.headDim}, {"vocab_size", m.vocabSize},
                   {"max_positions", m.maxPositions}, {"stored_dtype", m.storedDtype},
                   {"compute_dtype", m.computeDtype}};
+  if (m.valueHeadDim > 0 && m.valueHeadDim != m.headDim) doc["model"]["value_head_dim"] = m.valueHeadDim;
   if (m.rope) doc["model"]["rope_parameters"] = ropeToJson(*m.rope);
   doc["requests"] = json::array();
   for (const auto& r : t.requests) {
@@ -195,6 +196,7 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
   t.model.numHeads = m.has("num_heads") ? m.integerIn("num_heads", 0, limits::kHeads) : 0;
   t.model.numKvHeads = m.integerIn("num_kv_heads", 1, limits::kHeads);
   t.model.headDim = m.integerIn("head_dim", 1, limits::kHeadDim);
+  t.model.valueHeadDim = m.has("value_head_dim") ? m.integerIn("value_head_dim", 1, limits::kHeadDim) : 0;
   t.model.vocabSize = m.integerIn("vocab_size", 1, limits::kVocab);
   t.model.maxPositions =
       m.has("max_positions") ? m.integerIn("max_positions", 0, limits::kPositions) : 0;

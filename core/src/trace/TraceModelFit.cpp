@@ -38,6 +38,7 @@ std::vector<TraceModelMismatch> traceModelMismatches(const TraceModelInfo& t,
   if (t.numHeads > 0) number("model.num_heads", "attention heads", t.numHeads, c.numHeads);
   number("model.num_kv_heads", "kv heads", t.numKvHeads, c.numKvHeads);
   number("model.head_dim", "head dim", t.headDim, c.headDim);
+  number("model.value_head_dim", "value record width", t.valueDim(), c.cacheValueDim());
   number("model.vocab_size", "vocabulary entries", t.vocabSize, c.vocabSize);
   return out;
 }

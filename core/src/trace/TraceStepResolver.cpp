@@ -20,11 +20,13 @@ FloatTensor columns(const FloatTensor& t, int64_t begin, int64_t end) {
 }  // namespace
 
 void checkRecordShape(const std::string& file, const std::string& tensor, const std::vector<int64_t>& shape,
-                      const TraceModelInfo& model) {
-  if (shape.size() != 3 || shape[0] != model.numKvHeads || shape[2] != model.headDim)
+                      const TraceModelInfo& model, bool values) {
+  const int64_t d = values ? model.valueDim() : model.headDim;
+  if (shape.size() != 3 || shape[0] != model.numKvHeads || shape[2] != d)
     throw InputError(file, tensor,
                      "shape " + shapeString(shape) + " but the model block says [" + std::to_string(model.numKvHeads) +
-                         ", t, " + std::to_string(model.headDim) + "]");
+                         ", t, " + std::to_string(d) + "]" +
+                         (values && model.valueDim() != model.headDim ? " (value_head_dim)" : ""));
 }
 
 void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std::string& path) {

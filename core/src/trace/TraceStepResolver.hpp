@@ -10,10 +10,11 @@
 
 namespace kvscope::detail {
 
-/// Throws InputError(file, tensor) unless `shape` is [model.num_kv_heads, t, model.head_dim],
-/// the shape of every stored K/V tensor whatever the format version.
+/// Throws InputError(file, tensor) unless `shape` is [model.num_kv_heads, t, model.head_dim]
+/// (`values`: value_head_dim where the model block gives one), the shape of every stored K/V
+/// tensor whatever the format version.
 void checkRecordShape(const std::string& file, const std::string& tensor, const std::vector<int64_t>& shape,
-                      const TraceModelInfo& model);
+                      const TraceModelInfo& model, bool values);
 
 /// `trace.steps[i].layers` may already hold declared cache lengths and checksums from the
 /// document; they are kept. Errors are InputError naming `path` and the source's field.

@@ -50,19 +50,19 @@ class PerStepTensors : public TraceTensorSource {
  private:
   std::optional<KeyValuePair> pair(size_t i, size_t l, const char* k, const char* v) const {
     if (!file_.contains(layerKey(i, l, k))) return std::nullopt;
-    // Keys and values are read with one width later: they must agree.
+    // Keys and values are records of the same positions: their lengths must agree.
     const auto& ke = file_.entry(layerKey(i, l, k));
     const auto& ve = file_.entry(layerKey(i, l, v));
-    checkRecordShape(file_.path(), ke.name, ke.shape, model_);
-    checkRecordShape(file_.path(), ve.name, ve.shape, model_);
-    if (ke.shape != ve.shape)
+    checkRecordShape(file_.path(), ke.name, ke.shape, model_, false);
+    checkRecordShape(file_.path(), ve.name, ve.shape, model_, true);
+    if (ke.shape[1] != ve.shape[1])
       throw InputError(file_.path(), ve.name,
                        "shape " + shapeString(ve.shape) + " but " + ke.name + " is " +
-                           shapeString(ke.shape) + " (keys and values must have the same shape)");
-    return KeyValuePair{load(layerKey(i, l, k)), load(layerKey(i, l, v))};
+                           shapeString(ke.shape) + " (keys and values must hold as many records)");
+    return KeyValuePair{load(layerKey(i, l, k), false), load(layerKey(i, l, v), true)};
   }
-  FloatTensor load(const std::string& key) const {
-    checkRecordShape(file_.path(), key, file_.entry(key).shape, model_);
+  FloatTensor load(const std::string& key, bool values) const {
+    checkRecordShape(file_.path(), key, file_.entry(key).shape, model_, values);
     return file_.readFloat(key);
   }
   const SafetensorsFile& file_;

@@ -47,6 +47,10 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // Dropped attention sinks: the same signature as a dropped soft-cap but from position 0
       // on; claimed only when an uncached pass without the sinks reproduces every record.
       &rows::sinkDropped(),
+      // Absorbed latent attention with kv_b_proj split in the wrong layout: the same signature
+      // again (a layer's latent rows exact, the next one's wrong), from the first decode step;
+      // claimed only when an uncached pass with those weights reproduces every record.
+      &rows::mlaAbsorb(),
       // A chunked layer masked as a sliding window of the chunk: the same signature as a
       // dropped feature (a layer's records exact, the next one's wrong) but only past the
       // first chunk; claimed only when an uncached pass with that mask reproduces every record.

@@ -30,6 +30,7 @@ const FailureRow& softcapDropped();
 const FailureRow& layerRopeTheta();
 const FailureRow& partialRotary();
 const FailureRow& sinkDropped();
+const FailureRow& mlaAbsorb();
 const FailureRow& yarnAttentionFactor();
 const FailureRow& expertRouting();
 const FailureRow& chunkMask();

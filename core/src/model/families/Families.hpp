@@ -25,6 +25,7 @@ const ModelFamily& ministral3Family();
 const ModelFamily& llama4Family();
 const ModelFamily& qwen3_5Family();
 const ModelFamily& qwen3_5MoeFamily();
+const ModelFamily& deepseekV3Family();
 const ModelFamily& qwen3NextFamily();
 
 }  // namespace kvscope

@@ -31,6 +31,10 @@ struct WeightNames {
   std::string q, qBias, k, kBias, v, vBias;
   std::string o, oBias;
   std::string qNorm, kNorm;                 // q/k RMSNorm weights (config.qkNorm)
+  // Latent attention (config.mla): the query LoRA q_a [Rq, H] (+ bias), its norm [Rq] and q_b
+  // [nh (nope + rope), Rq] (or q above without the LoRA); kv_a [Rkv + rope, H] (+ bias), its
+  // norm [Rkv], kv_b [nh (nope + v), Rkv].
+  std::string qA, qABias, qANorm, qB, kvA, kvABias, kvANorm, kvB;
   std::string sinks;                        // per-head attention sinks (config.attentionSinks)
   std::string gate, gateBias, up, upBias, down, downBias;
   std::string gateUp;                       // a fused gate|up projection (recipe.fusedGateUp)
@@ -38,6 +42,8 @@ struct WeightNames {
   // expertPrefix + e + "." + expertGate / expertUp / expertDown.
   std::string router, expertPrefix, expertGate, expertUp, expertDown;
   std::string routerBias;
+  std::string routerScoreBias;              // DeepSeek's e_score_correction_bias [E]: added to
+                                            // the scores that choose, not to the weights
   // Stacked experts (MoeConfig::Expert::ClampedGlu): one [E, in, out] tensor for every
   // expert's interleaved gate|up product and one for the down products, each with a bias [E, out].
   std::string stackedGateUp, stackedGateUpBias, stackedDown, stackedDownBias;
@@ -94,7 +100,7 @@ class ModelFamily {
   /// The tensor whose noise a stale_cache weight update adds to layer `layer`'s keys.
   std::string keyProjection(int64_t layer) const {
     const WeightNames& n = weightNames();
-    return n.layer(layer, n.k.empty() ? n.qkv : n.k);
+    return n.layer(layer, !n.kvA.empty() ? n.kvA : n.k.empty() ? n.qkv : n.k);
   }
 
  protected:

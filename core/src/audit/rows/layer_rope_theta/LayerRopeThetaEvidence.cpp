@@ -17,7 +17,7 @@ std::string ropeText(const RopeConfig& r) {
 }  // namespace
 
 bool LayerRopeThetaEvidence::applies() const {
-  return config_.usesRope() && config_.slidingRope && !(*config_.slidingRope == config_.rope);
+  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() && config_.slidingRope && !(*config_.slidingRope == config_.rope);
 }
 
 std::optional<LayerRopeThetaMatch> LayerRopeThetaEvidence::explain(

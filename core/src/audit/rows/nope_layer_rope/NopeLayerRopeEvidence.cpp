@@ -9,7 +9,7 @@
 namespace kvscope::detail {
 
 bool NopeLayerRopeEvidence::applies() const {
-  return config_.usesRope() &&
+  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() &&
          std::find(config_.ropeLayers.begin(), config_.ropeLayers.end(), false) != config_.ropeLayers.end();
 }
 

@@ -8,7 +8,8 @@ namespace kvscope::detail {
 
 bool PartialRotaryEvidence::applies() const {
   // LongRoPE's factors are one per rotary pair: there is no whole-head frequency set to test.
-  return config_.usesRope() && RotaryEmbedding::rotaryDim(config_) < config_.headDim &&
+  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() &&
+         RotaryEmbedding::rotaryDim(config_) < config_.headDim &&
          config_.rope.type != "longrope";
 }
 

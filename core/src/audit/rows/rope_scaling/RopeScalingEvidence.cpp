@@ -78,7 +78,7 @@ std::optional<RopeScalingEvidence> RopeScalingEvidence::forAudit(const ModelConf
 bool RopeScalingEvidence::applies() const {
   // Its re-rotation pairs feature i with i + d/2 across the whole head: a partial rotary
   // head (pairs within its first r features) is not modelled.
-  return config_.usesRope() && (config_.rope.type == "linear" || config_.rope.type == "llama3") &&
+  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() && (config_.rope.type == "linear" || config_.rope.type == "llama3") &&
          config_.headDim % 2 == 0 && config_.rope.partialRotaryFactor == 1.0;
 }
 

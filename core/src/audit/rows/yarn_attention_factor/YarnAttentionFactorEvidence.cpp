@@ -9,7 +9,7 @@
 namespace kvscope::detail {
 
 bool YarnAttentionFactorEvidence::applies() const {
-  return RotaryEmbedding::attentionFactorOf(config_) != 1.0;
+  return config_.keyRecordsAreRotatedHeads() && RotaryEmbedding::attentionFactorOf(config_) != 1.0;
 }
 
 std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(

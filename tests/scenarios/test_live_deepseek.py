@@ -1,0 +1,110 @@
+"""DeepSeek V3 recorded from real transformers 5 and audited against the checkpoint transformers
+wrote (tests/fixtures/families/models/deepseek_v3: multi-head latent attention, a latent of 32 and
+a roped key part of 8 per token; experts in groups).
+
+transformers 5 caches each token's latent row and roped key part (keys [B, 1, t, 32], values
+[B, 1, t, 8]) and decompresses every head's key and value through kv_b_proj at each forward: the
+trace records the latent rows, and a generate wrapped in recording() audits clean. A decode path
+whose decompression (or absorbed weights) reads kv_b_proj in the wrong layout, every head's key
+rows then every head's value rows (patched into transformers' expand_kv for one-token forwards:
+the prefill stays right), is `mla_absorb` at the first decode step, at the layer whose attention
+it changed, with every latent row of that layer exact.
+
+transformers 4.57 caches the decompressed per-head K and V instead: the module skips there. CI
+runs it in ctest python_live_transformers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_live_transformers as lt  # noqa: E402  (skips the module without transformers)
+from test_live_transformers import note, torch, transformers  # noqa: E402
+
+from kvscope_trace import read_trace, recording  # noqa: E402
+
+V5 = int(transformers.__version__.split(".")[0]) >= 5
+
+
+def tearDownModule():
+    lt.tearDownModule()  # this module's rows of the shared table
+
+
+@unittest.skipUnless(V5, f"transformers {transformers.__version__} caches DeepSeek's decompressed K/V (5.x "
+                         "caches the latent)")
+class DeepseekV3Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.model_dir = os.path.join(lt.REPO, "tests", "fixtures", "families", "models", "deepseek_v3")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    audit = lt.RecordingAroundGenerateTest.audit  # kvscope-cli audit --json: (exit, report)
+
+    def generate(self, name: str) -> str:
+        model = transformers.AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).eval()
+        ids = torch.tensor([[int(x) for x in lt.PROMPT.split(",")]])
+        path = os.path.join(self.tmp.name, name + ".kvtrace")
+        with recording(model, path):
+            model.generate(ids, max_new_tokens=6, do_sample=False)
+        return path
+
+    def test_a_generate_records_the_latent_rows_and_audits_clean(self):
+        path = self.generate("clean")
+        t = read_trace(path)
+        self.assertEqual((t.model["num_kv_heads"], t.model["head_dim"], t.model["value_head_dim"]), (1, 32, 8))
+        self.assertEqual(t.steps[0].layers[0].keys.shape[2], 32)
+        self.assertEqual(t.steps[0].layers[0].values.shape[2], 8)
+        rc, rep = self.audit(self.model_dir, path)
+        note("deepseek_v3", "generate (latent cache)", "clean", rc, rep)
+        self.assertEqual(rc, 0, json.dumps(rep["findings"], indent=1))
+
+    def test_a_decode_that_reads_kv_b_proj_by_halves_is_mla_absorb(self):
+        from transformers.models.deepseek_v3 import modeling_deepseek_v3 as md
+
+        layer_patched = 1
+        original = md.DeepseekV3Attention.expand_kv
+
+        def by_halves(self, kv_nope, k_rot):
+            if self.layer_idx != layer_patched or kv_nope.shape[2] == 0 or getattr(self, "_prefill", True):
+                return original(self, kv_nope, k_rot)
+            b, _, t, _ = kv_nope.shape
+            nh, nope, v = self.config.num_attention_heads, self.qk_nope_head_dim, self.v_head_dim
+            flat = self.kv_b_proj(kv_nope).view(b, t, nh * (nope + v))
+            k_nope = flat[..., : nh * nope].view(b, t, nh, nope).transpose(1, 2)
+            values = flat[..., nh * nope:].view(b, t, nh, v).transpose(1, 2)
+            keys = torch.cat([k_nope, k_rot.expand(-1, nh, -1, -1)], dim=-1)
+            return keys, values
+
+        original_forward = md.DeepseekV3Attention.forward
+
+        def forward(self, hidden_states, *args, **kwargs):
+            self._prefill = hidden_states.shape[1] > 1  # decode: one fed token
+            return original_forward(self, hidden_states, *args, **kwargs)
+
+        md.DeepseekV3Attention.expand_kv = by_halves
+        md.DeepseekV3Attention.forward = forward
+        try:
+            path = self.generate("by-halves")
+        finally:
+            md.DeepseekV3Attention.expand_kv = original
+            md.DeepseekV3Attention.forward = original_forward
+        rc, rep = self.audit(self.model_dir, path)
+        note("deepseek_v3", "decode reads kv_b_proj by halves", "mla_absorb", rc, rep)
+        self.assertEqual(rc, 1)
+        self.assertEqual([f["id"] for f in rep["findings"]], ["mla_absorb"], json.dumps(rep["findings"], indent=1))
+        w = rep["findings"][0]["where"]
+        self.assertEqual((w["request"], w["step"], w["layer"]), (0, 1, layer_patched))
+
+
+if __name__ == "__main__":
+    unittest.main()
