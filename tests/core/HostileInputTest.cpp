@@ -287,7 +287,9 @@ TEST(HostileInput, FedIdsOutsideTheVocabularyAreRefusedWithTheField) {
   EXPECT_EQ(traceRefused(gen).field(), "requests[0].generated");
 }
 
-TEST(HostileInput, VersionOneKeyAndValueWidthsMustAgree) {
+// A key and a value tensor of one step and layer hold records of the same entries (their widths
+// may differ: MLA's value_head_dim).
+TEST(HostileInput, VersionOneKeysAndValuesHoldAsManyRecords) {
   auto file = SafetensorsFile::open(v1Trace());
   for (const char* pair : {"v", "cache_v"}) {
     const std::string name = std::string("step1.layer2.") + pair;
@@ -297,8 +299,22 @@ TEST(HostileInput, VersionOneKeyAndValueWidthsMustAgree) {
                                 {{name, wider}});
     const auto err = traceRefused(path);
     EXPECT_EQ(err.field(), name) << err.what();
-    EXPECT_NE(err.detail().find("same shape"), std::string::npos) << err.detail();
+    EXPECT_NE(err.detail().find("as many records"), std::string::npos) << err.detail();
   }
+}
+
+// value_head_dim (MLA's narrower value records) is a promise about every value tensor: one that
+// does not keep it is refused naming the tensor; keys keep head_dim.
+TEST(HostileInput, ValueRecordsMustHaveTheDeclaredValueWidth) {
+  const auto path = traceCopy(v2Trace(), "value-width.kvtrace", nullptr,
+                              [](json& d) { d["model"]["value_head_dim"] = 8; });
+  const auto err = traceRefused(path);
+  EXPECT_EQ(err.field().rfind("layer", 0), 0u) << err.what();
+  EXPECT_NE(err.field().find(".v"), std::string::npos) << err.what();
+  EXPECT_NE(err.detail().find("value_head_dim"), std::string::npos) << err.detail();
+  const auto zero = traceCopy(v2Trace(), "value-width-0.kvtrace", nullptr,
+                              [](json& d) { d["model"]["value_head_dim"] = 0; });
+  EXPECT_EQ(traceRefused(zero).field(), "model.value_head_dim");
 }
 
 TEST(HostileInput, HeaderSizesAreBoundedBeforeAllocating) {

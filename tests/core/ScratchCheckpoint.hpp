@@ -57,7 +57,8 @@ inline CheckpointSpec smallSpec(Architecture arch = Architecture::Llama) {
   s.hiddenSize = 32;
   s.numLayers = 2;
   s.numHeads = 4;
-  s.numKvHeads = arch == Architecture::Gpt2 ? 4 : 2;
+  // GPT-2 and DeepSeek's latent attention: every head has its key and value (kv heads = heads).
+  s.numKvHeads = arch == Architecture::Gpt2 || arch == Architecture::DeepseekV3 ? 4 : 2;
   s.intermediateSize = 64;
   s.maxPositions = 64;
   return s;

@@ -54,13 +54,12 @@ class EngineRun {
     try {
       if (quant.blockwise()) {
         quant.scale = "per_block";
-        if (cfg_.headDim % KvQuantization::kBlockElements != 0 ||
-            cfg_.cacheValueDim() % KvQuantization::kBlockElements != 0)
-          throw std::invalid_argument(quant.dtype + " needs cache rows a multiple of 32 wide (its blocks), not " +
-                                      std::to_string(cfg_.headDim) +
-                                      (cfg_.cacheValueDim() != cfg_.headDim
-                                           ? " (keys) and " + std::to_string(cfg_.cacheValueDim()) + " (values)"
-                                           : std::string()));
+        // Keys and values are stored in blocks along their rows (MLA's values are narrower).
+        const bool keysFit = cfg_.headDim % KvQuantization::kBlockElements == 0;
+        if (!keysFit || cfg_.cacheValueDim() % KvQuantization::kBlockElements != 0)
+          throw std::invalid_argument(quant.dtype + " needs " + (keysFit ? "value_head_dim" : "head_dim") +
+                                      " a multiple of 32 (its blocks), not " +
+                                      std::to_string(keysFit ? cfg_.cacheValueDim() : cfg_.headDim));
       }
       quant.validate(cfg_.numLayers);
     } catch (const std::invalid_argument& e) {
