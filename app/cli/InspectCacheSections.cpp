@@ -141,14 +141,14 @@ Lines inspectHeatmaps(const InspectFrame& f, int maxRows) {
   // A recurrent layer's state: one value head's [Dk, Dv] matrix, rows the key features.
   const std::string what = v.showsState ? "recurrent state of layer " + std::to_string(p.layer) + ", value head " +
                                               std::to_string(p.head)
-                                        : kindWord(p.kind) + " of layer " + std::to_string(p.layer) + ", kv head " +
+                                        : kindWord(p.kind, v.showsLatent) + " of layer " + std::to_string(p.layer) + ", kv head " +
                                               std::to_string(p.head);
   const std::string heading =
       v.showsState ? "Recurrent state \u2014 layer " + std::to_string(p.layer) + ", value head " +
                          std::to_string(p.head) + " after step " + std::to_string(p.step) +
                          " (rows: key features, columns: value features): reference | cached | |difference|"
                    : "K/V cache \u2014 layer " + std::to_string(p.layer) + ", kv head " + std::to_string(p.head) +
-                         ", " + kindLetter(p.kind) + " (" + kindWord(p.kind) + ") after step " +
+                         ", " + kindLetter(p.kind) + " (" + kindWord(p.kind, v.showsLatent) + ") after step " +
                          std::to_string(p.step) + ": reference | cached | |difference|";
   if (f.compact)
     out.push_back(fitWidth(st.bold(what + " after step " + std::to_string(p.step) + ": reference | cached | |difference|"),

@@ -58,6 +58,6 @@ std::string rangeList(const std::vector<int64_t>& xs);
 /// "4" or "4-9".
 std::string rangeOf(int64_t first, int64_t last);
 std::string kindLetter(KvKind k);  // K | V
-std::string kindWord(KvKind k);    // keys | values
+std::string kindWord(KvKind k, bool latent = false);  // keys | values (MLA: latent rows | roped key parts)
 
 }  // namespace kvscope::cli

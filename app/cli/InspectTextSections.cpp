@@ -142,7 +142,10 @@ std::string rangeOf(int64_t first, int64_t last) {
 }
 
 std::string kindLetter(KvKind k) { return k == KvKind::Keys ? "K" : "V"; }
-std::string kindWord(KvKind k) { return k == KvKind::Keys ? "keys" : "values"; }
+std::string kindWord(KvKind k, bool latent) {
+  if (latent) return k == KvKind::Keys ? "latent rows c_kv" : "roped key parts k_pe";
+  return k == KvKind::Keys ? "keys" : "values";
+}
 
 const Finding* leadingFinding(const AuditReport& report) {
   const FirstDivergence& fd = report.firstDivergence;
@@ -228,7 +231,7 @@ Lines inspectHeader(const InspectFrame& f) {
   if (f.compact)
     shown += ", " + kindLetter(p.kind);
   else
-    shown += ", " + kindLetter(p.kind) + " (" + kindWord(p.kind) +
+    shown += ", " + kindLetter(p.kind) + " (" + kindWord(p.kind, v.showsLatent) +
              (v.requested.autoKind ? ", auto: the further past its tolerance" : "") + ")";
   appendLines(out, firstLines(wrapText("shown: " + st.bold(shown), w, ""), f.compact ? 2 : 9, w));
   return out;

@@ -24,7 +24,9 @@ def info(trace: Trace, path: str = "") -> str:
     old = " (read only; `kvtrace roundtrip` rewrites it as v2)" if trace.version < FORMAT_VERSION else ""
     out = [f"{path}: kvtrace v{trace.version}{old}, engine '{trace.engine}', mode {trace.mode}",
            f"model: {m.get('architecture') or '?'} layers={m['num_layers']} heads={m.get('num_heads', 0)} "
-           f"kv_heads={m['num_kv_heads']} head_dim={m['head_dim']} vocab={m['vocab_size']} "
+           f"kv_heads={m['num_kv_heads']} head_dim={m['head_dim']} "
+           + (f"value_head_dim={m['value_head_dim']} " if m.get("value_head_dim") else "")
+           + f"vocab={m['vocab_size']} "
            f"max_positions={m.get('max_positions', 0)} tensors={','.join(trace.stored_dtypes) or '-'}",
            f"fingerprint: {m.get('fingerprint') or '(unknown)'}",
            f"requests: {len(trace.requests)}, steps: {len(trace.steps)}, "

@@ -34,8 +34,8 @@ import os
 from typing import Any, Dict, Iterator, List, Optional
 
 from . import trace as kvtrace
-from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, config_layer_types,
-                       consumed_length, model_info, to_numpy, watch_updates)
+from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, config_layer_types, latent_attention,
+                       consumed_length, latent_cache_refusal, model_info, to_numpy, watch_updates)
 
 
 def _generate_policy(model, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -73,6 +73,9 @@ class _Recording:
 
         self.model, self.path = model, path
         self.torch = torch
+        why = latent_cache_refusal(model.config, transformers.__version__)
+        if why:
+            raise ValueError(why)
         directory = model_dir or getattr(model, "name_or_path", "") or ""
         emb = model.get_output_embeddings()
         vocab = int(emb.weight.shape[0]) if emb is not None else int(model.config.vocab_size)
@@ -86,7 +89,8 @@ class _Recording:
         self.experts = ExpertTap(model, info["num_layers"])  # a mixture of experts' routers
         self.rec = TraceRecorder(info, engine=engine, mode="cached", dtype=store,
                                  expert_tap=self.experts if self.experts.active else None,
-                                 layer_types=config_layer_types(model.config), state_every=state_every)
+                                 layer_types=config_layer_types(model.config), state_every=state_every,
+                                 latent=latent_attention(model.config))
         self.requests = 0       # requests recorded so far (ids 0..requests-1)
         self.groups = 0         # batch groups so far
         self.rows: List[int] = []  # the running generate call's request id per batch row

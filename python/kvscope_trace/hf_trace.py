@@ -181,6 +181,23 @@ def text_config(config):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
+def latent_attention(config) -> bool:
+    """Whether the (text) config has multi-head latent attention (kv_lora_rank: DeepSeek V2/V3),
+    whose cache holds latent rows and roped key parts (layer_kinds "latent")."""
+    return bool(getattr(text_config(config), "kv_lora_rank", None))
+
+
+def latent_cache_refusal(config, transformers_version: str) -> Optional[str]:
+    """Why this transformers cannot record a latent-attention model (None: it can): 4.x caches
+    each head's decompressed key and value, not the latent rows the trace holds."""
+    if latent_attention(config) and int(transformers_version.split(".")[0]) < 5:
+        return (f"{getattr(text_config(config), 'model_type', 'this model')}: transformers "
+                f"{transformers_version} caches each head's decompressed keys and values, not the latent "
+                "rows and roped key parts KV Scope audits (transformers 5 caches those): record it "
+                "with transformers 5")
+    return None
+
+
 def config_layer_types(config) -> Optional[List[str]]:
     """The (text) config's layer_types, None where it has none."""
     types = getattr(text_config(config), "layer_types", None)
@@ -391,8 +408,11 @@ class TraceRecorder:
 
     def __init__(self, model: Dict[str, Any], engine: str = ENGINE, mode: str = "cached",
                  snapshots: bool = False, checksums: bool = True, dtype: str = "F32",
-                 expert_tap=None, layer_types: Optional[Sequence[str]] = None, state_every: int = 1):
+                 expert_tap=None, layer_types: Optional[Sequence[str]] = None, state_every: int = 1,
+                 latent: bool = False):
         self.writer = kvtrace.TraceWriter(model, engine=engine, mode=mode, dtype=dtype)
+        if latent:  # every layer caches latent rows and roped key parts (DeepSeek's MLA)
+            self.writer.extra["layer_kinds"] = [{"kind": "latent"} for _ in range(model["num_layers"])]
         # recurrent layers' states: at step 0 (the prefill) and every state_every-th step after
         # it (0: never); none in uncached mode (a fresh cache per step, nothing carried over)
         if not isinstance(state_every, int) or isinstance(state_every, bool) or state_every < 0:
@@ -683,6 +703,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    if not args.model.endswith(".gguf"):
+        why = latent_cache_refusal(transformers.AutoConfig.from_pretrained(args.model), transformers.__version__)
+        if why:
+            ap.error(why)
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
     load_kw = {dtype_kw: dtype}
     if args.attn_implementation:
@@ -743,7 +767,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rec = TraceRecorder(info, engine=engine, mode="uncached" if args.uncached else "cached",
                         snapshots=args.snapshots, dtype=args.store,
                         expert_tap=tap if tap.active else None,
-                        layer_types=config_layer_types(model.config), state_every=args.state_every)
+                        layer_types=config_layer_types(model.config), state_every=args.state_every,
+                        latent=latent_attention(model.config))
     for rid, (ids, text) in enumerate(prompts):
         out = decode(forward, rec, rid, ids, args.max_new, policy, eos_ids=eos_ids,
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],

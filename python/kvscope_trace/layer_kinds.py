@@ -4,7 +4,8 @@ sliding or chunked layer, whether its cache is a ring of `ring_slots` physical s
 (docs/trace-format.md, "Sliding-window layers and ring caches"); or a recurrent layer, whose
 cache is a recurrent state rather than K/V rows (Qwen3.5's Gated DeltaNet layers: no window,
 chunk or ring; it holds no K/V records, so every step appends 0 to it, its cache length is 0
-and no layer{l}.k / .v tensors exist). Validated like the C++ reader; the array itself is
+and no layer{l}.k / .v tensors exist); or a latent layer (DeepSeek's multi-head latent attention:
+its keys are latent rows and its values the roped key parts, model.value_head_dim wide). Validated like the C++ reader; the array itself is
 kept in Trace.extra, as read. The ring slot maps (the `ring_positions` tensor,
 `steps.ring_row`) are read and written by format_v2.py, which asks this module which of the
 trace's layers are ring layers (and which are recurrent)."""
@@ -15,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from .container import TraceError, _is_int
 
-KINDS = ("full", "sliding", "chunked", "recurrent")
+KINDS = ("full", "sliding", "chunked", "recurrent", "latent")
 MAX_SLOTS = 1 << 28  # the largest window or ring the C++ reader takes
 
 
@@ -38,11 +39,12 @@ def parse_layer_kinds(doc: Dict[str, Any], file: str, num_layers: int) -> Option
         if kind not in KINDS:
             raise TraceError(file, f"{at}.kind", f"unknown layer kind {kind!r} (known: {', '.join(KINDS)})")
         window, chunk, slots = e.get("window"), e.get("chunk"), e.get("ring_slots")
-        if kind == "recurrent":
+        if kind in ("recurrent", "latent"):
             for name in ("window", "chunk", "ring_slots"):
                 if e.get(name) is not None:
-                    raise TraceError(file, f"{at}.{name}", f"a recurrent layer has no {name} (its cache "
-                                     "is a recurrent state, not K/V rows)")
+                    raise TraceError(file, f"{at}.{name}", f"a {kind} layer has no {name} (" +
+                                     ("its cache is a recurrent state, not K/V rows)" if kind == "recurrent"
+                                      else "it attends over every latent row it holds)"))
         span = {"sliding": ("window", window), "chunked": ("chunk", chunk)}.get(kind)
         if span is not None:
             name, value = span
@@ -104,7 +106,7 @@ def describe(kinds: Optional[List[Dict[str, Any]]]) -> str:
     parts = []
     for (kind, span, slots), layers in groups:  # span: the window or the chunk
         what = {"sliding": f"sliding window {span}", "chunked": f"chunks of {span}",
-                "recurrent": "recurrent state"}.get(kind, "full")
+                "recurrent": "recurrent state", "latent": "latent rows"}.get(kind, "full")
         parts.append(f"{what} on {_ranges(layers)}" + (f", ring of {slots} slots" if slots else ""))
     return "; ".join(parts)
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 from .container import TraceError
 
-TYPES = ("default", "linear", "llama3", "dynamic")
+TYPES = ("default", "linear", "llama3", "dynamic", "yarn", "longrope")
 
 
 def parse_rope(model: Dict[str, Any], file: str) -> Optional[Dict[str, Any]]:
@@ -28,7 +28,8 @@ def parse_rope(model: Dict[str, Any], file: str) -> Optional[Dict[str, Any]]:
     kind = j.get("rope_type", "default")
     if not isinstance(kind, str) or kind not in TYPES:
         fail("rope_type", f"unknown RoPE type '{kind}' (known: {', '.join(TYPES)})")
-    for k in ("rope_theta", "factor", "low_freq_factor", "high_freq_factor"):
+    for k in ("rope_theta", "factor", "low_freq_factor", "high_freq_factor", "attention_factor", "beta_fast",
+              "beta_slow"):
         v = j.get(k)
         if v is None:
             continue
@@ -39,9 +40,23 @@ def parse_rope(model: Dict[str, Any], file: str) -> Optional[Dict[str, Any]]:
     original = j.get("original_max_position_embeddings")
     if original is not None and (isinstance(original, bool) or not isinstance(original, int) or original < 1):
         fail("original_max_position_embeddings", f"expected a positive integer, found {original!r}")
-    if kind == "llama3":
-        if original is None:
-            fail("original_max_position_embeddings", "required for llama3 RoPE scaling")
-        if not j.get("high_freq_factor", 4.0) > j.get("low_freq_factor", 1.0):
-            fail("high_freq_factor", "must exceed low_freq_factor for llama3 RoPE scaling")
+    if kind in ("llama3", "yarn", "longrope") and original is None:
+        fail("original_max_position_embeddings", f"required for {kind} RoPE scaling")
+    if kind == "llama3" and not j.get("high_freq_factor", 4.0) > j.get("low_freq_factor", 1.0):
+        fail("high_freq_factor", "must exceed low_freq_factor for llama3 RoPE scaling")
+    for k in ("mscale", "mscale_all_dim"):  # yarn (DeepSeek): any finite number
+        v = j.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            fail(k, "expected a number")
+    if j.get("truncate") is not None and not isinstance(j["truncate"], bool):
+        fail("truncate", "expected true or false")
+    for k in ("short_factor", "long_factor"):  # longrope: one positive divisor per rotary pair
+        v = j.get(k)
+        if v is None:
+            if kind == "longrope":
+                fail(k, "required for longrope")
+            continue
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, (int, float)) or
+                                          not (x > 0 and math.isfinite(x)) for x in v):
+            fail(k, "expected a list of positive numbers")
     return j

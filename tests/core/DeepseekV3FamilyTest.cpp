@@ -14,7 +14,9 @@
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
+#include "kvscope/AuditJob.hpp"
 #include "kvscope/Error.hpp"
+#include "kvscope/Inspection.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "kvscope/TraceFile.hpp"
 
@@ -100,6 +102,8 @@ TEST(DeepseekV3Family, TheLatentRowsAreTheRecordsAndCleanRunsAuditClean) {
   EXPECT_EQ(t.model.numKvHeads, 1);
   EXPECT_EQ(t.model.headDim, 32);
   EXPECT_EQ(t.model.valueDim(), 8);
+  ASSERT_EQ(t.layerKinds.size(), 3u);
+  for (const auto& k : t.layerKinds) EXPECT_TRUE(k.latent);
   ASSERT_FALSE(t.steps.empty());
   EXPECT_EQ(t.steps[0].layers[0].keys.shape, (std::vector<int64_t>{1, 10, 32}));
   EXPECT_EQ(t.steps[0].layers[0].values.shape, (std::vector<int64_t>{1, 10, 8}));
@@ -128,6 +132,32 @@ TEST(DeepseekV3Family, TheLatentRowsAreTheRecordsAndCleanRunsAuditClean) {
   EXPECT_TRUE(reused);
   const AuditReport prefixReport = Auditor::audit(*model, shared).report;
   EXPECT_TRUE(prefixReport.findings.empty()) << prefixReport.toText();
+}
+
+// A trace whose layer_kinds disagree with the checkpoint on latent rows is of another model:
+// stage 1 fails naming the entry, whichever side says latent.
+TEST(DeepseekV3Family, LayerKindsThatDisagreeOnLatentRowsFailStageOne) {
+  auto model = Model::load(deepseekDir());
+  Trace t = test::runWithFaults(deepseekDir(), {});
+  t.layerKinds[1].latent = false;
+  const AuditReport rep = Auditor::audit(*model, t).report;
+  ASSERT_FALSE(rep.findings.empty());
+  EXPECT_EQ(rep.findings[0].id, "reference") << rep.toText();
+  EXPECT_NE(test::allStageChecks(rep).find("layer_kinds[1] says per-head K/V rows"), std::string::npos)
+      << test::allStageChecks(rep);
+}
+
+// The inspector names a latent layer's records for what they are (CLI and GUI read showsLatent).
+TEST(DeepseekV3Family, TheInspectorShowsLatentRowsAsSuch) {
+  AuditJobSpec spec;
+  spec.modelDir = deepseekDir();
+  spec.promptIds = {{5, 17, 300, 41, 99, 7}};
+  spec.maxNewTokens = 3;
+  Inspector inspector(std::make_shared<const AuditJobOutput>(runAuditJob(spec)));
+  const StepView keys = inspector.view(InspectionPoint{0, 1, 1, 0, KvKind::Keys});
+  EXPECT_TRUE(keys.showsLatent);
+  EXPECT_EQ(keys.headDim, 32);
+  EXPECT_EQ(inspector.view(InspectionPoint{0, 1, 1, 0, KvKind::Values}).headDim, 8);
 }
 
 TEST(DeepseekV3Family, FaultsOnTheLatentRowsAreFoundUnderTheirRows) {

@@ -10,8 +10,8 @@ rows then every head's value rows (patched into transformers' expand_kv for one-
 the prefill stays right), is `mla_absorb` at the first decode step, at the layer whose attention
 it changed, with every latent row of that layer exact.
 
-transformers 4.57 caches the decompressed per-head K and V instead: the module skips there. CI
-runs it in ctest python_live_transformers.
+transformers 4.57 caches the decompressed per-head K and V instead: there both recorders refuse
+the model, saying why. CI runs it in ctest python_live_transformers (and _4).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 import test_live_transformers as lt  # noqa: E402  (skips the module without transformers)
 from test_live_transformers import note, torch, transformers  # noqa: E402
 
-from kvscope_trace import read_trace, recording  # noqa: E402
+from kvscope_trace import hf_trace, read_trace, recording  # noqa: E402
 
 V5 = int(transformers.__version__.split(".")[0]) >= 5
 
@@ -62,6 +62,7 @@ class DeepseekV3Test(unittest.TestCase):
         path = self.generate("clean")
         t = read_trace(path)
         self.assertEqual((t.model["num_kv_heads"], t.model["head_dim"], t.model["value_head_dim"]), (1, 32, 8))
+        self.assertEqual([k["kind"] for k in t.extra["layer_kinds"]], ["latent"] * 3)
         self.assertEqual(t.steps[0].layers[0].keys.shape[2], 32)
         self.assertEqual(t.steps[0].layers[0].values.shape[2], 8)
         rc, rep = self.audit(self.model_dir, path)
@@ -104,6 +105,22 @@ class DeepseekV3Test(unittest.TestCase):
         self.assertEqual([f["id"] for f in rep["findings"]], ["mla_absorb"], json.dumps(rep["findings"], indent=1))
         w = rep["findings"][0]["where"]
         self.assertEqual((w["request"], w["step"], w["layer"]), (0, 1, layer_patched))
+
+
+@unittest.skipIf(V5, "transformers 5 caches the latent: DeepseekV3Test records it")
+class DeepseekV3UnderTransformers4Test(unittest.TestCase):
+    def test_both_recorders_refuse_a_decompressed_cache_saying_why(self):
+        model_dir = os.path.join(lt.REPO, "tests", "fixtures", "families", "models", "deepseek_v3")
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(SystemExit) as exit_:
+                hf_trace.main(["--model", model_dir, "--prompt-ids", lt.PROMPT, "--max-new", "2",
+                               "--out", os.path.join(tmp, "x.kvtrace")])
+            self.assertEqual(exit_.exception.code, 2)
+            model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+            with self.assertRaisesRegex(ValueError, "decompressed keys and values.*transformers 5"):
+                with recording(model, os.path.join(tmp, "y.kvtrace")):
+                    pass
+            self.assertFalse(os.path.exists(os.path.join(tmp, "x.kvtrace")))
 
 
 if __name__ == "__main__":

@@ -167,11 +167,11 @@ void KvHeatmapPanel::paintSnapshot() {
   const int64_t first = snap->appendedCount > 0 ? snap->appendedFirst : -1;
   const int64_t last = first >= 0 ? first + snap->appendedCount - 1 : -1;
   // A recurrent layer: one value head's state [Dk, Dv], rows the key features.
+  // A latent layer (MLA): one "head" of latent rows (keys) and roped key parts (values).
+  const QString kindText = snap->showsLatent ? (s.kind == KvKind::Keys ? tr("latent c_kv") : tr("roped k_pe"))
+                                             : (s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
   const QString what = snap->showsState ? tr("layer %1 · value head %2 · recurrent state").arg(s.layer).arg(s.head)
-                                        : tr("layer %1 · head %2 · %3")
-                                              .arg(s.layer)
-                                              .arg(s.head)
-                                              .arg(s.kind == KvKind::Keys ? QStringLiteral("K") : QStringLiteral("V"));
+                                        : tr("layer %1 · head %2 · %3").arg(s.layer).arg(s.head).arg(kindText);
   QString heading = snap->showsState
                         ? tr("<b>Recurrent state after step %1</b> · key features across, value features down")
                               .arg(s.step)
@@ -182,10 +182,12 @@ void KvHeatmapPanel::paintSnapshot() {
   heading_->setText(heading);
   for (KvHeatmapView* v : {reference_, cached_, difference_})
     v->setAxisNames(snap->showsState ? tr("key feature") : tr("position"),
-                    snap->showsState ? tr("value feature") : tr("head dim"));
+                    snap->showsState ? tr("value feature") : snap->showsLatent ? tr("latent feature") : tr("head dim"));
   // A state has value heads and no keys/values choice.
   head_->setPrefix(snap->showsState ? tr("value head ") : tr("kv head "));
   kind_->setEnabled(!snap->showsState);
+  kind_->setItemText(0, snap->showsLatent ? tr("Latent rows (c_kv)") : tr("Keys (K)"));
+  kind_->setItemText(1, snap->showsLatent ? tr("Roped keys (k_pe)") : tr("Values (V)"));
   kind_->setToolTip(snap->showsState ? tr("A recurrent layer keeps one state, not keys and values") : QString());
   if (snap->heads > 0 && head_->maximum() != snap->heads - 1) {
     const QSignalBlocker block(head_);

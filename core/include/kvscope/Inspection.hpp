@@ -100,6 +100,9 @@ struct StepView {
   /// absDiff hold value head `point.head`'s recurrent state [Dk, Dv] after the step (rows: key
   /// features, not positions; cachedPositions = Dk, headDim = Dv).
   bool showsState = false;
+  /// The shown layer holds latent rows (multi-head latent attention): its keys are the latent
+  /// rows c_kv, its values the roped key parts k_pe shared by every head.
+  bool showsLatent = false;
 };
 
 /// One fed entry of a step (pads included, marked) or a generated token never fed back.

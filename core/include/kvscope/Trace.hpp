@@ -70,8 +70,11 @@ struct TraceLayerKind {
   int64_t chunk = 0;      // C > 0: a query sees only the keys of its own chunk of C positions
                           // (Llama 4's chunked attention; window 0)
   bool recurrent = false;  // the layer keeps a recurrent state (Gated DeltaNet), no K/V records
+  bool latent = false;     // multi-head latent attention (DeepSeek): its keys are latent rows
+                           // (c_kv), its values the roped key parts (k_pe, model.value_head_dim)
   bool operator==(const TraceLayerKind& o) const {
-    return window == o.window && ringSlots == o.ringSlots && chunk == o.chunk && recurrent == o.recurrent;
+    return window == o.window && ringSlots == o.ringSlots && chunk == o.chunk && recurrent == o.recurrent &&
+           latent == o.latent;
   }
   bool ring() const { return ringSlots > 0; }
 };

@@ -502,7 +502,7 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
   }
   for (const std::string& line : longRopeFactorSets(c, cached)) s1.checks.push_back(line);
   for (const std::string& line : layerKindLines(c, cached)) s1.checks.push_back(line);
-  if (const std::string why = recurrentLayerMismatch(c, cached); !why.empty()) fail(why);
+  if (const std::string why = layerKindMismatch(c, cached); !why.empty()) fail(why);
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "checkpoint " + model.checkpoint().directory() + " (" + model.storedDtype() + ") fits the trace"
                                 : "the reference cannot be trusted: no cache can repair it";

@@ -59,7 +59,7 @@ std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace
           "; the reference computes the checkpoint's"};
 }
 
-std::string recurrentLayerMismatch(const ModelConfig& c, const Trace& trace) {
+std::string layerKindMismatch(const ModelConfig& c, const Trace& trace) {
   std::vector<int64_t> recurrent;
   for (int64_t l = 0; l < c.numLayers; ++l)
     if (c.isRecurrentLayer(l)) recurrent.push_back(l);
@@ -73,6 +73,13 @@ std::string recurrentLayerMismatch(const ModelConfig& c, const Trace& trace) {
       return "the trace's layer_kinds[" + std::to_string(l) + "] says " +
              (trace.layerKind(l).recurrent ? "recurrent" : "attention") + " but the checkpoint's layer " +
              std::to_string(l) + " is " + (c.isRecurrentLayer(l) ? "recurrent (Gated DeltaNet)" : "attention") +
+             ": a trace of another model";
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (trace.layerKind(l).latent != c.mla.enabled())
+      return "the trace's layer_kinds[" + std::to_string(l) + "] says " +
+             (trace.layerKind(l).latent ? "latent rows" : "per-head K/V rows") + " but the checkpoint's layer " +
+             std::to_string(l) + (c.mla.enabled() ? " caches latent rows (multi-head latent attention)"
+                                                  : " caches per-head keys and values") +
              ": a trace of another model";
   return "";
 }

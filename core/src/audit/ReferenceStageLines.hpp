@@ -27,9 +27,10 @@ std::string referencePassLine(const ReferenceSet::PassCount& n, const Trace& tra
 /// engine runs another mask, which the records then show); nothing when the trace has none.
 std::vector<std::string> layerKindLines(const ModelConfig& c, const Trace& trace);
 
-/// Why the trace cannot be of this checkpoint's run by its recurrent layers ("" when it can):
-/// the checkpoint keeps a state on some layers and the trace does not declare layer_kinds, or
-/// the two differ on which layers are recurrent (a state cannot stand in for K/V rows).
-std::string recurrentLayerMismatch(const ModelConfig& c, const Trace& trace);
+/// Why the trace cannot be of this checkpoint's run by its layers' kinds ("" when it can): the
+/// checkpoint keeps a state on some layers and the trace does not declare layer_kinds, or the
+/// two differ on which layers are recurrent (a state cannot stand in for K/V rows) or latent
+/// (latent rows cannot stand in for per-head K/V, nor the other way round).
+std::string layerKindMismatch(const ModelConfig& c, const Trace& trace);
 
 }  // namespace kvscope::detail

@@ -116,7 +116,8 @@ class EngineRun {
     trace.model = modelInfo();
     trace.faults = faults_.describe();
     trace.kvCache = quantizer_.format();
-    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, impl_.layerChunks, ringWindow_, cfg_.deltaNet.layers);
+    trace.layerKinds = detail::traceLayerKinds(impl_.layerWindows, impl_.layerChunks, ringWindow_, cfg_.deltaNet.layers,
+                                                cfg_.mla.enabled());
     trace_ = &trace;
     int64_t tick = 0;
     const int64_t lastArrival = std::accumulate(requests_.begin(), requests_.end(), int64_t{0},

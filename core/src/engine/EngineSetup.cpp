@@ -220,9 +220,9 @@ std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool
 
 std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
                                             const std::vector<int64_t>& layerChunks, bool ring,
-                                            const std::vector<bool>& recurrentLayers) {
+                                            const std::vector<bool>& recurrentLayers, bool latent) {
   const auto positive = [](int64_t w) { return w > 0; };
-  if (std::none_of(layerWindows.begin(), layerWindows.end(), positive) &&
+  if (!latent && std::none_of(layerWindows.begin(), layerWindows.end(), positive) &&
       std::none_of(layerChunks.begin(), layerChunks.end(), positive) &&
       std::find(recurrentLayers.begin(), recurrentLayers.end(), true) == recurrentLayers.end())
     return {};
@@ -232,6 +232,7 @@ std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWin
     TraceLayerKind k{w, ring && w > 0 ? w : 0};
     k.chunk = l < layerChunks.size() ? layerChunks[l] : 0;
     k.recurrent = l < recurrentLayers.size() && recurrentLayers[l];
+    k.latent = latent;
     out.push_back(k);
   }
   return out;

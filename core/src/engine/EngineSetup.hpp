@@ -30,11 +30,11 @@ void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& sp
 /// Per layer its ring (as many slots as its window) when `ring`, else none (0 slots).
 std::vector<RingSlots> ringLayout(const std::vector<int64_t>& layerWindows, bool ring);
 
-/// The trace's layer_kinds: empty for a model without a sliding, chunked or recurrent layer
-/// (files unchanged).
+/// The trace's layer_kinds: empty for a model without a sliding, chunked, recurrent or latent
+/// layer (files unchanged). `latent`: every layer holds latent rows (MLA).
 std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWindows,
                                             const std::vector<int64_t>& layerChunks, bool ring,
-                                            const std::vector<bool>& recurrentLayers = {});
+                                            const std::vector<bool>& recurrentLayers = {}, bool latent = false);
 
 /// What a finished run was like, for the reasons its faults never fired.
 FaultPlan::RunFacts runFacts(const std::vector<RequestState>& requests, const Trace& trace,

@@ -212,6 +212,7 @@ StepView Inspector::view(const InspectionPoint& requested) {
   v.point = p;
 
   const bool recurrent = result.trace.layerKind(p.layer).recurrent;
+  v.showsLatent = result.trace.layerKind(p.layer).latent;
   FloatTensor cachedT, refT;
   if (recurrent) {
     // A recurrent layer: its state after the step, one value head's [Dk, Dv] as the heatmap's rows.

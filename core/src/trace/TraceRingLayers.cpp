@@ -21,8 +21,8 @@ json layerKindsToJson(const std::vector<TraceLayerKind>& kinds) {
   if (kinds.empty()) return nullptr;
   json a = json::array();
   for (const auto& k : kinds) {
-    if (k.recurrent) {
-      a.push_back({{"kind", "recurrent"}});
+    if (k.recurrent || k.latent) {
+      a.push_back({{"kind", k.recurrent ? "recurrent" : "latent"}});
       continue;
     }
     if (k.chunk > 0) {
@@ -70,8 +70,12 @@ std::vector<TraceLayerKind> layerKindsFromJson(const json& doc, const std::strin
       for (const char* span : {"window", "chunk", "ring_slots"})
         if (e.has(span)) e.fail(span, "a recurrent layer keeps a state, not K/V entries: it has no " + std::string(span));
       k.recurrent = true;
+    } else if (kind == "latent") {  // latent rows and roped key parts (MLA), every one attended
+      for (const char* span : {"window", "chunk", "ring_slots"})
+        if (e.has(span)) e.fail(span, "a latent layer attends over every latent row it holds: it has no " + std::string(span));
+      k.latent = true;
     } else {
-      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding, chunked, recurrent)");
+      e.fail("kind", "unknown layer kind '" + kind + "' (known: full, sliding, chunked, recurrent, latent)");
     }
     if (k.ring() && slots > 0 && k.ringSlots != slots)
       e.fail("ring_slots", std::to_string(k.ringSlots) + " slots, but layer " +
