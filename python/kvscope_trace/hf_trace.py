@@ -703,10 +703,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
-    if not args.model.endswith(".gguf"):
-        why = latent_cache_refusal(transformers.AutoConfig.from_pretrained(args.model), transformers.__version__)
-        if why:
-            ap.error(why)
     dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"  # renamed in 4.56
     load_kw = {dtype_kw: dtype}
     if args.attn_implementation:
@@ -716,6 +712,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.model)), **load_kw)
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model, **load_kw)
+    why = latent_cache_refusal(model.config, transformers.__version__)
+    if why:
+        ap.error(why)
     model.to(args.device).eval()
     prompts: List[Tuple[List[int], str]] = []
     if args.prompt:

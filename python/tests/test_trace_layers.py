@@ -5,6 +5,8 @@ naming the file and the field. The shared helpers are in test_trace.py."""
 
 import dataclasses
 import json
+import os
+import tempfile
 import unittest
 
 import numpy as np
@@ -70,3 +72,46 @@ class LayerSubset(Errors, unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LatentLayers(unittest.TestCase):
+    """DeepSeek's latent attention: value records narrower than the keys (model.value_head_dim)
+    and layer_kinds "latent" written, read back, and refused where they do not fit."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kvtrace-latent-")
+
+    def writer(self, value_width):
+        from kvscope_trace import TraceWriter
+        w = TraceWriter(model={"architecture": "deepseek_v3", "num_layers": 2, "num_kv_heads": 1, "head_dim": 4,
+                               "value_head_dim": 2, "vocab_size": 50, "max_positions": 64})
+        w.extra["layer_kinds"] = [{"kind": "latent"}, {"kind": "latent"}]
+        w.add_request(0, prompt_ids=[1, 2], generated=[7], max_new_tokens=1)
+        rng = np.random.default_rng(0)
+        w.add_step(request=0, step=0, fed_ids=[1, 2], positions=[0, 1], chosen=7,
+                   logits=np.zeros(50, np.float32),
+                   keys=[rng.standard_normal((1, 2, 4)).astype(np.float32) for _ in range(2)],
+                   values=[rng.standard_normal((1, 2, value_width)).astype(np.float32) for _ in range(2)])
+        return w
+
+    def test_round_trip(self):
+        from kvscope_trace import read_trace
+        path = os.path.join(self.dir, "latent.kvtrace")
+        self.writer(2).save(path)
+        t = read_trace(path)
+        self.assertEqual(t.model["value_head_dim"], 2)
+        self.assertEqual([k["kind"] for k in t.extra["layer_kinds"]], ["latent", "latent"])
+        self.assertEqual(t.steps[0].layers[1].values.shape, (1, 2, 2))
+        self.assertEqual(t.steps[0].layers[1].keys.shape, (1, 2, 4))
+
+    def test_a_value_of_the_key_width_and_a_windowed_latent_layer_are_refused(self):
+        from kvscope_trace import TraceError, read_trace
+        with self.assertRaisesRegex(ValueError, r"values\[0\]"):
+            self.writer(4)
+        path = os.path.join(self.dir, "window.kvtrace")
+        w = self.writer(2)
+        w.extra["layer_kinds"][1] = {"kind": "latent", "window": 4}
+        with self.assertRaises((TraceError, ValueError)) as e:
+            w.save(path)
+            read_trace(path)
+        self.assertIn("layer_kinds[1].window", str(e.exception))

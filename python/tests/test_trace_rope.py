@@ -12,6 +12,11 @@ from kvscope_trace import TraceError, TraceWriter, read_trace
 
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+# What KV Scope's engine writes for a yarn checkpoint (DeepSeek V3, GPT-OSS) and a longrope one.
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.7, "truncate": True}
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 12,
+            "short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]}
 
 
 def write(path, rope):
@@ -33,7 +38,7 @@ class RopeParameters(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="kvtrace-rope-")
 
     def test_round_trip(self):
-        for rope in (LLAMA3, {"rope_type": "linear", "factor": 2.0}, None):
+        for rope in (LLAMA3, {"rope_type": "linear", "factor": 2.0}, YARN, LONGROPE, None):
             path = os.path.join(self.dir, f"{rope and rope['rope_type']}.kvtrace")
             write(path, rope)
             self.assertEqual(read_trace(path).model.get("rope_parameters"), rope)
@@ -50,6 +55,11 @@ class RopeParameters(unittest.TestCase):
                ({k: v for k, v in LLAMA3.items() if k != "original_max_position_embeddings"},
                 "model.rope_parameters.original_max_position_embeddings"),
                ({**LLAMA3, "high_freq_factor": 0.5}, "model.rope_parameters.high_freq_factor"),
+               ({**YARN, "mscale_all_dim": "x"}, "model.rope_parameters.mscale_all_dim"),
+               ({**YARN, "truncate": 1}, "model.rope_parameters.truncate"),
+               ({**YARN, "beta_fast": 0}, "model.rope_parameters.beta_fast"),
+               ({k: v for k, v in LONGROPE.items() if k != "long_factor"}, "model.rope_parameters.long_factor"),
+               ({**LONGROPE, "short_factor": [1.0, -2.0]}, "model.rope_parameters.short_factor"),
                (8, "model.rope_parameters")]
         for i, (rope, field) in enumerate(bad):
             path = os.path.join(self.dir, f"bad{i}.kvtrace")
