@@ -182,13 +182,19 @@ void KvHeatmapPanel::paintSnapshot() {
   heading_->setText(heading);
   for (KvHeatmapView* v : {reference_, cached_, difference_})
     v->setAxisNames(snap->showsState ? tr("key feature") : tr("position"),
-                    snap->showsState ? tr("value feature") : snap->showsLatent ? tr("latent feature") : tr("head dim"));
+                    snap->showsState    ? tr("value feature")
+                    : !snap->showsLatent ? tr("head dim")
+                    : s.kind == KvKind::Keys ? tr("latent feature")
+                                             : tr("roped feature"));
   // A state has value heads and no keys/values choice.
   head_->setPrefix(snap->showsState ? tr("value head ") : tr("kv head "));
   kind_->setEnabled(!snap->showsState);
-  kind_->setItemText(0, snap->showsLatent ? tr("Latent rows (c_kv)") : tr("Keys (K)"));
-  kind_->setItemText(1, snap->showsLatent ? tr("Roped keys (k_pe)") : tr("Values (V)"));
-  kind_->setToolTip(snap->showsState ? tr("A recurrent layer keeps one state, not keys and values") : QString());
+  kind_->setItemText(0, snap->showsLatent ? tr("c_kv (K)") : tr("Keys (K)"));
+  kind_->setItemText(1, snap->showsLatent ? tr("k_pe (V)") : tr("Values (V)"));
+  kind_->setToolTip(snap->showsState    ? tr("A recurrent layer keeps one state, not keys and values")
+                    : snap->showsLatent ? tr("A latent layer caches one latent row (c_kv) and one roped key part "
+                                             "(k_pe) per token, shared by every head")
+                                        : QString());
   if (snap->heads > 0 && head_->maximum() != snap->heads - 1) {
     const QSignalBlocker block(head_);
     head_->setMaximum(static_cast<int>(snap->heads - 1));
