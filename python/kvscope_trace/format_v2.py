@@ -170,15 +170,15 @@ def load_packed(f: _Container, trace: Any, packing: List[Packing]) -> List[Optio
             counts = [getattr(p, column)[l] if getattr(p, column) is not None else None for p in packing]
             total = sum(c for c in counts if c is not None)
             for j, kind in enumerate(kinds):
-                name = f"layer{names[l]}.{kind}"
+                name, width = f"layer{names[l]}.{kind}", (D, Dv)[j]  # keys, then values
                 if name in f:
                     _float_tensor(f, name)
-                    t = f.read_records(name, H, D if kind in ("k", "cache_k") else Dv)
+                    t = f.read_records(name, H, width)
                 elif total:
                     raise TraceError(path, name, f"missing, but steps.{column} adds up to {total} "
                                      "records (truncated or inconsistent trace)")
                 else:
-                    t = np.zeros((H, 0, D if kind in ("k", "cache_k") else Dv), np.float32)
+                    t = np.zeros((H, 0, width), np.float32)
                 if t.shape[1] != total:
                     raise TraceError(path, name, f"holds {t.shape[1]} records but steps.{column} "
                                      f"adds up to {total} (truncated or inconsistent trace)")

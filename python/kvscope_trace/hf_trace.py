@@ -616,9 +616,9 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
         return default
     heads = first("num_attention_heads", "n_head")
     hidden = first("hidden_size", "n_embd", "d_model")
-    latent = first("kv_lora_rank")  # DeepSeek's latent attention: transformers caches the latent
-    if latent:                       # row as keys [B, 1, t, kv_lora_rank] and k_pe as values
-        shape = {"num_kv_heads": 1, "head_dim": latent, "value_head_dim": first("qk_rope_head_dim")}
+    if latent_attention(config):  # transformers caches the latent row as keys [B, 1, t, kv_lora_rank]
+        shape = {"num_kv_heads": 1, "head_dim": first("kv_lora_rank"),  # and k_pe as values
+                 "value_head_dim": first("qk_rope_head_dim")}
     else:
         shape = {"num_kv_heads": first("num_key_value_heads", "num_kv_heads", default=heads),
                  "head_dim": first("head_dim", default=hidden // heads if heads else 0)}

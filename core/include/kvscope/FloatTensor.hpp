@@ -25,6 +25,11 @@ struct FloatTensor {
   /// Largest |x| over all elements (0 for an empty tensor).
   float maxAbs() const;
   std::string shapeString() const;  // e.g. "[2, 5, 16]"
+  /// Whether this and `o` are [h, n, *] records of the same entries: as many heads and records,
+  /// their widths free (a layer's keys and values; MLA's differ in width).
+  bool sameEntriesAs(const FloatTensor& o) const {
+    return shape.size() == 3 && o.shape.size() == 3 && shape[0] == o.shape[0] && shape[1] == o.shape[1];
+  }
 
   bool operator==(const FloatTensor& o) const { return shape == o.shape && data == o.data; }
   bool operator!=(const FloatTensor& o) const { return !(*this == o); }

@@ -27,11 +27,7 @@ ColumnDiff columnDiff(const FloatTensor& rec, int64_t c, const FloatTensor& ref,
 
 ColumnDiff kvColumnDiff(const FloatTensor& keys, const FloatTensor& values, int64_t c,
                         const FloatTensor& refKeys, const FloatTensor& refValues, int64_t p) {
-  // Keys and values of the same entries (their widths may differ: MLA's latent and roped parts).
-  const auto entries = [](const FloatTensor& k, const FloatTensor& v) {
-    return k.shape.size() == 3 && v.shape.size() == 3 && k.shape[0] == v.shape[0] && k.shape[1] == v.shape[1];
-  };
-  if (!entries(keys, values) || !entries(refKeys, refValues)) return ColumnDiff{};
+  if (!keys.sameEntriesAs(values) || !refKeys.sameEntriesAs(refValues)) return ColumnDiff{};
   const ColumnDiff k = columnDiff(keys, c, refKeys, p), v = columnDiff(values, c, refValues, p);
   return ColumnDiff{std::max(k.err, v.err), std::max(k.mag, v.mag)};
 }

@@ -94,8 +94,8 @@ torch::Tensor ModelImpl::deltaNetBlock(int64_t layer, const torch::Tensor& xIn, 
       from = n;
       const detail::RecurrentState after{inputs.narrow(-1, n, K).contiguous(), state};
       attention.keepStateAfter(layer, n, after);
-      if (taps && taps->wants("conv_state_at")) taps->onTensor(layer, "conv_state_at", after.conv);
-      if (taps && taps->wants("recurrent_state_at")) taps->onTensor(layer, "recurrent_state_at", state);
+      detail::tapTensor(taps, layer, "conv_state_at", after.conv);
+      detail::tapTensor(taps, layer, "recurrent_state_at", state);
     }
     if (from < s) {
       const detail::DeltaRuleResult tail = run(from, s, state);
@@ -105,13 +105,13 @@ torch::Tensor ModelImpl::deltaNetBlock(int64_t layer, const torch::Tensor& xIn, 
     rule = {torch::cat(outs, 1), state};
   }
   next.state = rule.state;
-  if (taps && taps->wants("conv_state")) taps->onTensor(layer, "conv_state", next.conv);
-  if (taps && taps->wants("recurrent_state")) taps->onTensor(layer, "recurrent_state", next.state);
+  detail::tapTensor(taps, layer, "conv_state", next.conv);
+  detail::tapTensor(taps, layer, "recurrent_state", next.state);
   attention.keepRecurrentState(layer, next);
   // RMSNormGated: the plain weight, then silu(z), per (token, value head).
   auto out = detail::rmsNorm(rule.out, w.dnNormW, config.normEps) * torch::silu(z.to(torch::kFloat));
   out = detail::linearStored(out.reshape({B, s, Hv * Dv}), w.dnOutW, {});
-  if (taps && taps->wants("attn_out")) taps->onTensor(layer, "attn_out", out);
+  detail::tapTensor(taps, layer, "attn_out", out);
   return out;
 }
 

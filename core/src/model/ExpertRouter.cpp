@@ -85,13 +85,13 @@ torch::Tensor ExpertRouter::follow(int64_t layer, const torch::Tensor& logits, c
 torch::Tensor ExpertRouter::weights(const torch::Tensor& logits, const torch::Tensor& experts) const {
   const auto taken = experts.ge(0);
   const auto index = experts.clamp_min(0);
-  if (moe_.routing == MoeConfig::Routing::SigmoidGroupLimited) {  // the plain scores of the chosen
+  if (moe_.routing == MoeConfig::Routing::TopKThenSigmoid || moe_.routing == MoeConfig::Routing::SigmoidGroupLimited) {
+    // Each chosen logit's own sigmoid; DeepSeek's renormalised and scaled.
     auto w = torch::sigmoid(logits.gather(1, index)).masked_fill(taken.logical_not(), 0.0);
+    if (moe_.routing == MoeConfig::Routing::TopKThenSigmoid) return w;
     if (moe_.normTopK) w = w / (w.sum(-1, true) + 1e-20);
     return w * moe_.routedScale;
   }
-  if (moe_.routing == MoeConfig::Routing::TopKThenSigmoid)  // each chosen logit's own sigmoid
-    return torch::sigmoid(logits.gather(1, index)).masked_fill(taken.logical_not(), 0.0);
   if (moe_.routing == MoeConfig::Routing::TopKThenSoftmax)
     return torch::softmax(logits.gather(1, index).masked_fill(taken.logical_not(),
                                                               -std::numeric_limits<float>::infinity()),

@@ -19,10 +19,6 @@ namespace {
 // not rms_norm_eps.
 constexpr double kLatentNormEps = 1e-6;
 
-void tapLatent(detail::TorchTapSink* taps, int64_t layer, const char* name, const torch::Tensor& t) {
-  if (taps && taps->wants(name)) taps->onTensor(layer, name, t);
-}
-
 }  // namespace
 
 torch::Tensor ModelImpl::latentAttentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
@@ -51,8 +47,8 @@ torch::Tensor ModelImpl::latentAttentionBlock(int64_t layer, const torch::Tensor
   }
   torch::Tensor keyRows = latent.unsqueeze(1).contiguous(), valueRows = kRope.contiguous();
   attention.roundRecords(layer, keyRows, valueRows);
-  tapLatent(taps, layer, "k_proj", keyRows);
-  tapLatent(taps, layer, "v_proj", valueRows);
+  detail::tapTensor(taps, layer, "k_proj", keyRows);
+  detail::tapTensor(taps, layer, "v_proj", valueRows);
   const detail::KvView kv = attention.attend(layer, keyRows, valueRows);
   const int64_t t = kv.keys.size(2);
   // Every head's key nope part and value from the held latent rows: [B, nh, t, nope + v].
@@ -65,28 +61,23 @@ torch::Tensor ModelImpl::latentAttentionBlock(int64_t layer, const torch::Tensor
                                          attention);  // [B, nh, s, v]
   const torch::Tensor misSplit = attention.droppedQueries(detail::AttentionFeature::LatentHeadSplit, layer, B, s);
   if (misSplit.defined())
-    context = torch::where(misSplit, absorbedContext(layer, qNope, qRope, kv, false, attention), context);
+    context = torch::where(misSplit, misSplitAbsorbedContext(layer, qNope, qRope, kv, attention), context);
   auto out = project(context.transpose(1, 2).reshape({B, s, nh * m.valueDim}), w.oW, w.oB);
-  tapLatent(taps, layer, "attn_out", out);
+  detail::tapTensor(taps, layer, "attn_out", out);
   return out;
 }
 
-torch::Tensor ModelImpl::absorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
-                                         const detail::KvView& kv, bool perHead,
-                                         const detail::AttentionContext& attention) const {
+torch::Tensor ModelImpl::misSplitAbsorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
+                                                 const detail::KvView& kv,
+                                                 const detail::AttentionContext& attention) const {
   const MlaConfig& m = config.mla;
   const int64_t B = qNope.size(0), nh = qNope.size(1), t = kv.keys.size(2);
   const int64_t nope = m.nopeDim, v = m.valueDim, R = m.kvLoraRank;
   const torch::Tensor w = layers[static_cast<size_t>(layer)].kvBW.to(torch::kFloat);  // [nh (nope + v), R]
-  torch::Tensor keyRows, valueRows;  // [nh, nope, R], [nh, v, R]
-  if (perHead) {
-    const auto heads = w.view({nh, nope + v, R});
-    keyRows = heads.narrow(1, 0, nope);
-    valueRows = heads.narrow(1, nope, v);
-  } else {  // the matrix's first nh * nope rows as the key rows, the rest as the value rows
-    keyRows = w.narrow(0, 0, nh * nope).view({nh, nope, R});
-    valueRows = w.narrow(0, nh * nope, nh * v).view({nh, v, R});
-  }
+  // The matrix's first nh * nope rows taken as the key rows, the rest as the value rows (the
+  // checkpoint holds per head [nope key rows | v value rows]).
+  const auto keyRows = w.narrow(0, 0, nh * nope).view({nh, nope, R});      // [nh, nope, R]
+  const auto valueRows = w.narrow(0, nh * nope, nh * v).view({nh, v, R});  // [nh, v, R]
   // Scores q_nope W_k c^T + q_pe k_pe^T over the latent rows; the context in the latent, then
   // through the value rows.
   const auto queries = torch::cat({torch::matmul(qNope, keyRows), qRope}, -1);  // [B, nh, s, R + rope]

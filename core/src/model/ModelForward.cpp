@@ -33,10 +33,6 @@ torch::Tensor activation(const std::string& name, const torch::Tensor& x) {
   return 0.5 * x * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * torch::pow(x, 3.0))));
 }
 
-void tap(detail::TorchTapSink* taps, int64_t layer, const char* name, const torch::Tensor& t) {
-  if (taps && taps->wants(name)) taps->onTensor(layer, name, t);
-}
-
 // The batch rows for which `holds(row)` is true (a fault's rows), as a bool tensor [B];
 // undefined when no row is, so a forward without faults selects nothing.
 template <class Holds>
@@ -182,8 +178,8 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   k = k.contiguous();
   v = v.contiguous();
   attention.roundRecords(layer, k, v);
-  tap(taps, layer, "k_proj", k);
-  tap(taps, layer, "v_proj", v);
+  detail::tapTensor(taps, layer, "k_proj", k);
+  detail::tapTensor(taps, layer, "v_proj", v);
   detail::KvView kv = attention.attend(layer, k, v);
   auto keys = kv.keys, values = kv.values;
   if (nkv != nh) {  // repeat_kv for grouped-query attention
@@ -194,7 +190,7 @@ torch::Tensor ModelImpl::attentionBlock(int64_t layer, const torch::Tensor& x, c
   auto out = context.transpose(1, 2).reshape({B, s, nh * d});
   if (outputGate.defined()) out = out * torch::sigmoid(outputGate);
   out = project(out, w.oW, w.oB);
-  tap(taps, layer, "attn_out", out);
+  detail::tapTensor(taps, layer, "attn_out", out);
   return out;
 }
 
@@ -401,7 +397,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
     std::tie(tables[0].cos, tables[0].sin) = rope->cosSin(positions);
     if (slidingRope) std::tie(tables[1].cos, tables[1].sin) = slidingRope->cosSin(positions);
   }
-  tap(taps, -1, "embed", h);
+  detail::tapTensor(taps, -1, "embed", h);
   for (int64_t i = 0; i < config.numLayers; ++i) {
     const auto& w = layers[static_cast<size_t>(i)];
     const detail::RotaryEmbedding* layerRope = config.usesRope() ? &ropeOf(i) : nullptr;
@@ -468,17 +464,17 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
                                           wholeCos, wholeSin, attention, taps),
                      w.postAttnNormW);
     h = h + sublayer(mlpBlock(i, in(w.mlpNormW, w.mlpNormB), attention, taps), w.postMlpNormW);
-    tap(taps, i, "hidden", h);
+    detail::tapTensor(taps, i, "hidden", h);
   }
   h = norm(h, finalW, finalB);
-  tap(taps, config.numLayers, "final", h);
+  detail::tapTensor(taps, config.numLayers, "final", h);
   auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
   if (config.logitsDivisor != 1.0) logits = logits / config.logitsDivisor;
   if (config.finalLogitSoftcap > 0) {
     const auto cap = static_cast<float>(config.finalLogitSoftcap);
     logits = torch::tanh(logits / cap) * cap;
   }
-  tap(taps, config.numLayers, "logits", logits);
+  detail::tapTensor(taps, config.numLayers, "logits", logits);
   return logits;
 }
 

@@ -124,14 +124,12 @@ struct ModelImpl {
   torch::Tensor latentAttentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin, detail::AttentionContext& attention,
                                      detail::TorchTapSink* taps) const;
-  /// Latent attention in the absorbed form engines decode with: each head's query nope part
-  /// through kv_b_proj's key rows, scores against the held latent rows (plus the roped parts),
-  /// the latent context through the value rows: [B, nh, s, v]. `perHead`: kv_b_proj read as the
-  /// checkpoint lays it out (per head [key rows | value rows]); false: as every head's key rows,
-  /// then every head's value rows (the mla_absorb fault).
-  torch::Tensor absorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
-                                const detail::KvView& kv, bool perHead,
-                                const detail::AttentionContext& attention) const;
+  /// Latent attention in the absorbed form engines decode with (each head's query nope part
+  /// through kv_b_proj's key rows, scores against the held latent rows plus the roped parts, the
+  /// latent context through the value rows), with kv_b_proj read as every head's key rows, then
+  /// every head's value rows instead of per head (the mla_absorb fault): [B, nh, s, v].
+  torch::Tensor misSplitAbsorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
+                                        const detail::KvView& kv, const detail::AttentionContext& attention) const;
   /// x times a projection, where the batch_variance fault splits a row's product in parts
   /// (AttentionContext::projectionSplits) summed in that many partial products.
   torch::Tensor rowSplitProduct(int64_t layer, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

@@ -17,6 +17,11 @@ class TorchTapSink {
   virtual void onTensor(int64_t layer, const std::string& name, const torch::Tensor& t) = 0;
 };
 
+/// Reports `t` as `name` of `layer` to `taps` when it wants that name (nullptr: nobody taps).
+inline void tapTensor(TorchTapSink* taps, int64_t layer, const char* name, const torch::Tensor& t) {
+  if (taps && taps->wants(name)) taps->onTensor(layer, name, t);
+}
+
 /// Copies a (contiguous, float32, CPU) tensor into a FloatTensor value.
 FloatTensor toFloatTensor(const torch::Tensor& t);
 /// Wraps a FloatTensor as a torch tensor (copies).

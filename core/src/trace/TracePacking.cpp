@@ -93,13 +93,9 @@ std::vector<StepLayout> planStepLayouts(const Trace& trace) {
       anyAppended = anyAppended || stored(rec.keys);
       anySnapshot = anySnapshot || stored(rec.snapshotKeys);
       allSums = allSums && rec.keyChecksum && rec.valueChecksum;
-      // Keys and values are records of the same entries (their widths may differ: MLA).
-      const auto sameEntries = [](const FloatTensor& k, const FloatTensor& v) {
-        return k.shape.size() == 3 && v.shape.size() == 3 && k.shape[0] == v.shape[0] && k.shape[1] == v.shape[1];
-      };
-      if (stored(rec.keys) != stored(rec.values) || (stored(rec.keys) && !sameEntries(rec.keys, rec.values)) ||
+      if (stored(rec.keys) != stored(rec.values) || (stored(rec.keys) && !rec.keys.sameEntriesAs(rec.values)) ||
           stored(rec.snapshotKeys) != stored(rec.snapshotValues) ||
-          (stored(rec.snapshotKeys) && !sameEntries(rec.snapshotKeys, rec.snapshotValues)))
+          (stored(rec.snapshotKeys) && !rec.snapshotKeys.sameEntriesAs(rec.snapshotValues)))
         throw UsageError("trace steps[" + std::to_string(i) + "]: keys and values of a layer hold different "
                          "entries (heads or records)");
     }
