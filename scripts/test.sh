@@ -7,27 +7,59 @@ BUILD_DIR="${KVSCOPE_BUILD_DIR:-$ROOT/build}"
 KVSCOPE_CMAKE_ARGS="${KVSCOPE_CMAKE_ARGS:--DKVSCOPE_WERROR=ON}" bash "$ROOT/scripts/setup.sh"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # The real transformers (pinned, tests/live/requirements.txt) in a cached virtualenv, for the
-# live recorder tests (python_live_transformers). Without it they are reported not checked;
-# KVSCOPE_REQUIRE_LIVE=1 makes that an error. KVSCOPE_LIVE=0 skips them.
-LIVE_PYTHON=""
+# live recorder tests (python_live_transformers), and the folders over it (transformers 4, MLX,
+# llama.cpp). Without them the live tests are reported not checked; KVSCOPE_REQUIRE_LIVE=1 makes
+# that an error. KVSCOPE_LIVE=0 skips them. They are made (or found, once cached) in the
+# background while the sanitizer tree builds: on a machine without the caches the downloads and
+# llama.cpp's build overlap that build instead of adding to it (docs/limits.md).
+LIVE_DIR="$(mktemp -d)"
+trap 'rm -rf "$LIVE_DIR"' EXIT
+LIVE_PID=""
 if [[ "${KVSCOPE_LIVE:-1}" == 1 ]]; then
-  if LIVE_PYTHON="$(bash "$ROOT/scripts/live-python.sh")"; then
-    cmake -DKVSCOPE_HF_PYTHON="$LIVE_PYTHON" "$BUILD_DIR" >/dev/null
-    # The folders over that virtualenv: each a live suite's library (live-python.sh OPTION),
-    # handed to CMake as VARIABLE; one that does not install is reported not checked.
+  (
+    # Each result: LIVE_DIR/NAME holds the printed path; NAME.failed marks one that did not install.
+    bash "$ROOT/scripts/live-python.sh" > "$LIVE_DIR/python" 2> "$LIVE_DIR/python.log" || touch "$LIVE_DIR/python.failed"
+    if [[ ! -f "$LIVE_DIR/python.failed" ]]; then
+      for option in transformers4 mlx llama-cpp; do
+        bash "$ROOT/scripts/live-python.sh" --$option > "$LIVE_DIR/$option" 2> "$LIVE_DIR/$option.log" ||
+          touch "$LIVE_DIR/$option.failed"
+      done
+    fi
+  ) &
+  LIVE_PID=$!
+fi
+
+# The core, the CLI and their tests again, built with ASan + UBSan (preset `asan`: -O1, line
+# tables, a unity build, no GUI, in build-asan/; a sanitizer report aborts the test that caused
+# it); its suite runs after the main one. KVSCOPE_SANITIZER_SUITE=0 skips both (docs/limits.md,
+# "What CI runs").
+if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
+  (
+    cd "$ROOT"
+    cmake --preset asan >/dev/null
+    cmake --build --preset asan -j "${KVSCOPE_JOBS:-$(nproc)}"
+  )
+fi
+
+if [[ -n "$LIVE_PID" ]]; then
+  wait "$LIVE_PID"
+  cat "$LIVE_DIR"/*.log >&2 2>/dev/null || true
+  if [[ ! -f "$LIVE_DIR/python.failed" ]]; then
+    cmake -DKVSCOPE_HF_PYTHON="$(cat "$LIVE_DIR/python")" "$BUILD_DIR" >/dev/null
+    # Each folder is handed to CMake as VARIABLE; one that did not install is reported not checked.
     live_folder() {
-      local option="$1" variable="$2" what="$3" requirements="$4" folder
-      if folder="$(bash "$ROOT/scripts/live-python.sh" "$option")"; then
-        cmake -D"$variable"="$folder" "$BUILD_DIR" >/dev/null
+      local option="$1" variable="$2" what="$3" requirements="$4"
+      if [[ ! -f "$LIVE_DIR/$option.failed" ]]; then
+        cmake -D"$variable"="$(cat "$LIVE_DIR/$option")" "$BUILD_DIR" >/dev/null
       else
         echo "not checked: the live $what tests ($requirements did not install, see above)" >&2
         [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
         cmake -D"$variable"= "$BUILD_DIR" >/dev/null
       fi
     }
-    live_folder --transformers4 KVSCOPE_HF4_PATH "transformers 4" tests/live/requirements-transformers4.txt
-    live_folder --mlx KVSCOPE_MLX_PATH MLX tests/live/requirements-mlx.txt
-    live_folder --llama-cpp KVSCOPE_LLAMA_CPP "GGUF and llama.cpp" tests/live/requirements-llama-cpp.txt
+    live_folder transformers4 KVSCOPE_HF4_PATH "transformers 4" tests/live/requirements-transformers4.txt
+    live_folder mlx KVSCOPE_MLX_PATH MLX tests/live/requirements-mlx.txt
+    live_folder llama-cpp KVSCOPE_LLAMA_CPP "GGUF and llama.cpp" tests/live/requirements-llama-cpp.txt
   else
     echo "not checked: the live transformers tests (no virtualenv with tests/live/requirements.txt, see above)" >&2
     [[ "${KVSCOPE_REQUIRE_LIVE:-0}" == 1 ]] && exit 1
@@ -51,14 +83,10 @@ fi
   true
 )
 
-# The core, the CLI and their tests again, built with ASan + UBSan (preset `asan`: -O1, line
-# tables, a unity build, no GUI, in build-asan/; a sanitizer report aborts the test that caused
-# it). KVSCOPE_SANITIZER_SUITE=0 skips it (docs/limits.md, "What CI runs").
+# The sanitizer tree's suite (built above).
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
   (
     cd "$ROOT"
-    cmake --preset asan >/dev/null
-    cmake --build --preset asan -j "${KVSCOPE_JOBS:-$(nproc)}"
     ctest --preset asan -j "${KVSCOPE_TEST_JOBS:-2}" --timeout 900
   )
 fi

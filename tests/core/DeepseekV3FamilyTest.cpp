@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "AuditExpectations.hpp"
+#include "ConfigRefusal.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -31,15 +32,6 @@ nlohmann::json minimalDeepseek() {
           {"num_hidden_layers", 4},      {"intermediate_size", 96}, {"max_position_embeddings", 4096}};
 }
 
-std::string deepseekRefusal(const nlohmann::json& doc) {
-  try {
-    ModelConfig::fromJson(doc, "dir/config.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(DeepseekV3Family, AbsentKeysTakeDeepseekV3ConfigsDefaults) {
   const ModelConfig c = ModelConfig::fromJson(minimalDeepseek(), "config.json");
   EXPECT_EQ(c.architecture, Architecture::DeepseekV3);
@@ -49,7 +41,7 @@ TEST(DeepseekV3Family, AbsentKeysTakeDeepseekV3ConfigsDefaults) {
   EXPECT_EQ(c.mla.ropeDim, 64);
   EXPECT_EQ(c.mla.nopeDim, 128);
   EXPECT_EQ(c.mla.valueDim, 128);
-  EXPECT_TRUE(c.mla.deinterleaveRope);
+  EXPECT_EQ(c.mla.ropePairs, MlaConfig::RopePairs::Deinterleaved);
   // The cache's geometry: one latent "head" of 512 (keys) and the roped part of 64 (values).
   EXPECT_EQ(c.numKvHeads, 1);
   EXPECT_EQ(c.headDim, 512);
@@ -83,17 +75,17 @@ TEST(DeepseekV3Family, GroupsThatCannotRouteAreRefusedNamingTheField) {
   auto doc = minimalDeepseek();
   doc["n_routed_experts"] = 12;
   doc["n_group"] = 8;
-  EXPECT_NE(deepseekRefusal(doc).find("n_group"), std::string::npos) << deepseekRefusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("n_group"), std::string::npos) << test::configRefusal(doc);
   doc["n_group"] = 4;
   doc["topk_group"] = 5;
-  EXPECT_NE(deepseekRefusal(doc).find("topk_group"), std::string::npos) << deepseekRefusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("topk_group"), std::string::npos) << test::configRefusal(doc);
   doc["topk_group"] = 1;
   doc["num_experts_per_tok"] = 4;  // one group of 3 experts
-  EXPECT_NE(deepseekRefusal(doc).find("num_experts_per_tok"), std::string::npos) << deepseekRefusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("num_experts_per_tok"), std::string::npos) << test::configRefusal(doc);
   doc["num_experts_per_tok"] = 3;
-  EXPECT_EQ(deepseekRefusal(doc), "");
+  EXPECT_EQ(test::configRefusal(doc), "");
   doc["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
-  EXPECT_NE(deepseekRefusal(doc).find("partial_rotary_factor"), std::string::npos) << deepseekRefusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("partial_rotary_factor"), std::string::npos) << test::configRefusal(doc);
 }
 
 TEST(DeepseekV3Family, TheLatentRowsAreTheRecordsAndCleanRunsAuditClean) {
@@ -169,6 +161,19 @@ TEST(DeepseekV3Family, FaultsOnTheLatentRowsAreFoundUnderTheirRows) {
   const AuditReport dup = Auditor::audit(*model, test::runWithFaults(deepseekDir(), {"duplicate_append"})).report;
   ASSERT_FALSE(dup.findings.empty()) << dup.toText();
   EXPECT_EQ(dup.findings[0].id, "duplicate_append") << dup.toText();
+}
+
+// yarn_attention_factor on latent attention: cos and sin left unscaled turn the roped key parts
+// (the value records) by a constant off, the latent rows (the keys) exact; the row reads them so
+// (the fixture's mscale 1 / mscale_all_dim 0.7 give cos and sin a factor other than 1).
+TEST(DeepseekV3Family, AnAttentionFactorDroppedIsFoundOnTheRopedKeyParts) {
+  auto model = Model::load(deepseekDir());
+  const AuditReport rep =
+      Auditor::audit(*model, test::runWithFaults(deepseekDir(), {"yarn_attention_factor"})).report;
+  const Finding& f = test::onlyFinding(rep, "yarn_attention_factor");
+  EXPECT_EQ(f.layer, 0);
+  EXPECT_NE(f.explanation.find("roped key parts (k_pe) differ"), std::string::npos) << f.explanation;
+  EXPECT_NE(f.explanation.find("latent rows are exact"), std::string::npos) << f.explanation;
 }
 
 // mla_absorb: the decode path attends in the absorbed form with kv_b_proj split by matrix halves.

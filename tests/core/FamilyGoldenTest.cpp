@@ -270,7 +270,7 @@ INSTANTIATE_TEST_SUITE_P(Families, FamilyGolden,
                                            "gemma2", "gemma3_text", "gpt_oss", "phi3_longrope", "mixtral",
                                            "olmo3", "glm4", "ministral3", "gemma3", "gpt_oss_mxfp4", "llama4_text", "llama4",
                                            "qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text",
-                                           "deepseek_v3"));
+                                           "deepseek_v3", "deepseek_v2"));
 
 TEST(FamilyConfig, Qwen3ReadsQkNormHeadDimWindowsAndTiedHead) {
   const ModelConfig c = ModelConfig::load(familyModel("qwen3") + "/config.json");

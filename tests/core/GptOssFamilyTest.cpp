@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "AuditExpectations.hpp"
+#include "ConfigRefusal.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -26,15 +27,6 @@ nlohmann::json minimalGptOss() {
   return {{"model_type", "gpt_oss"}, {"vocab_size", 100}, {"hidden_size", 64},
           {"num_attention_heads", 16}, {"num_hidden_layers", 4}, {"intermediate_size", 32},
           {"max_position_embeddings", 8192}};
-}
-
-std::string gptOssRefusal(const nlohmann::json& doc) {
-  try {
-    ModelConfig::fromJson(doc, "dir/config.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(GptOssFamily, AbsentKeysTakeGptOssConfigsDefaults) {
@@ -75,7 +67,7 @@ TEST(GptOssFamily, TheFixturesConfigAndBothNamesOfTheExpertCount) {
   doc["num_experts_per_tok"] = 2;
   EXPECT_EQ(ModelConfig::fromJson(doc, "config.json").moe.numExperts, 8);
   doc["num_experts_per_tok"] = 9;
-  const std::string e = gptOssRefusal(doc);
+  const std::string e = test::configRefusal(doc);
   EXPECT_NE(e.find("num_experts_per_tok"), std::string::npos) << e;
   EXPECT_NE(e.find("dir/config.json"), std::string::npos) << e;
 }

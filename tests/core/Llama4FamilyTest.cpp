@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "AuditExpectations.hpp"
+#include "ConfigRefusal.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -27,15 +28,6 @@ nlohmann::json minimalLlama4() {
   return {{"model_type", "llama4_text"}, {"vocab_size", 100}, {"hidden_size", 64},
           {"num_attention_heads", 16}, {"num_hidden_layers", 8}, {"intermediate_size", 32},
           {"max_position_embeddings", 8192}};
-}
-
-std::string llama4Refusal(const nlohmann::json& doc) {
-  try {
-    ModelConfig::fromJson(doc, "dir/config.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Llama4Family, AbsentKeysTakeLlama4TextConfigsDefaults) {
@@ -88,7 +80,7 @@ TEST(Llama4Family, MoeLayersAndLayerTypesAsGivenAndWhatIsRefused) {
   EXPECT_EQ(ModelConfig::fromJson(doc, "config.json").moe.layers,
             (std::vector<bool>{true, false, false, false, false, true, false, false}));
   doc["moe_layers"] = {8};
-  EXPECT_NE(llama4Refusal(doc).find("moe_layers"), std::string::npos);
+  EXPECT_NE(test::configRefusal(doc).find("moe_layers"), std::string::npos);
   doc.erase("moe_layers");
   doc["layer_types"] = std::vector<std::string>(8, "full_attention");
   doc["layer_types"][6] = "chunked_attention";
@@ -96,17 +88,17 @@ TEST(Llama4Family, MoeLayersAndLayerTypesAsGivenAndWhatIsRefused) {
   EXPECT_TRUE(c.isChunkedLayer(6));
   EXPECT_FALSE(c.isChunkedLayer(0));
   doc["layer_types"][2] = "sliding_attention";
-  std::string e = llama4Refusal(doc);
+  std::string e = test::configRefusal(doc);
   EXPECT_NE(e.find("layer_types[2]"), std::string::npos) << e;
   doc["layer_types"][2] = "full_attention";
   doc["attention_chunk_size"] = nullptr;  // Llama Guard 4's config; transformers refuses it too
-  e = llama4Refusal(doc);
+  e = test::configRefusal(doc);
   EXPECT_NE(e.find("attention_chunk_size"), std::string::npos) << e;
   EXPECT_NE(e.find("dir/config.json"), std::string::npos) << e;
   doc["layer_types"][6] = "full_attention";  // no chunked layer: no chunk needed
   EXPECT_EQ(ModelConfig::fromJson(doc, "config.json").attentionChunk, 0);
   doc["no_rope_layers"] = {1, 1, 2, 1, 1, 1, 1, 0};
-  EXPECT_NE(llama4Refusal(doc).find("no_rope_layers"), std::string::npos);
+  EXPECT_NE(test::configRefusal(doc).find("no_rope_layers"), std::string::npos);
 }
 
 TEST(Llama4Family, TheTraceNamesTheChunkedLayers) {

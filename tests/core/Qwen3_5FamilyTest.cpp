@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "AuditExpectations.hpp"
+#include "ConfigRefusal.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -27,15 +28,6 @@ nlohmann::json minimalQwen3_5() {
   return {{"model_type", "qwen3_5_text"}, {"vocab_size", 100}, {"hidden_size", 64},
           {"num_attention_heads", 4}, {"num_hidden_layers", 8}, {"intermediate_size", 32},
           {"max_position_embeddings", 4096}};
-}
-
-std::string qwen3_5Refusal(const nlohmann::json& doc) {
-  try {
-    ModelConfig::fromJson(doc, "dir/config.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Qwen3_5Family, AbsentKeysTakeQwen3_5TextConfigsDefaults) {
@@ -76,16 +68,16 @@ TEST(Qwen3_5Family, AReleasedConfigsShapeAndWhatIsRefused) {
 
   auto doc = text;
   doc["layer_types"] = {"linear_attention", "sliding_attention", "linear_attention", "full_attention"};
-  EXPECT_NE(qwen3_5Refusal(doc).find("layer_types[1]"), std::string::npos) << qwen3_5Refusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("layer_types[1]"), std::string::npos) << test::configRefusal(doc);
   doc["layer_types"] = {"linear_attention", "full_attention"};
-  EXPECT_NE(qwen3_5Refusal(doc).find("one entry per layer (4)"), std::string::npos) << qwen3_5Refusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("one entry per layer (4)"), std::string::npos) << test::configRefusal(doc);
   doc = text;
   doc["linear_num_key_heads"] = 3;
   doc["linear_num_value_heads"] = 8;
-  EXPECT_NE(qwen3_5Refusal(doc).find("linear_num_value_heads"), std::string::npos) << qwen3_5Refusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("linear_num_value_heads"), std::string::npos) << test::configRefusal(doc);
   doc = text;
   doc["linear_conv_kernel_dim"] = 0;
-  EXPECT_NE(qwen3_5Refusal(doc).find("linear_conv_kernel_dim"), std::string::npos) << qwen3_5Refusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("linear_conv_kernel_dim"), std::string::npos) << test::configRefusal(doc);
 }
 
 // transformers runs a prefill with the chunked form and a decode step with the recurrent one:

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "AuditExpectations.hpp"
+#include "ConfigRefusal.hpp"
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
 #include "kvscope/Engine.hpp"
@@ -25,15 +26,6 @@ std::string qwen3_5MoeDir() { return test::fixture("families/models/qwen3_5_moe_
 nlohmann::json minimalQwen3_5Moe() {
   return {{"model_type", "qwen3_5_moe_text"}, {"vocab_size", 100}, {"hidden_size", 64}, {"num_attention_heads", 4},
           {"num_hidden_layers", 4}, {"max_position_embeddings", 4096}};
-}
-
-std::string qwen3_5MoeRefusal(const nlohmann::json& doc) {
-  try {
-    ModelConfig::fromJson(doc, "dir/config.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(Qwen3_5MoeFamily, AbsentKeysTakeQwen3_5MoeTextConfigsDefaults) {
@@ -59,18 +51,18 @@ TEST(Qwen3_5MoeFamily, KeysItIgnoresMustAgreeAndTheReleasedWrapperLoads) {
   doc["norm_topk_prob"] = true;
   doc["decoder_sparse_step"] = 1;
   doc["mlp_only_layers"] = nlohmann::json::array();
-  EXPECT_EQ(qwen3_5MoeRefusal(doc), "");
+  EXPECT_EQ(test::configRefusal(doc), "");
   doc["mlp_only_layers"] = {1};
-  EXPECT_NE(qwen3_5MoeRefusal(doc).find("mlp_only_layers"), std::string::npos) << qwen3_5MoeRefusal(doc);
+  EXPECT_NE(test::configRefusal(doc).find("mlp_only_layers"), std::string::npos) << test::configRefusal(doc);
   doc["mlp_only_layers"] = nlohmann::json::array();
   doc["decoder_sparse_step"] = 2;
-  EXPECT_NE(qwen3_5MoeRefusal(doc).find("decoder_sparse_step"), std::string::npos);
+  EXPECT_NE(test::configRefusal(doc).find("decoder_sparse_step"), std::string::npos);
   doc["decoder_sparse_step"] = 1;
   doc["norm_topk_prob"] = false;
-  EXPECT_NE(qwen3_5MoeRefusal(doc).find("norm_topk_prob"), std::string::npos);
+  EXPECT_NE(test::configRefusal(doc).find("norm_topk_prob"), std::string::npos);
   doc["norm_topk_prob"] = true;
   doc["num_experts"] = 0;
-  EXPECT_NE(qwen3_5MoeRefusal(doc).find("num_experts"), std::string::npos);
+  EXPECT_NE(test::configRefusal(doc).find("num_experts"), std::string::npos);
   const nlohmann::json wrapper = {
       {"model_type", "qwen3_5_moe"}, {"text_config", minimalQwen3_5Moe()}, {"tie_word_embeddings", false}};
   const ModelConfig c = ModelConfig::fromJson(wrapper, "config.json");

@@ -58,7 +58,7 @@ inline CheckpointSpec smallSpec(Architecture arch = Architecture::Llama) {
   s.numLayers = 2;
   s.numHeads = 4;
   // GPT-2 and DeepSeek's latent attention: every head has its key and value (kv heads = heads).
-  s.numKvHeads = arch == Architecture::Gpt2 || arch == Architecture::DeepseekV3 ? 4 : 2;
+  s.numKvHeads = arch == Architecture::Gpt2 || arch == Architecture::DeepseekV3 || arch == Architecture::DeepseekV2 ? 4 : 2;
   s.intermediateSize = 64;
   s.maxPositions = 64;
   return s;

@@ -36,6 +36,7 @@ sys.path.append(os.path.join(REPO, "python"))  # kvscope_trace: the installed pa
 import kvscope_trace as kvtrace  # noqa: E402
 import st_numpy  # noqa: E402
 from torch_engine import DecodeEngine, Model, RunLog, parse_bug  # noqa: E402
+from torch_mla import load_model  # noqa: E402
 
 ENGINE_NAME = "torch_engine.py"
 
@@ -86,7 +87,7 @@ def record(model_dir: str, out_path: str, prompt_ids: List[int], max_new: int,
     """Runs the engine (cached, or the uncached reference) and writes the trace. Returns
     a summary: generated tokens per request, the bugs as parsed, where each acted
     (`injected`), the number of steps and the output path."""
-    model = Model(model_dir, dtype)
+    model = load_model(model_dir, dtype)
     engine = DecodeEngine(model, bug, second_model)
     if uncached:
         run = engine.run_uncached(list(prompt_ids), max_new, temperature, seed)

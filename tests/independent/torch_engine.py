@@ -50,6 +50,10 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         slots (ring_cache.py), the trace records the slot maps
   window_wrap:layer=L                   that ring, but once layer L's cache wraps (-1: every
                                         sliding layer) entry c goes to slot (c - 1) % S
+  mla_absorbed                          not a bug: latent attention (DeepSeek, torch_mla.py)
+                                        decoded in the absorbed form from step 1
+  mla_absorb:layer=L,step=S             absorbed decode from step S reading kv_b_proj by halves
+                                        (every head's key rows, then value rows) at layer L
 Prefix caching (several requests, one reusing another's rows): prefix_cache.py, with its
 prefix_cache:block=B and the bug prefix_reuse:block=B,layer=L.
 """
@@ -67,6 +71,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_model import DTYPES, KVCache, Model, ModelConfig, Precision  # noqa: E402,F401
 from quantized_cache import QuantizedCache  # noqa: E402
 from ring_cache import RingWindowCache, layer_kinds  # noqa: E402
+from torch_mla import check_latent_bugs, latent_kinds, set_latent_form  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- bugs
@@ -90,6 +95,8 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "chunk_position": {"size": 4, "chunk": 1, "layer": -1},
     "ring_window": {},
     "window_wrap": {"layer": -1},
+    "mla_absorbed": {},  # torch_mla.py: latent attention decoded in the absorbed form
+    "mla_absorb": {"layer": -1, "step": 1},  # ... reading kv_b_proj by halves
 }
 CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization",
               "ring_window", "window_wrap")
@@ -318,6 +325,7 @@ class DecodeEngine:
                 raise ValueError("rope_scaling needs a RoPE checkpoint with rope_scaling (linear, llama3)")
             if b["step"] < 0 or not -1 <= b["layer"] < model.cfg.num_layers:
                 raise ValueError(f"rope_scaling: step {b['step']} / layer {b['layer']} out of range")
+        check_latent_bugs(self.bugs, model)
         if "prefill_chunk" in self.bugs and "chunk_position" in self.bugs:
             raise ValueError("chunk_position brings its own chunked prefill (size=N)")
         ring = "ring_window" in self.bugs or "window_wrap" in self.bugs
@@ -432,7 +440,7 @@ class DecodeEngine:
         model, version = self.model, 0
         original_dir = model.directory
         cache = self.new_cache()
-        run.layer_kinds = layer_kinds(model.cfg.windows, isinstance(cache, RingWindowCache))
+        run.layer_kinds = layer_kinds(model.cfg.windows, isinstance(cache, RingWindowCache)) or latent_kinds(model)
         chooser = self.new_chooser(temperature, seed)
         tokens: List[int] = []
         fed = list(prompt_ids)
@@ -452,6 +460,7 @@ class DecodeEngine:
                 step += 1
                 past = cache.get_seq_length()
                 pos, layer_pos = self.chunk_positions(past, len(part), chunk)
+                set_latent_form(model, self.bugs, -1)
                 model.forward(part, pos, cache, self.unscaled_rope_layers(step), layer_pos)
                 self._log(run, cache, None, request=0, step=step, fed_ids=part, positions=pos,
                           chosen=-1, weights_version=version, slot=0,
@@ -481,6 +490,7 @@ class DecodeEngine:
                     pos, layer_pos = self.chunk_positions(past, len(fed), step)
                 if step >= first_decode or not size:
                     pos = self.positions(past, len(fed), step)
+                set_latent_form(model, self.bugs, step if step >= first_decode else -1)
                 logits = model.forward(fed, pos, cache, self.unscaled_rope_layers(step), layer_pos)
                 accepted = 0  # greedy verification: draft j stands while row j chooses it
                 while accepted < len(draft) and chooser.choose(logits[len(fed) - len(draft) - 1 + accepted], step)[0] == draft[accepted]:
@@ -519,6 +529,7 @@ class DecodeEngine:
         chooser = TokenChooser(temperature, seed + 1)
         cache.reset()
         pos = list(range(len(other)))
+        set_latent_form(self.model, self.bugs, -1)
         logits = self.model.forward(other, pos, cache)
         tok, before, after = chooser.choose(logits[-1], 0)
         run.requests.append({"id": 1, "prompt_ids": other, "generated": [tok],
@@ -533,7 +544,7 @@ class DecodeEngine:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
                      "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling",
-                     "prefill_chunk", "chunk_position", "ring_window"):
+                     "prefill_chunk", "chunk_position", "ring_window", "mla_absorbed", "mla_absorb"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:
@@ -554,7 +565,8 @@ class DecodeEngine:
             raise ValueError("need a prompt and max_new >= 1")
         run = RunLog("uncached")
         run.weights_dirs = [self.model.directory]
-        run.layer_kinds = layer_kinds(self.model.cfg.windows, False)
+        run.layer_kinds = layer_kinds(self.model.cfg.windows, False) or latent_kinds(self.model)
+        set_latent_form(self.model, self.bugs, -1)
         chooser = self.new_chooser(temperature, seed)
         tokens: List[int] = []
         run.requests.append({"id": 0, "prompt_ids": list(prompt_ids), "generated": tokens,

@@ -1,5 +1,5 @@
 """The model of the independent PyTorch decode engine (torch_engine.py): HF-format GPT-2
-and Llama-family checkpoints.
+and Llama-family checkpoints (DeepSeek V2 / V3, multi-head latent attention: torch_mla.py).
 
 It shares no code with KV Scope's C++ core: weights come from st_numpy.py, the model is
 written here from the transformers definitions (GPT-2: learned positions, LayerNorm,
@@ -52,16 +52,21 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 # ----------------------------------------------------------------------------- config
 
+def read_config(directory: str) -> Tuple[dict, str]:
+    """config.json of a checkpoint directory and its path (ValueError naming the file)."""
+    path = os.path.join(directory, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), path
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read config ({e})") from None
+
+
 class ModelConfig:
     """The architecture parameters read from config.json (GPT-2 or Llama family)."""
 
     def __init__(self, directory: str):
-        path = os.path.join(directory, "config.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                c = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path}: cannot read config ({e})") from None
+        c, path = read_config(directory)
         self.directory = directory
         self.model_type = c.get("model_type")
         if self.model_type == "gpt2":

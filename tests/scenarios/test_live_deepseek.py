@@ -1,6 +1,7 @@
-"""DeepSeek V3 recorded from real transformers 5 and audited against the checkpoint transformers
-wrote (tests/fixtures/families/models/deepseek_v3: multi-head latent attention, a latent of 32 and
-a roped key part of 8 per token; experts in groups).
+"""DeepSeek V3 and V2 recorded from real transformers 5 and audited against the checkpoints
+transformers wrote (tests/fixtures/families/models/deepseek_v3 and deepseek_v2: multi-head latent
+attention, a latent of 32 and a roped key part of 8 per token, V3's de-interleaved and V2's turned
+in place; experts in groups, V3's by sigmoid score, V2's by softmax probability).
 
 transformers 5 caches each token's latent row and roped key part (keys [B, 1, t, 32], values
 [B, 1, t, 8]) and decompresses every head's key and value through kv_b_proj at each forward: the
@@ -36,13 +37,20 @@ def tearDownModule():
     lt.tearDownModule()  # this module's rows of the shared table
 
 
-@unittest.skipUnless(V5, f"transformers {transformers.__version__} caches DeepSeek's decompressed K/V (5.x "
-                         "caches the latent)")
-class DeepseekV3Test(unittest.TestCase):
+def fixture(family: str) -> str:
+    return os.path.join(lt.REPO, "tests", "fixtures", "families", "models", family)
+
+
+class LatentRecording:
+    """The live checks of one DeepSeek family: `family` (the fixture's name) and `attention` (the
+    module and class name of its transformers attention)."""
+    family = ""
+    attention = ("", "")
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.model_dir = os.path.join(lt.REPO, "tests", "fixtures", "families", "models", "deepseek_v3")
+        cls.model_dir = fixture(cls.family)
 
     @classmethod
     def tearDownClass(cls):
@@ -66,14 +74,16 @@ class DeepseekV3Test(unittest.TestCase):
         self.assertEqual(t.steps[0].layers[0].keys.shape[2], 32)
         self.assertEqual(t.steps[0].layers[0].values.shape[2], 8)
         rc, rep = self.audit(self.model_dir, path)
-        note("deepseek_v3", "generate (latent cache)", "clean", rc, rep)
+        note(self.family, "generate (latent cache)", "clean", rc, rep)
         self.assertEqual(rc, 0, json.dumps(rep["findings"], indent=1))
 
     def test_a_decode_that_reads_kv_b_proj_by_halves_is_mla_absorb(self):
-        from transformers.models.deepseek_v3 import modeling_deepseek_v3 as md
+        import importlib
 
+        module, name = self.attention
+        attention = getattr(importlib.import_module(module), name)
         layer_patched = 1
-        original = md.DeepseekV3Attention.expand_kv
+        original = attention.expand_kv
 
         def by_halves(self, kv_nope, k_rot):
             if self.layer_idx != layer_patched or kv_nope.shape[2] == 0 or getattr(self, "_prefill", True):
@@ -86,31 +96,51 @@ class DeepseekV3Test(unittest.TestCase):
             keys = torch.cat([k_nope, k_rot.expand(-1, nh, -1, -1)], dim=-1)
             return keys, values
 
-        original_forward = md.DeepseekV3Attention.forward
+        original_forward = attention.forward
 
         def forward(self, hidden_states, *args, **kwargs):
             self._prefill = hidden_states.shape[1] > 1  # decode: one fed token
             return original_forward(self, hidden_states, *args, **kwargs)
 
-        md.DeepseekV3Attention.expand_kv = by_halves
-        md.DeepseekV3Attention.forward = forward
+        attention.expand_kv = by_halves
+        attention.forward = forward
         try:
             path = self.generate("by-halves")
         finally:
-            md.DeepseekV3Attention.expand_kv = original
-            md.DeepseekV3Attention.forward = original_forward
+            attention.expand_kv = original
+            attention.forward = original_forward
         rc, rep = self.audit(self.model_dir, path)
-        note("deepseek_v3", "decode reads kv_b_proj by halves", "mla_absorb", rc, rep)
+        note(self.family, "decode reads kv_b_proj by halves", "mla_absorb", rc, rep)
         self.assertEqual(rc, 1)
         self.assertEqual([f["id"] for f in rep["findings"]], ["mla_absorb"], json.dumps(rep["findings"], indent=1))
         w = rep["findings"][0]["where"]
         self.assertEqual((w["request"], w["step"], w["layer"]), (0, 1, layer_patched))
 
 
-@unittest.skipIf(V5, "transformers 5 caches the latent: DeepseekV3Test records it")
-class DeepseekV3UnderTransformers4Test(unittest.TestCase):
+SKIP_UNDER_4 = (f"transformers {transformers.__version__} caches DeepSeek's decompressed K/V (5.x caches "
+                "the latent)")
+
+
+@unittest.skipUnless(V5, SKIP_UNDER_4)
+class DeepseekV3Test(LatentRecording, unittest.TestCase):
+    family = "deepseek_v3"
+    attention = ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3Attention")
+
+
+@unittest.skipUnless(V5, SKIP_UNDER_4)
+class DeepseekV2Test(LatentRecording, unittest.TestCase):
+    family = "deepseek_v2"
+    attention = ("transformers.models.deepseek_v2.modeling_deepseek_v2", "DeepseekV2Attention")
+
+
+@unittest.skipIf(V5, "transformers 5 caches the latent: DeepseekV3Test and DeepseekV2Test record it")
+class DeepseekUnderTransformers4Test(unittest.TestCase):
     def test_both_recorders_refuse_a_decompressed_cache_saying_why(self):
-        model_dir = os.path.join(lt.REPO, "tests", "fixtures", "families", "models", "deepseek_v3")
+        for family in ("deepseek_v3", "deepseek_v2"):
+            with self.subTest(family=family):
+                self.refused(fixture(family))
+
+    def refused(self, model_dir: str):
         with tempfile.TemporaryDirectory() as tmp:
             with self.assertRaises(SystemExit) as exit_:
                 hf_trace.main(["--model", model_dir, "--prompt-ids", lt.PROMPT, "--max-new", "2",

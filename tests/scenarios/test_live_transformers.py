@@ -99,12 +99,12 @@ def demo_checkpoint(root: str, arch: str, *extra: str, name: str = None) -> str:
 
 # Families transformers 4.57 does not have: their live tests run under 5.x only.
 # qwen3_next: 4.57 has it, but its hybrid cache (Qwen3NextDynamicCache) is not the DynamicCache
-# kvscope-record hands the model there. deepseek_v3: 4.57 caches each head's decompressed K
-# [192] and V [128], not the latent rows 5.x caches (and KV Scope's trace holds).
-V5_ONLY = ("ministral3", "qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3")
+# kvscope-record hands the model there. deepseek_v3, deepseek_v2: 4.57 caches each head's
+# decompressed K [192] and V [128], not the latent rows 5.x caches (and KV Scope's trace holds).
+V5_ONLY = ("ministral3", "qwen3_5_text", "qwen3_5", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v2")
 DEMO_ARCHES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "olmo2", "granite", "smollm3",
                "phi3", "gemma2", "gemma3_text", "gpt_oss", "mixtral", "olmo3", "glm4", "ministral3",
-               "llama4_text", "qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3")
+               "llama4_text", "qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "deepseek_v3", "deepseek_v2")
 
 
 def v4_readable(root: str, family: str) -> str:
@@ -171,7 +171,7 @@ class EveryFamilyTest(unittest.TestCase):
                                                              "olmo3", "glm4", "ministral3", "gemma3",
                                                              "llama4_text", "llama4", "qwen3_5_text",
                                                              "qwen3_5", "qwen3_next", "qwen3_5_moe_text",
-                                                             "deepseek_v3")},
+                                                             "deepseek_v3", "deepseek_v2")},
             # Sliding layers: every layer (mistral), from layer 1 on (qwen2).
             "mistral": demo_checkpoint(cls.tmp.name, "mistral", "--sliding-window", "6"),
             "qwen2": demo_checkpoint(cls.tmp.name, "qwen2", "--sliding-window", "6",

@@ -25,6 +25,7 @@
 #include "ui/panels/RunSetupPanel.hpp"
 #include "ui/panels/StepComparePanel.hpp"
 #include "ui/panels/TokenStepperPanel.hpp"
+#include "ui/views/ElidedLabel.hpp"
 #include "ui/views/KvHeatmapView.hpp"
 #include "ui/views/PositionTimelineView.hpp"
 #include "ui/views/TokenStripView.hpp"
@@ -120,6 +121,19 @@ class ScreenFitTest : public QObject {
     QCoreApplication::processEvents();
     QVERIFY(stepper->divergencePin()->isVisible());
     QVERIFY(stepper->divergencePin()->text().contains(QStringLiteral("step 3: divergence")));
+  }
+
+  // A latent-attention MoE layer's summary ("full attention, latent (cache: c_kv 32 + roped
+  // k_pe 8), yarn RoPE x4, pairs (2i, 2i+1), MoE 2 of 8 experts + shared") is elided to the room
+  // the K/V panel has, its whole text the tooltip, and the window stays 1366 wide.
+  void aLongLayerSummaryDoesNotWidenTheWindow() {
+    recreate(QSize(1366, 768), test::makeLatentOutput());
+    auto* summary = dynamic_cast<ElidedLabel*>(window_->findChild<QLabel*>(QStringLiteral("layerKind")));
+    QVERIFY(summary);
+    QVERIFY2(summary->fullText().contains(QStringLiteral("latent")), qPrintable(summary->fullText()));
+    QCOMPARE(summary->toolTip(), summary->fullText());
+    QVERIFY2(window_->width() <= 1366 && window_->minimumSizeHint().width() <= 1366,
+             qPrintable(QStringLiteral("width %1, minimum %2").arg(window_->width()).arg(window_->minimumSizeHint().width())));
   }
 
   // Item 12: a pinned step on a 1366x768 screen: the window keeps its size and can shrink.

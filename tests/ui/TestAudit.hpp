@@ -73,6 +73,26 @@ inline std::shared_ptr<const AuditJobOutput> makeRecurrentStateOutput() {
   return output;
 }
 
+/// A DeepSeek V2 demo checkpoint (make-demo's: latent attention, experts in groups, written
+/// once) with the mla_absorb fault on layer 1: the K/V panel's layer summary is at its longest.
+inline std::shared_ptr<const AuditJobOutput> makeLatentOutput() {
+  static const auto output = [] {
+    static QTemporaryDir dir;
+    if (!dir.isValid()) throw std::runtime_error("no temporary directory for the DeepSeek V2 demo checkpoint");
+    CheckpointSpec model = CheckpointSpec::demo();
+    model.setArchitecture(Architecture::DeepseekV2);
+    const std::string path = dir.filePath(QStringLiteral("deepseek_v2-demo")).toStdString();
+    CheckpointWriter(model).write(path);
+    AuditJobSpec spec;
+    spec.modelDir = path;
+    spec.promptIds = {{11, 42, 7, 300, 5}};
+    spec.maxNewTokens = 4;
+    spec.faults = {"mla_absorb:layer=1"};
+    return std::make_shared<const AuditJobOutput>(runAuditJob(spec));
+  }();
+  return output;
+}
+
 /// The same requests without faults: a clean audit.
 inline std::shared_ptr<const AuditJobOutput> makeCleanOutput() {
   static const auto output = std::make_shared<const AuditJobOutput>(runAuditJob(testAuditSpec({})));

@@ -12,6 +12,7 @@
 
 #include "ui/bridge/SelectionContext.hpp"
 #include "ui/views/ColourMaps.hpp"
+#include "ui/views/ElidedLabel.hpp"
 #include "ui/views/KvHeatmapView.hpp"
 #include "ui/views/Theme.hpp"
 
@@ -52,8 +53,8 @@ KvHeatmapPanel::KvHeatmapPanel(SelectionContext* context, QWidget* parent)
   controls->addWidget(layer_);
   controls->addWidget(head_);
   controls->addWidget(kind_);
-  layerKind_ = new QLabel(this);  // what the shown layer is: "sliding window 6, NoPE"
-  layerKind_->setTextFormat(Qt::PlainText);
+  layerKind_ = new ElidedLabel(this);  // what the shown layer is: "sliding window 6, NoPE"
+  layerKind_->setObjectName(QStringLiteral("layerKind"));
   layerKind_->hide();
   controls->addWidget(layerKind_, 1);
   controls->addStretch(1);
@@ -206,7 +207,7 @@ void KvHeatmapPanel::paintSnapshot() {
                          : tr("Layer %1: %2 (also: click a bar in the layer overview)")
                                .arg(s.layer)
                                .arg(QString::fromStdString(snap->layerKind).toHtmlEscaped()));
-  layerKind_->setText(QString::fromStdString(snap->layerKind));
+  layerKind_->setFullText(QString::fromStdString(snap->layerKind));
   layerKind_->setVisible(!snap->layerKind.empty());
   const double m = std::max(1e-6, static_cast<double>(snap->valueAbsMax));
   const QCPRange valueRange(-m, m);

@@ -14,6 +14,7 @@ class QSpinBox;
 
 namespace kvscope::ui {
 
+class ElidedLabel;
 class KvHeatmapView;
 class SelectionContext;
 
@@ -48,7 +49,7 @@ class KvHeatmapPanel : public QWidget {
   QComboBox* gradient_;
   QLabel* heading_;
   QLabel* note_;
-  QLabel* layerKind_;  // what the shown layer is (StepView::layerKind)
+  ElidedLabel* layerKind_;  // what the shown layer is (StepView::layerKind), elided to fit
   KvHeatmapView* reference_;
   KvHeatmapView* cached_;
   KvHeatmapView* difference_;

@@ -2,7 +2,7 @@
 //     [--fault SPEC ...] [--trace OUT.kvtrace] [--json] [--temperature T] [--top-k K]
 //     [--top-p P] [--seed S] [--arrival TICK ...] [--batch [--batch-invariant]] [--snapshots]
 //     [--uncached] [--speculative K] [--kv-cache int8|fp8_e4m3|fp8_e5m2|q8_0|q4_0] [--prefill-chunk N]
-//     [--ring-window] [--prefix-cache B] [--weight-update TICK:TENSOR:SCALE ...]
+//     [--ring-window] [--prefix-cache B] [--mla-absorbed] [--weight-update TICK:TENSOR:SCALE ...]
 // Runs the built-in cached engine (optionally with injected faults) and records a trace
 // that `audit` can check against the uncached reference.
 #include <algorithm>
@@ -46,6 +46,7 @@ struct GenerateOptions {
   int64_t speculative = 0;
   int64_t prefillChunk = 0;
   bool ringWindow = false;
+  bool mlaAbsorbed = false;
   int64_t prefixCache = 0;
   std::string kvCache;
   std::vector<std::string> weightUpdates;
@@ -194,6 +195,7 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
   options.batchInvariant = o.batchInvariant;
   options.ringWindow = o.ringWindow;
   options.prefixCacheBlock = o.prefixCache;
+  options.mlaAbsorbedDecode = o.mlaAbsorbed;
   if (!o.trace.empty()) {
     std::error_code ec;
     if (std::filesystem::exists(std::filesystem::symlink_status(o.trace, ec)))
@@ -317,6 +319,11 @@ void registerGenerateCommand(CLI::App& app, CliContext& ctx) {
                   "earlier prompt's whole blocks takes their K/V rows (and a recurrent layer's "
                   "state after them) and prefills only the rest; the trace records each hit "
                   "(reused_count, reused_from; 0 = off)");
+  cmd->add_flag("--mla-absorbed", o->mlaAbsorbed,
+                "Latent attention (DeepSeek V2/V3): decode in the absorbed form serving engines use "
+                "(kv_b_proj's key rows folded into the queries, scores over the cached latent rows, "
+                "its value rows applied after), not by decompressing each head's K/V; the same "
+                "attention up to rounding");
   cmd->add_option("--kv-cache", o->kvCache,
                   "Quantise the KV cache: int8, fp8_e4m3 or fp8_e5m2 with a scale per token and "
                   "kv head, or llama.cpp's q8_0 / q4_0 with a scale per 32-element block "

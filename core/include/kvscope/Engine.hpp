@@ -75,6 +75,13 @@ struct EngineOptions {
   // (reused_count, reused_from). Not with --ring-window or chunked prefill; ignored with
   // `uncached`. The prefix_reuse fault turns it on (its `block`).
   int64_t prefixCacheBlock = 0;
+  // Latent attention (DeepSeek): every forward after a request's prefill attends in the
+  // absorbed form serving engines decode with (kv_b_proj's per-head key rows folded into the
+  // queries, scores over the latent rows; its value rows applied to the latent context), not by
+  // decompressing each head's K/V. The same attention up to rounding: such a run audits clean
+  // against the materialised reference. Needs a checkpoint with kv_lora_rank; ignored with
+  // `uncached`.
+  bool mlaAbsorbedDecode = false;
   std::function<void(double)> progress;  // fraction done, called between ticks
   std::function<bool()> cancelled;       // polled between ticks; throws AuditCancelled
 };

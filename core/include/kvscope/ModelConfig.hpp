@@ -14,7 +14,7 @@
 
 namespace kvscope {
 
-enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next, Qwen3_5Moe, DeepseekV3 };
+enum class Architecture { Gpt2, Llama, Mistral, Qwen2, Qwen3, Olmo2, Granite, SmolLm3, Phi3, Gemma2, Gemma3, Qwen3Moe, GptOss, Mixtral, Olmo3, Glm4, Ministral3, Llama4, Qwen3_5, Qwen3Next, Qwen3_5Moe, DeepseekV3, DeepseekV2 };
 
 /// The family's `model_type` ("gpt2", "llama", "qwen3", "olmo2", ...).
 std::string architectureName(Architecture a);
@@ -88,7 +88,10 @@ struct MoeConfig {
   // SigmoidGroupLimited: DeepSeek V3's: sigmoid scores plus the router's score bias choose the k
   // experts, only within the topGroups of `groups` expert groups whose two best such scores sum
   // highest; weighted by the plain sigmoid scores (renormalised with normTopK) x routedScale.
-  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax, TopKThenSigmoid, SigmoidGroupLimited };
+  // SoftmaxGroupLimited: DeepSeek V2's group_limited_greedy: softmax scores choose the k experts
+  // only within the topGroups groups whose best score is highest, weighted as SoftmaxThenTopK.
+  // Every softmax routing's weights are x routedScale (1 but for DeepSeek).
+  enum class Routing { SoftmaxThenTopK, TopKThenSoftmax, TopKThenSigmoid, SigmoidGroupLimited, SoftmaxGroupLimited };
   Routing routing = Routing::SoftmaxThenTopK;
   bool routerBias = false;       // the router has a bias (GPT-OSS)
   // Gated: down(act(gate x) * up x), one tensor per expert; ClampedGlu: GPT-OSS's experts,
@@ -106,7 +109,7 @@ struct MoeConfig {
   bool sharedExpertGate = false;       // the shared expert's output times sigmoid(x . g)
                                        // (Qwen3-Next's shared_expert_gate)
   double gluAlpha = 1.702, gluLimit = 7.0;
-  int64_t groups = 1, topGroups = 1;   // SigmoidGroupLimited: n_group, topk_group
+  int64_t groups = 1, topGroups = 1;   // the group-limited routings: n_group, topk_group
   double routedScale = 1.0;            // routed_scaling_factor: the routed experts' weights x it
   std::vector<bool> layers;      // per layer: true where the MLP is the MoE block
 };
@@ -137,8 +140,11 @@ struct MlaConfig {
   int64_t nopeDim = 0;     // qk_nope_head_dim: the key/query features without position
   int64_t ropeDim = 0;     // qk_rope_head_dim: the roped ones
   int64_t valueDim = 0;    // v_head_dim
-  bool deinterleaveRope = false;  // rope_interleave: the roped features are rotated in (even,
-                                  // odd) pairs and come out as all evens, then all odds
+  // How the roped part's features pair up. HalfSplit: feature i with i + rope/2 (V3 with
+  // rope_interleave false); InPlacePairs: (2i, 2i + 1) turned in place (V2's complex product);
+  // Deinterleaved: (2i, 2i + 1) turned and written all evens, then all odds (V3's rope_interleave).
+  enum class RopePairs { HalfSplit, InPlacePairs, Deinterleaved };
+  RopePairs ropePairs = RopePairs::HalfSplit;
   bool enabled() const { return kvLoraRank > 0; }
   int64_t queryDim() const { return nopeDim + ropeDim; }
 };
@@ -164,9 +170,9 @@ struct ModelConfig {
   BlockRecipe recipe;                 // which kit pieces the family's block uses
   RopeConfig rope;                    // unused with learned positions; the full-attention
                                       // layers' where the sliding ones have their own
-  std::optional<RopeConfig> slidingRope;
-  MoeConfig moe;                      // the MoE MLP where the family has one  // the sliding layers' RoPE where it differs (Gemma 3:
-                                      // rope_local_base_freq / rope_parameters.sliding_attention)
+  std::optional<RopeConfig> slidingRope;  // the sliding layers' RoPE where it differs (Gemma 3:
+                                          // rope_local_base_freq / rope_parameters.sliding_attention)
+  MoeConfig moe;                      // the MoE MLP where the family has one
   bool tieWordEmbeddings = false;
   bool qkvBias = false;               // Qwen2: true; Llama: attention_bias
   bool outputProjBias = false;        // Llama: attention_bias also covers o_proj

@@ -10,28 +10,41 @@ namespace kvscope::detail {
 
 std::optional<KeyRecordMatch> matchKeyRecords(const std::vector<const StepAnalysis*>& steps,
                                               const RequestReference& own, const Tolerance& tol,
-                                              int64_t headDim, const KeyTransform& transform) {
+                                              int64_t width, const KeyTransform& transform,
+                                              RotatedRecords rotated) {
   if (steps.empty()) return std::nullopt;
   const StepAnalysis& first = *steps.front();
   if (first.firstBadLayer < 0) return std::nullopt;
   const auto l = static_cast<size_t>(first.firstBadLayer);
-  if (l >= own.keys.size() || l >= first.keyError.size()) return std::nullopt;
-  auto valuesExact = [&](const StepAnalysis& a) {
-    return a.valueError.size() > l && a.valueError[l] <= a.valueTol[l];
+  const bool inValues = rotated == RotatedRecords::Values;
+  // The rotated records' errors and the other records'.
+  auto turnedError = [&](const StepAnalysis& a) -> const std::vector<double>& {
+    return inValues ? a.valueError : a.keyError;
   };
-  if (!valuesExact(first) || first.keyError[l] <= first.keyTol[l]) return std::nullopt;
-  const FloatTensor& refK = own.keys[l];
-  const int64_t d = headDim;
+  auto turnedTol = [&](const StepAnalysis& a) -> const std::vector<double>& { return inValues ? a.valueTol : a.keyTol; };
+  auto otherError = [&](const StepAnalysis& a) -> const std::vector<double>& {
+    return inValues ? a.keyError : a.valueError;
+  };
+  auto otherTol = [&](const StepAnalysis& a) -> const std::vector<double>& { return inValues ? a.keyTol : a.valueTol; };
+  const std::vector<FloatTensor>& reference = inValues ? own.values : own.keys;
+  if (l >= reference.size() || l >= turnedError(first).size()) return std::nullopt;
+  auto othersExact = [&](const StepAnalysis& a) {
+    return otherError(a).size() > l && otherError(a)[l] <= otherTol(a)[l];
+  };
+  if (!othersExact(first) || turnedError(first)[l] <= turnedTol(first)[l]) return std::nullopt;
+  const FloatTensor& refK = reference[l];
+  const int64_t d = width;
   if (refK.shape.size() != 3 || refK.shape[2] != d) return std::nullopt;
   const torch::Tensor ref = fromFloatTensor(refK);  // [h, T, d]
 
   KeyRecordMatch m;
+  m.rotated = rotated;
   m.layer = first.firstBadLayer;
   for (const StepAnalysis* a : steps) {
     if (a->structural() || a->version != first.version || a->referenceMissing) break;
-    if (a != &first && !valuesExact(*a)) break;  // from here something else is wrong too
+    if (a != &first && !othersExact(*a)) break;  // from here something else is wrong too
     if (l >= a->step->layers.size()) break;
-    const FloatTensor& rec = a->step->layers[l].keys;
+    const FloatTensor& rec = inValues ? a->step->layers[l].values : a->step->layers[l].keys;
     if (rec.shape.size() != 3 || rec.shape[0] != refK.shape[0] || rec.shape[2] != d) break;
     std::vector<int64_t> cols, pos;
     for (size_t j = 0; j < a->streamIndex.size(); ++j) {
@@ -66,10 +79,15 @@ std::optional<KeyRecordMatch> matchKeyRecords(const std::vector<const StepAnalys
       m.lastPosition = sp;
       m.lastKeyError = mine.err;
     }
-    m.valueError = std::max(m.valueError, a->valueError[l]);
+    m.valueError = std::max(m.valueError, otherError(*a)[l]);
   }
   if (m.diverged == 0) return std::nullopt;
   return m;
+}
+
+std::pair<std::string, std::string> recordNames(const KeyRecordMatch& m) {
+  if (m.rotated == RotatedRecords::Values) return {"roped key parts (k_pe)", "latent rows"};
+  return {"keys", "values"};
 }
 
 void addKeyRecordEvidence(std::map<std::string, double>& ev, const KeyRecordMatch& m,

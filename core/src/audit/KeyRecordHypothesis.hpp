@@ -3,11 +3,15 @@
 // reference while its values are exact, and every key record of that layer, from that step
 // on, equals the reference key put through one transform (the hypothesis: the reference key
 // unrotated and rotated another way). A record the transform does not give ends the match.
+// Latent attention (MLA) caches its rotated part as the value records (the roped key parts
+// k_pe) beside exact latent rows: there the roles of keys and values swap (RotatedRecords).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
+#include <utility>
 #include <torch/torch.h>
 #include <vector>
 
@@ -18,7 +22,12 @@
 
 namespace kvscope::detail {
 
+/// Which of a layer's records carry the rotation: the keys (per-head K/V), or the values (MLA's
+/// roped key parts k_pe, beside latent rows as keys).
+enum class RotatedRecords { Keys, Values };
+
 struct KeyRecordMatch {
+  RotatedRecords rotated = RotatedRecords::Keys;
   int64_t layer = -1;
   double hypothesisError = 0;  // max |record - transformed reference key| over every record
   double tolerance = 0;        // the largest record tolerance among them
@@ -27,7 +36,8 @@ struct KeyRecordMatch {
   int64_t diverged = 0;        // among them, those outside tolerance of the reference
   int64_t firstPosition = -1, lastPosition = -1;  // first and last diverged stream positions
   double firstKeyError = 0, lastKeyError = 0;
-  double valueError = 0;       // max value error of the layer over the compared steps
+  double valueError = 0;       // max error of the layer's other records (values; MLA: latent
+                               // rows) over the compared steps
   bool positionZeroExact = false;  // a record at position 0 was compared and is right
 };
 
@@ -35,12 +45,16 @@ struct KeyRecordMatch {
 /// int64. Returns the hypothesis keys [1, h, n, d] (any floating dtype).
 using KeyTransform = std::function<torch::Tensor(const torch::Tensor& refCols, const torch::Tensor& positions)>;
 
-/// The layer is the first step's firstBadLayer; the records must be [h, t, headDim]. nullopt
-/// when the signature is not there (no layer, inexact values, exact keys), when one record
-/// differs from the transform's key, or when no record diverged.
+/// The layer is the first step's firstBadLayer; the rotated records must be [h, t, width].
+/// nullopt when the signature is not there (no layer, the other records inexact, the rotated
+/// ones exact), when one record differs from the transform's, or when no record diverged.
 std::optional<KeyRecordMatch> matchKeyRecords(const std::vector<const StepAnalysis*>& steps,
                                               const RequestReference& own, const Tolerance& tol,
-                                              int64_t headDim, const KeyTransform& transform);
+                                              int64_t width, const KeyTransform& transform,
+                                              RotatedRecords rotated = RotatedRecords::Keys);
+/// What a match's records are called in explanations: {rotated, other} ("keys", "values"; MLA:
+/// "roped key parts (k_pe)", "latent rows").
+std::pair<std::string, std::string> recordNames(const KeyRecordMatch& m);
 
 /// Evidence entries every rotation row reports (key_error, value_error, tolerance, ...);
 /// `hypothesisKey` names the transformed-key error ("toggled_rotation_key_error").

@@ -72,6 +72,11 @@ bool CachedAttention::dropsFeature(AttentionFeature feature, int64_t layer, int6
   return faults_.featureDropped(feature, r.id, r.step, layer);
 }
 
+bool CachedAttention::absorbsLatent(int64_t layer, int64_t row) const {
+  (void)layer;
+  return absorbLatent_ && group_.at(static_cast<size_t>(row))->step >= 1;
+}
+
 int64_t CachedAttention::expertsPerToken(int64_t layer, int64_t row, int64_t topK) const {
   const RequestState& r = *group_.at(static_cast<size_t>(row));
   return faults_.expertsPerToken(r.id, r.step, layer, topK);

@@ -31,6 +31,9 @@ class CachedAttention : public AttentionContext {
   bool normsAfterRope(int64_t layer, int64_t row) const override;
   bool flipsRope(int64_t layer, int64_t row) const override;
   bool dropsFeature(AttentionFeature feature, int64_t layer, int64_t row) const override;
+  /// Every forward of a member after its prefill (step >= 1), once absorbLatentDecode(true).
+  bool absorbsLatent(int64_t layer, int64_t row) const override;
+  void absorbLatentDecode(bool on) { absorbLatent_ = on; }
   int64_t expertsPerToken(int64_t layer, int64_t row, int64_t topK) const override;
   bool dropsAttentionFactor(int64_t layer, int64_t row) const override;
   bool swapsLayerRope(int64_t layer, int64_t row) const override;
@@ -75,6 +78,7 @@ class CachedAttention : public AttentionContext {
   std::vector<std::vector<int64_t>> before_;
   std::vector<RingRecords> ringRecords_;  // [member]
   std::map<std::pair<int64_t, int64_t>, RecurrentState> keptStates_;  // (layer, length) -> state
+  bool absorbLatent_ = false;  // EngineOptions::mlaAbsorbedDecode
 };
 
 }  // namespace kvscope::detail

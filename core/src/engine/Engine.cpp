@@ -340,6 +340,7 @@ class EngineRun {
       cached = std::make_unique<detail::CachedAttention>(*cache_, group, mask, pos, faults_, impl_.layerWindows,
                                                          quantizer_);
       detail::CachedAttention& attention = *cached;
+      attention.absorbLatentDecode(options_.mlaAbsorbedDecode);
       // chunk_position (layer L): the recorded ids are right, layer L rotates at the
       // chunk-local ones (B is 1: chunked requests are prefilled alone).
       if (B == 1 && prefilling[0])

@@ -155,9 +155,14 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "no soft-cap to drop");
   if (faults.dropsFeature(detail::AttentionFeature::LatentHeadSplit) && !cfg.mla.enabled())
     throw UsageError("fault 'mla_absorb' needs a checkpoint with multi-head latent attention "
-                     "(kv_lora_rank, as DeepSeek V3 has); this " +
+                     "(kv_lora_rank, as DeepSeek V2 and V3 have); this " +
                      architectureName(cfg.architecture) + " checkpoint caches per-head keys and "
                      "values, so there is no latent to absorb the weights into");
+  if (options.mlaAbsorbedDecode && !cfg.mla.enabled())
+    throw UsageError("--mla-absorbed needs a checkpoint with multi-head latent attention (kv_lora_rank, as "
+                     "DeepSeek V2 and V3 have); this " +
+                     architectureName(cfg.architecture) + " checkpoint caches per-head keys and values, so "
+                     "there is no latent to decode against");
   if (faults.dropsFeature(detail::AttentionFeature::Sinks) && !cfg.attentionSinks)
     throw UsageError("fault 'sink_dropped' needs a checkpoint with attention sinks "
                      "(self_attn.sinks, as GPT-OSS has); this " +

@@ -133,6 +133,15 @@ class AttentionContext {
     (void)row;
     return false;
   }
+  /// Whether batch row `row` attends `layer`'s latent rows in the absorbed form serving engines
+  /// decode with (EngineOptions::mlaAbsorbedDecode): kv_b_proj's key rows folded into the
+  /// queries, its value rows applied to the latent context; the same attention as the
+  /// materialised form up to rounding. Only latent-attention checkpoints have one.
+  virtual bool absorbsLatent(int64_t layer, int64_t row) const {
+    (void)layer;
+    (void)row;
+    return false;
+  }
   /// The query rows of `layer` ([B, 1, s, 1] bool) that run without `feature`: the rows
   /// dropsFeature() names and the queries setDroppedQueries() set; undefined when none.
   torch::Tensor droppedQueries(AttentionFeature feature, int64_t layer, int64_t B, int64_t s) const;

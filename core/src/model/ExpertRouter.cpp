@@ -8,15 +8,17 @@ namespace kvscope::detail {
 
 // A pass without faults or guide picks exactly the experts the family's own rule picks.
 torch::Tensor ExpertRouter::rankScores(const torch::Tensor& logits) const {
-  if (moe_.routing == MoeConfig::Routing::SoftmaxThenTopK) return torch::softmax(logits, -1);
-  if (moe_.routing != MoeConfig::Routing::SigmoidGroupLimited) return logits;
-  // DeepSeek V3: sigmoid + score bias; a group scores the sum of its two best; the experts of
-  // all but the topGroups best groups are out of the choice.
-  torch::Tensor choice = torch::sigmoid(logits);
-  if (scoreBias_.defined()) choice = choice + scoreBias_.to(choice.scalar_type());
+  using Routing = MoeConfig::Routing;
+  if (moe_.routing == Routing::SoftmaxThenTopK) return torch::softmax(logits, -1);
+  if (moe_.routing != Routing::SigmoidGroupLimited && moe_.routing != Routing::SoftmaxGroupLimited) return logits;
+  // DeepSeek V3: sigmoid + score bias, a group scores the sum of its two best; V2: softmax, a
+  // group scores its best. The experts of all but the topGroups best groups are out of the choice.
+  const bool v3 = moe_.routing == Routing::SigmoidGroupLimited;
+  torch::Tensor choice = v3 ? torch::sigmoid(logits) : torch::softmax(logits, -1);
+  if (v3 && scoreBias_.defined()) choice = choice + scoreBias_.to(choice.scalar_type());
   const int64_t N = choice.size(0), G = moe_.groups, per = choice.size(1) / G;
   const auto grouped = choice.view({N, G, per});
-  const auto groupScores = std::get<0>(grouped.topk(2, -1)).sum(-1);  // [N, G]
+  const auto groupScores = v3 ? std::get<0>(grouped.topk(2, -1)).sum(-1) : std::get<0>(grouped.max(-1));  // [N, G]
   const auto kept = std::get<1>(groupScores.topk(moe_.topGroups, -1));
   const auto mask = torch::zeros({N, G}, torch::kBool).scatter(1, kept, true).unsqueeze(-1).expand({N, G, per});
   return grouped.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity()).reshape({N, -1});
@@ -98,7 +100,7 @@ torch::Tensor ExpertRouter::weights(const torch::Tensor& logits, const torch::Te
                           -1);
   auto w = torch::softmax(logits, -1).gather(1, index).masked_fill(taken.logical_not(), 0.0);
   if (moe_.normTopK) w = w / w.sum(-1, true);
-  return w;
+  return moe_.routedScale == 1.0 ? w : w * moe_.routedScale;
 }
 
 }  // namespace kvscope::detail

@@ -117,7 +117,8 @@ std::string ModelConfig::layerDescription(int64_t layer) const {
       if (r.type != "default" && r.type != "longrope") rope += " x" + shortNumber(r.factor);
       if (slidingRope && !(*slidingRope == this->rope)) rope += " theta " + shortNumber(r.theta);
       if (r.partialRotaryFactor < 1.0) rope += ", partial " + shortNumber(r.partialRotaryFactor);
-      if (mla.deinterleaveRope) rope += ", interleaved pairs";
+      if (mla.ropePairs == MlaConfig::RopePairs::Deinterleaved) rope += ", interleaved pairs de-interleaved";
+      if (mla.ropePairs == MlaConfig::RopePairs::InPlacePairs) rope += ", pairs (2i, 2i+1)";
       if (recipe.ropeInterleaved) rope += ", pairs (2i, 2i+1)";
       if (qkL2Norm) rope += ", q/k L2 norm";
       parts.push_back(rope);

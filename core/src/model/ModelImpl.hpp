@@ -108,28 +108,25 @@ struct ModelImpl {
                                detail::TorchTapSink* taps) const;
   torch::Tensor mlpBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
                          detail::TorchTapSink* taps) const;
-  /// The MoE MLP: softmax router, top-k experts (renormalised with moe.normTopK), each
-  /// expert's gated MLP over the tokens routed to it, summed in expert order.
   /// Queries q [B, nh, n, d] (rows first..first+n-1 of a forward of s) over keys and values
   /// [B, nh, t, d] with the mask rows `allowed` [B, 1, n, t]: the context [B, nh, n, d].
   torch::Tensor attendQueries(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
                               const torch::Tensor& values, const torch::Tensor& allowed,
                               const detail::AttentionContext& attention, int64_t first, int64_t s) const;
-  /// A Gated DeltaNet layer over x [B, s, H]: the causal conv and the gated delta rule from the
-  /// state attention.recurrentState() hands over (a fresh one: zeros), the new state handed back
-  /// (DeltaNetBlock.cpp).
   /// Latent attention (config.mla) over x [B, s, H]: the latent rows and roped key parts are
   /// what the cache keeps (keys [B, 1, t, Rkv], values [B, 1, t, rope]); each head's key and value
   /// are decompressed from the held rows (MlaBlock.cpp).
   torch::Tensor latentAttentionBlock(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                                      const torch::Tensor& sin, detail::AttentionContext& attention,
                                      detail::TorchTapSink* taps) const;
-  /// Latent attention in the absorbed form engines decode with (each head's query nope part
-  /// through kv_b_proj's key rows, scores against the held latent rows plus the roped parts, the
-  /// latent context through the value rows), with kv_b_proj read as every head's key rows, then
-  /// every head's value rows instead of per head (the mla_absorb fault): [B, nh, s, v].
-  torch::Tensor misSplitAbsorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
-                                        const detail::KvView& kv, const detail::AttentionContext& attention) const;
+  /// Attention in the absorbed form (the queries' nope part through kv_b_proj's key rows,
+  /// scores against the held latent rows plus the roped parts, the latent context through the
+  /// value rows): [B, nh, s, v]. `perHeadSplit`: kv_b_proj read per head, [nope key rows | v
+  /// value rows], as the checkpoint holds it (EngineOptions::mlaAbsorbedDecode); false: every
+  /// head's key rows, then every head's value rows (the mla_absorb fault).
+  torch::Tensor absorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,
+                                const detail::KvView& kv, const detail::AttentionContext& attention,
+                                bool perHeadSplit) const;
   /// x times a projection, where the batch_variance fault splits a row's product in parts
   /// (AttentionContext::projectionSplits) summed in that many partial products.
   torch::Tensor rowSplitProduct(int64_t layer, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
@@ -139,8 +136,13 @@ struct ModelImpl {
   torch::Tensor attendInChunks(int64_t layer, const torch::Tensor& q, const torch::Tensor& keys,
                                const torch::Tensor& values, const torch::Tensor& allowed,
                                const detail::AttentionContext& attention) const;
+  /// A Gated DeltaNet layer over x [B, s, H]: the causal conv and the gated delta rule from the
+  /// state attention.recurrentState() hands over (a fresh one: zeros), the new state handed back
+  /// (DeltaNetBlock.cpp).
   torch::Tensor deltaNetBlock(int64_t layer, const torch::Tensor& x, detail::AttentionContext& attention,
                               detail::TorchTapSink* taps) const;
+  /// The MoE MLP: the router's experts (ExpertRouter: the family's routing), each expert's MLP
+  /// over the tokens routed to it, summed in expert order, plus a shared expert where there is one.
   torch::Tensor moeBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
                          detail::TorchTapSink* taps) const;
   /// x [.., in] times a weight in the recipe's layout, + b.

@@ -26,6 +26,7 @@ const ModelFamily& llama4Family();
 const ModelFamily& qwen3_5Family();
 const ModelFamily& qwen3_5MoeFamily();
 const ModelFamily& deepseekV3Family();
+const ModelFamily& deepseekV2Family();
 const ModelFamily& qwen3NextFamily();
 
 }  // namespace kvscope

@@ -9,7 +9,7 @@ const std::vector<const ModelFamily*>& modelFamilies() {
   static const std::vector<const ModelFamily*> all = {
       &gpt2Family(), &llamaFamily(), &mistralFamily(), &qwen2Family(), &qwen3Family(), &qwen3MoeFamily(),
       &olmo2Family(), &graniteFamily(), &smolLm3Family(), &phi3Family(), &gemma2Family(), &gemma3Family(), &gptOssFamily(),
-      &mixtralFamily(), &olmo3Family(), &glm4Family(), &ministral3Family(), &llama4Family(), &qwen3_5Family(), &qwen3NextFamily(), &qwen3_5MoeFamily(), &deepseekV3Family(),
+      &mixtralFamily(), &olmo3Family(), &glm4Family(), &ministral3Family(), &llama4Family(), &qwen3_5Family(), &qwen3NextFamily(), &qwen3_5MoeFamily(), &deepseekV3Family(), &deepseekV2Family(),
   };
   return all;
 }

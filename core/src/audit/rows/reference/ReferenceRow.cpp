@@ -44,8 +44,8 @@ class ReferenceRow final : public FailureRow {
                 .layer(0)
                 .position(a.firstBadStreamIndex)
                 .confidence(0.5)
-                .explanation("layer 0's records differ from the reference (error " +
-                             numberText(a.keyError[0]) +
+                .explanation("layer 0's records differ from the reference (keys by " + numberText(a.keyError[0]) +
+                             ", values by " + numberText(a.valueError.empty() ? 0.0 : a.valueError[0]) +
                              ") and match no other position or request: were they computed with "
                              "these weights?")
                 .evidence(ev),

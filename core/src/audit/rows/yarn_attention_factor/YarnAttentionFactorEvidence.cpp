@@ -8,8 +8,10 @@
 
 namespace kvscope::detail {
 
+// Latent attention: the rotated features are the roped key parts the value records hold.
 bool YarnAttentionFactorEvidence::applies() const {
-  return config_.keyRecordsAreRotatedHeads() && RotaryEmbedding::attentionFactorOf(config_) != 1.0;
+  return (config_.keyRecordsAreRotatedHeads() || config_.mla.enabled()) &&
+         RotaryEmbedding::attentionFactorOf(config_) != 1.0;
 }
 
 std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
@@ -19,7 +21,8 @@ std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
   if (layer < 0 || !config_.ropeOn(layer) || !(config_.ropeFor(layer) == config_.rope)) return std::nullopt;
   const RopeConfig& rope = config_.rope;
   const double right = RotaryEmbedding::attentionFactorOf(rope);
-  const int64_t d = config_.headDim, r = RotaryEmbedding::rotaryDim(rope, d);
+  const bool latent = config_.mla.enabled();
+  const int64_t d = latent ? config_.mla.ropeDim : config_.headDim, r = RotaryEmbedding::rotaryDim(rope, d);
   // The factors a path may have turned with, in the order the header lists them.
   std::vector<std::pair<int, double>> candidates = {{1, 1.0}};
   const double fallback = rope.factor <= 1 ? 1.0 : 0.1 * std::log(rope.factor) + 1.0;
@@ -32,7 +35,7 @@ std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
       out.narrow(-1, 0, r).mul_(ratio);  // only the rotated features carry the factor
       return out;
     };
-    if (auto keys = matchKeyRecords(steps, own, tol_, d, scaled))
+    if (auto keys = matchKeyRecords(steps, own, tol_, d, scaled, latent ? RotatedRecords::Values : RotatedRecords::Keys))
       return YarnAttentionFactorMatch{*keys, h, right, factor};
   }
   return std::nullopt;
@@ -48,12 +51,13 @@ FindingDraft YarnAttentionFactorEvidence::finding(const StepAnalysis& a, const Y
                                     "0.1 ln(factor) + 1, the default, in place of the checkpoint's "
                                     "attention_factor or mscale / mscale_all_dim ratio",
                                     "the attention factor applied twice"};
-  std::string ex = "layer " + std::to_string(m.keys.layer) +
-                   "'s new keys differ from the reference at every position (key error " +
+  const auto [turned, other] = recordNames(m.keys);
+  std::string ex = "layer " + std::to_string(m.keys.layer) + "'s new " + turned +
+                   " differ from the reference at every position (error " +
                    numberText(m.keys.firstKeyError) + " at position " + std::to_string(m.keys.firstPosition) +
-                   ") while its values are exact (value error " + numberText(m.keys.valueError) +
-                   "): every one of its " + std::to_string(m.keys.records) +
-                   " key record(s) equals the reference key with its rotated features scaled by " +
+                   ") while its " + other + " are exact (error " + numberText(m.keys.valueError) +
+                   "): every one of its " + std::to_string(m.keys.records) + " record(s) of " + turned +
+                   " equals the reference's with its rotated features scaled by " +
                    numberText(m.pathFactor / m.checkpointFactor) + " (max diff " +
                    numberText(m.keys.hypothesisError) + ", tolerance " + numberText(m.keys.tolerance) +
                    "): the path turned with attention factor " + numberText(m.pathFactor) +
