@@ -53,6 +53,9 @@ inline std::string allStageChecks(const AuditReport& rep) {
   return all;
 }
 
+/// A temporary report's finding would dangle (ASan's heap-use-after-free): name the report.
+const Finding& onlyFinding(AuditReport&& rep, const std::string& id) = delete;
+
 /// The report's finding `id`, which must be its only one (a failure names what it got).
 inline const Finding& onlyFinding(const AuditReport& rep, const std::string& id) {
   EXPECT_EQ(rep.findings.size(), 1u) << rep.toText();

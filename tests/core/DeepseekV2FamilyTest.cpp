@@ -135,16 +135,16 @@ TEST(DeepseekV2Family, TheRopedKeyPartsStayInterleavedAndCleanRunsAuditClean) {
 
 TEST(DeepseekV2Family, FaultsAreFoundUnderTheirRows) {
   auto model = Model::load(deepseekV2Dir());
-  const Finding& absorb =
-      test::onlyFinding(Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"mla_absorb:layer=2"})).report,
-                        "mla_absorb");
+  // Each report named: onlyFinding returns a reference into it.
+  const AuditReport absorbed = Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"mla_absorb:layer=2"})).report;
+  const Finding& absorb = test::onlyFinding(absorbed, "mla_absorb");
   EXPECT_EQ(absorb.step, 1);
   EXPECT_EQ(absorb.layer, 2);
   // (The fixture's yarn has mscale = mscale_all_dim, as DeepSeek ships it: cos and sin carry no
   // attention factor, the whole mscale^2 is on the scores; yarn_attention_factor cannot apply.)
-  const Finding& wrong =
-      test::onlyFinding(Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"wrong_layer:layer=2,source=1"})).report,
-                        "wrong_layer");
+  const AuditReport wrongRep =
+      Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"wrong_layer:layer=2,source=1"})).report;
+  const Finding& wrong = test::onlyFinding(wrongRep, "wrong_layer");
   EXPECT_EQ(wrong.layer, 2);
 }
 
@@ -177,7 +177,8 @@ TEST(DeepseekV2Family, TheAbsorbedDecodeEqualsTheMaterialisedOneAndAuditsClean) 
     EXPECT_TRUE(rep.findings.empty()) << rep.toText();
 
     absorbed.faults = {FaultSpec::parse("mla_absorb:layer=1")};
-    const Finding& f = test::onlyFinding(Auditor::audit(*model, Engine(model).run({s}, absorbed)).report, "mla_absorb");
+    const AuditReport faulty = Auditor::audit(*model, Engine(model).run({s}, absorbed)).report;
+    const Finding& f = test::onlyFinding(faulty, "mla_absorb");
     EXPECT_EQ(f.step, 1);
     EXPECT_EQ(f.layer, 1);
   }
