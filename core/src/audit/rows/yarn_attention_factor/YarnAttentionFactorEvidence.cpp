@@ -8,11 +8,9 @@
 
 namespace kvscope::detail {
 
-// Latent attention: the rotated features are the roped key parts the value records hold.
-bool YarnAttentionFactorEvidence::applies() const {
-  return (config_.keyRecordsAreRotatedHeads() || config_.mla.enabled()) &&
-         RotaryEmbedding::attentionFactorOf(config_) != 1.0;
-}
+// Latent attention included: there the rotated features are the roped key parts the value
+// records hold (explain() reads those).
+bool YarnAttentionFactorEvidence::applies() const { return RotaryEmbedding::attentionFactorOf(config_) != 1.0; }
 
 std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
     const std::vector<const StepAnalysis*>& steps, const RequestReference& own) const {
@@ -21,8 +19,8 @@ std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
   if (layer < 0 || !config_.ropeOn(layer) || !(config_.ropeFor(layer) == config_.rope)) return std::nullopt;
   const RopeConfig& rope = config_.rope;
   const double right = RotaryEmbedding::attentionFactorOf(rope);
-  const bool latent = config_.mla.enabled();
-  const int64_t d = latent ? config_.mla.ropeDim : config_.headDim, r = RotaryEmbedding::rotaryDim(rope, d);
+  const int64_t d = config_.rotaryHeadDim(), r = RotaryEmbedding::rotaryDim(rope, d);
+  const RotatedRecords turned = config_.keyRecordsAreRotatedHeads() ? RotatedRecords::Keys : RotatedRecords::Values;
   // The factors a path may have turned with, in the order the header lists them.
   std::vector<std::pair<int, double>> candidates = {{1, 1.0}};
   const double fallback = rope.factor <= 1 ? 1.0 : 0.1 * std::log(rope.factor) + 1.0;
@@ -35,7 +33,7 @@ std::optional<YarnAttentionFactorMatch> YarnAttentionFactorEvidence::explain(
       out.narrow(-1, 0, r).mul_(ratio);  // only the rotated features carry the factor
       return out;
     };
-    if (auto keys = matchKeyRecords(steps, own, tol_, d, scaled, latent ? RotatedRecords::Values : RotatedRecords::Keys))
+    if (auto keys = matchKeyRecords(steps, own, tol_, d, scaled, turned))
       return YarnAttentionFactorMatch{*keys, h, right, factor};
   }
   return std::nullopt;
