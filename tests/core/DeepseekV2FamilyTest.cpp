@@ -85,6 +85,13 @@ TEST(DeepseekV2Family, WhatTransformersCannotRouteIsRefusedNamingTheField) {
   doc["n_group"] = 8;
   doc["topk_group"] = 0;
   EXPECT_NE(test::configRefusal(doc).find("topk_group"), std::string::npos) << test::configRefusal(doc);
+  // DeepseekV2Config's n_group and topk_group default to None (V3's to 8 and 4): a grouped
+  // routing without them is refused, not routed over V3's groups.
+  doc.erase("topk_group");
+  EXPECT_NE(test::configRefusal(doc).find("topk_group"), std::string::npos) << test::configRefusal(doc);
+  doc.erase("n_group");
+  doc["topk_group"] = 2;
+  EXPECT_NE(test::configRefusal(doc).find("n_group"), std::string::npos) << test::configRefusal(doc);
   doc = minimalDeepseekV2();
   doc["qk_rope_head_dim"] = 7;
   EXPECT_NE(test::configRefusal(doc).find("qk_rope_head_dim"), std::string::npos) << test::configRefusal(doc);

@@ -149,4 +149,26 @@ TEST(YarnAttentionFactor, OneLayerFromADecodeStepAndACheckpointWithoutAFactor) {
   }
 }
 
+// rope_scaling on a yarn checkpoint: the path turns with rope_theta's frequencies and without
+// yarn's attention factor. The row re-derives yarn (its blended frequencies and the factor on
+// cos/sin) instead of leaving the run to `reference`.
+TEST(RopeScalingOnYarn, TheDroppedYarnIsFoundWithItsAttentionFactor) {
+  auto model = Model::load(gptOss());
+  const AuditReport every = Auditor::audit(*model, test::runWithFaults(gptOss(), {"rope_scaling"})).report;
+  const Finding& f = test::onlyFinding(every, finding::RopeScaling);
+  EXPECT_EQ(f.step, 1);  // the fault's default first step
+  EXPECT_EQ(f.evidence.at("hypothesis"), 1.0);
+  EXPECT_LE(f.evidence.at("rerotated_key_error"), f.evidence.at("tolerance"));
+  EXPECT_GT(f.evidence.at("own_reference_error"), f.evidence.at("tolerance"));
+  EXPECT_NE(f.explanation.find("attention factor"), std::string::npos) << f.explanation;
+  EXPECT_NEAR(f.evidence.at("key_length_ratio"), 1.0 / 1.3465735902799727, 1e-12);
+  EXPECT_FALSE(every.hasFinding(finding::YarnAttentionFactor)) << every.toText();
+
+  const AuditReport one =
+      Auditor::audit(*model, test::runWithFaults(gptOss(), {"rope_scaling:layer=1,step=2"})).report;
+  const Finding& g = test::onlyFinding(one, finding::RopeScaling);
+  EXPECT_EQ(g.step, 2);
+  EXPECT_EQ(g.layer, 1);
+}
+
 }  // namespace

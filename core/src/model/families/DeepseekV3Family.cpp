@@ -36,7 +36,7 @@ class DeepseekV3Family final : public ModelFamily {
     readLatentAttentionConfig(r, c, r.boolOr("rope_interleave", true) ? MlaConfig::RopePairs::Deinterleaved
                                                                       : MlaConfig::RopePairs::HalfSplit);
     // DeepseekV3Config's defaults.
-    readLatentMoe(r, c, LatentMoeDefaults{256, 8, 2048, 1, 3, 2.5}, true, 2);
+    readLatentMoe(r, c, LatentMoeDefaults{256, 8, 2048, 1, 3, 2.5, 8, 4}, true, 2);
     c.moe.routing = MoeConfig::Routing::SigmoidGroupLimited;
     c.moe.normTopK = r.boolOr("norm_topk_prob", true);
   }

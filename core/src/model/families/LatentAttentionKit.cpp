@@ -73,14 +73,17 @@ void readLatentMoe(const ConfigReader& r, ModelConfig& c, const LatentMoeDefault
   moe.sharedIntermediateSize = moe.intermediateSize * shared;
   moe.routedScale = positiveNumber(r, "routed_scaling_factor", d.routedScale);
   if (grouped) {
-    moe.groups = r.intOr("n_group", 8);
-    moe.topGroups = r.intOr("topk_group", 4);
+    const char* missing = "missing: a group-limited routing needs it, and this family has no default";
+    if (d.groups == 0 && !r.has("n_group")) throw InputError(file, "n_group", missing);
+    moe.groups = r.intOr("n_group", d.groups);
     if (moe.groups <= 0 || moe.numExperts % moe.groups != 0)
       throw InputError(file, "n_group", std::to_string(moe.groups) + " groups do not divide n_routed_experts " +
                                             std::to_string(moe.numExperts));
     if (moe.numExperts / moe.groups < minPerGroup)
       throw InputError(file, "n_group", "each group needs at least " + std::to_string(minPerGroup) + " experts" +
                                             (minPerGroup > 1 ? " (a group's score is the sum of its two best)" : ""));
+    if (d.topGroups == 0 && !r.has("topk_group")) throw InputError(file, "topk_group", missing);
+    moe.topGroups = r.intOr("topk_group", d.topGroups);
     if (moe.topGroups <= 0 || moe.topGroups > moe.groups)
       throw InputError(file, "topk_group", std::to_string(moe.topGroups) + " must be in [1, n_group " +
                                                std::to_string(moe.groups) + "]");

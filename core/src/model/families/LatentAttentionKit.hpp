@@ -25,10 +25,12 @@ void readLatentAttentionConfig(const ConfigReader& r, ModelConfig& c, MlaConfig:
 struct LatentMoeDefaults {
   int64_t experts, topK, width, sharedExperts, denseLayers;
   double routedScale;
+  int64_t groups = 0, topGroups = 0;  // n_group, topk_group; 0: no default (a grouped routing
+                                      // without the key is refused, as DeepseekV2Config's None)
 };
 /// n_routed_experts, num_experts_per_tok, moe_intermediate_size, n_shared_experts,
 /// routed_scaling_factor and first_k_dense_replace into c.moe; with `grouped`, n_group and
-/// topk_group too (groups that divide the experts, each of at least `minPerGroup`, enough experts
+/// topk_group too (required where `d` has no default; groups that divide the experts, each of at least `minPerGroup`, enough experts
 /// in the chosen groups). InputError naming the field.
 void readLatentMoe(const ConfigReader& r, ModelConfig& c, const LatentMoeDefaults& d, bool grouped,
                    int64_t minPerGroup);

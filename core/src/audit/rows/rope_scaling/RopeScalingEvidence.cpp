@@ -20,17 +20,20 @@ struct Hypothesis {
   int id;
   std::string description;
   std::vector<double> invFreq;  // [d/2]
+  double amplitude = 1.0;       // the path's cos/sin factor over the checkpoint's (yarn's
+                                // attention factor dropped: 1 / that factor)
 };
 
 // Key column `c` of `rec` [h, s, d] against reference column `p` of `ref` [h, T, d] rotated
 // further by (q w'_i - p w_i) per frequency pair (i, i + d/2), as RoPE's rotate_half pairs
-// them: the reference rotation undone and redone with the alternative frequencies.
+// them: the reference rotation undone and redone with the alternative frequencies, and scaled
+// by `amplitude` (cos and sin carry yarn's attention factor, so the key's length does too).
 struct Rerotated {
   double err = 0, mag = 0;
 };
 Rerotated rerotatedDiff(const FloatTensor& rec, int64_t c, const FloatTensor& ref, int64_t p,
                         int64_t q, const std::vector<double>& right,
-                        const std::vector<double>& alt) {
+                        const std::vector<double>& alt, double amplitude) {
   Rerotated out;
   const int64_t h = rec.shape[0], s = rec.shape[1], d = rec.shape[2], T = ref.shape[1],
                 half = d / 2;
@@ -42,7 +45,8 @@ Rerotated rerotatedDiff(const FloatTensor& rec, int64_t c, const FloatTensor& re
                        static_cast<double>(static_cast<float>(p) * static_cast<float>(right[iu]));
       const double u = ref.data[static_cast<size_t>((hh * T + p) * d + i)];
       const double v = ref.data[static_cast<size_t>((hh * T + p) * d + i + half)];
-      const double zu = u * std::cos(a) - v * std::sin(a), zv = v * std::cos(a) + u * std::sin(a);
+      const double zu = amplitude * (u * std::cos(a) - v * std::sin(a)),
+                   zv = amplitude * (v * std::cos(a) + u * std::sin(a));
       const double xu = rec.data[static_cast<size_t>((hh * s + c) * d + i)];
       const double xv = rec.data[static_cast<size_t>((hh * s + c) * d + i + half)];
       out.err = std::max({out.err, std::fabs(xu - zu), std::fabs(xv - zv)});
@@ -78,13 +82,18 @@ std::optional<RopeScalingEvidence> RopeScalingEvidence::forAudit(const ModelConf
 bool RopeScalingEvidence::applies() const {
   // Its re-rotation pairs feature i with i + d/2 across the whole head: a partial rotary
   // head (pairs within its first r features) is not modelled.
-  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() && (config_.rope.type == "linear" || config_.rope.type == "llama3") &&
-         config_.headDim % 2 == 0 && config_.rope.partialRotaryFactor == 1.0;
+  const std::string& type = config_.rope.type;
+  return config_.usesRope() && config_.keyRecordsAreRotatedHeads() &&
+         (type == "linear" || type == "llama3" || type == "yarn") && config_.headDim % 2 == 0 &&
+         config_.rope.partialRotaryFactor == 1.0;
 }
 
 std::string RopeScalingEvidence::scalingText() const {
   const RopeConfig& r = config_.rope;
   std::string s = r.type + " (factor " + numberText(r.factor);
+  if (r.type == "yarn")
+    s += ", original context " + std::to_string(r.originalMaxPositions) + ", attention factor " +
+         numberText(RotaryEmbedding::attentionFactorOf(r));
   if (r.type == "llama3")
     s += ", low/high frequency factors " + numberText(r.lowFreqFactor) + "/" +
          numberText(r.highFreqFactor) + ", original context " +
@@ -111,16 +120,29 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
 
   const RopeConfig& rope = config_.rope;
   const auto base = RotaryEmbedding::defaultInvFreq(rope.theta, config_.headDim);
-  const auto rightT = RotaryEmbedding::scaled(rope, base);
-  const std::vector<double> right = toVector(rightT);
   std::vector<Hypothesis> hyps;
-  hyps.push_back(
-      {1, "the scaling dropped (the default frequencies of rope_theta)", toVector(base)});
-  hyps.push_back({2, "the scaling applied twice", toVector(RotaryEmbedding::scaled(rope, rightT))});
-  RopeConfig inverted = rope;  // a kernel that multiplies by the factor where it should divide
-  inverted.factor = 1.0 / rope.factor;
-  hyps.push_back({4, "the factor inverted (frequencies multiplied by it instead of divided)",
-                  toVector(RotaryEmbedding::scaled(inverted, base))});
+  std::vector<double> right;
+  if (rope.type == "yarn") {
+    // yarn blends interpolated and extrapolated frequencies and scales cos/sin by its
+    // attention factor: a path that drops it turns with rope_theta's frequencies at length 1
+    // (or keeps the factor and drops the frequencies).
+    right = toVector(RotaryEmbedding::yarnInvFreq(rope, config_.headDim));
+    const double factor = RotaryEmbedding::attentionFactorOf(rope);
+    hyps.push_back({1, "the scaling dropped (the default frequencies of rope_theta, no attention factor)",
+                    toVector(base), 1.0 / factor});
+    hyps.push_back({5, "yarn's frequencies dropped (the default ones of rope_theta) with its attention factor kept",
+                    toVector(base), 1.0});
+  } else {
+    const auto rightT = RotaryEmbedding::scaled(rope, base);
+    right = toVector(rightT);
+    hyps.push_back(
+        {1, "the scaling dropped (the default frequencies of rope_theta)", toVector(base)});
+    hyps.push_back({2, "the scaling applied twice", toVector(RotaryEmbedding::scaled(rope, rightT))});
+    RopeConfig inverted = rope;  // a kernel that multiplies by the factor where it should divide
+    inverted.factor = 1.0 / rope.factor;
+    hyps.push_back({4, "the factor inverted (frequencies multiplied by it instead of divided)",
+                    toVector(RotaryEmbedding::scaled(inverted, base))});
+  }
   if (rope.type == "llama3") {
     RopeConfig linear = rope;
     linear.type = "linear";
@@ -147,7 +169,7 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
         continue;  // this key is right
       const int64_t q = a->step->positions[j];
       for (size_t h = 0; h < hyps.size(); ++h) {
-        const Rerotated r = rerotatedDiff(rec, c, refK, p, q, right, hyps[h].invFreq);
+        const Rerotated r = rerotatedDiff(rec, c, refK, p, q, right, hyps[h].invFreq, hyps[h].amplitude);
         const double t = tol_.forRecord(static_cast<int64_t>(l), p, r.mag);
         worstRatio[h] = std::max(worstRatio[h], r.err / t);
         worstErr[h] = std::max(worstErr[h], r.err);
@@ -173,6 +195,7 @@ std::optional<RopeScalingMatch> RopeScalingEvidence::explain(
   m.hypothesis = hyps[best].id;
   m.description = hyps[best].description;
   m.rerotatedError = worstErr[best];
+  m.amplitude = hyps[best].amplitude;
   m.tolerance = worstTol[best];
   for (size_t i = 0; i < right.size(); ++i)
     m.radiansPerPosition =
@@ -199,6 +222,7 @@ FindingDraft RopeScalingEvidence::finding(const StepAnalysis& a, const RopeScali
   ev["key_error_first_position"] = m.firstKeyError;
   ev["key_error_last_position"] = m.lastKeyError;
   ev["radians_per_position"] = m.radiansPerPosition;
+  ev["key_length_ratio"] = m.amplitude;
   if (m.equivalentPosition >= 0) ev["equivalent_position"] = m.equivalentPosition;
   const std::string layer = std::to_string(l);
   std::string ex =
@@ -212,8 +236,11 @@ FindingDraft RopeScalingEvidence::finding(const StepAnalysis& a, const RopeScali
       " key record(s) at positions " + std::to_string(m.firstPosition) + ".." +
       std::to_string(m.lastPosition) + ", tolerance " + numberText(m.tolerance) +
       "). The two rotations differ by up to " + numberText(m.radiansPerPosition) +
-      " rad per position, an offset that grows with position from 0 at position 0 (key error " +
-      numberText(m.firstKeyError) + " at position " + std::to_string(m.firstPosition) + ", " +
+      " rad per position, an offset that grows with position from 0 at position 0" +
+      (m.amplitude != 1.0 ? ", and the keys' length by the factor " + numberText(m.amplitude) +
+                                " (yarn's attention factor dropped) at every position"
+                          : std::string()) +
+      " (key error " + numberText(m.firstKeyError) + " at position " + std::to_string(m.firstPosition) + ", " +
       numberText(m.lastKeyError) + " at position " + std::to_string(m.lastPosition) +
       "): the path that computed these keys uses another RoPE scaling";
   if (m.equivalentPosition >= 0)

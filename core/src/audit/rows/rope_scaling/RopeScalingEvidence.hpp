@@ -1,7 +1,8 @@
 // Evidence for a RoPE scaling mismatch (rope_scaling): a layer's new keys differ from the
 // reference while its values are exact, and they equal the reference keys with the
 // reference rotation undone and redone with another scaling of the checkpoint's RoPE
-// frequencies (the factor dropped, applied twice, inverted, or linear instead of llama3).
+// frequencies (the factor dropped, applied twice, inverted, or linear instead of llama3; yarn:
+// its frequencies dropped, with or without its attention factor).
 // Records are compared at the same, recorded, position ids: with linear factor f a dropped
 // factor puts a key at position p where the checkpoint puts f x p, which the layer-0
 // position probe alone would read as a position offset.
@@ -24,7 +25,8 @@
 namespace kvscope::detail {
 
 struct RopeScalingMatch {
-  int hypothesis = 0;  // 1 factor dropped, 2 applied twice, 3 linear instead of llama3, 4 inverted
+  int hypothesis = 0;  // 1 factor dropped, 2 applied twice, 3 linear instead of llama3, 4 inverted,
+                       // 5 yarn's frequencies dropped with its attention factor kept
   std::string description;    // "the scaling dropped (default frequencies of rope_theta)"
   double rerotatedError = 0;  // max |record - re-rotated reference key| over the records
   double tolerance = 0;       // the largest record tolerance among them
@@ -35,6 +37,8 @@ struct RopeScalingMatch {
   double valueError = 0;           // max value error of the layer over the compared steps
   double layer0ValueError = 0;     // max value error of layer 0 over the compared steps
   double radiansPerPosition = 0;   // max |w_alt - w| over the frequencies
+  double amplitude = 1;            // the path's key length over the reference's (yarn: 1 / its
+                                   // attention factor where the path drops it)
   double equivalentPosition = -1;  // linear, factor dropped: f x the first position
 };
 
@@ -49,7 +53,7 @@ class RopeScalingEvidence {
                                                      const TraceModelInfo& trace,
                                                      const Tolerance& tol);
 
-  /// Whether the checkpoint's RoPE has a scaling this check can re-derive (linear, llama3).
+  /// Whether the checkpoint's RoPE has a scaling this check can re-derive (linear, llama3, yarn).
   bool applies() const;
   /// `steps`: the request's analyses from its first divergence on (the first one first).
   std::optional<RopeScalingMatch> explain(const std::vector<const StepAnalysis*>& steps,

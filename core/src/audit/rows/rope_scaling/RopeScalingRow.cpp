@@ -23,7 +23,7 @@ class RopeScalingRow final : public FailureRow {
         {{"rope_scaling",
           "from step `step` on, the cached path rotates the queries and keys of `layer` (-1 = "
           "every layer) with the unscaled RoPE frequencies: the checkpoint's rope_scaling "
-          "(linear, llama3, dynamic) is dropped on that path; needs a RoPE checkpoint with "
+          "(linear, llama3, yarn with its attention factor, dynamic) is dropped on that path; needs a RoPE checkpoint with "
           "rope_scaling (not gpt2, which has no RoPE)",
           "key error grows with position while values at layer 0 are exact",
           {{"step", "first step affected (0 = prefill)", "1"},
