@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from . import trace as kvtrace
 from .hf_trace import (APPENDED_ATTR, ENGINE, TraceRecorder, begin_forward, config_layer_types, latent_attention,
-                       consumed_length, latent_cache_refusal, model_info, to_numpy, watch_updates)
+                       consumed_length, latent_records, model_info, to_numpy, watch_updates)
 
 
 def _generate_policy(model, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -73,15 +73,13 @@ class _Recording:
 
         self.model, self.path = model, path
         self.torch = torch
-        why = latent_cache_refusal(model.config, transformers.__version__)
-        if why:
-            raise ValueError(why)
         directory = model_dir or getattr(model, "name_or_path", "") or ""
         emb = model.get_output_embeddings()
         vocab = int(emb.weight.shape[0]) if emb is not None else int(model.config.vocab_size)
         dtype = str(next(model.parameters()).dtype).replace("torch.", "")
         info = model_info(model.config, directory, vocab, dtype,
-                          fingerprint=fingerprint and os.path.isdir(directory))
+                          fingerprint=fingerprint and os.path.isdir(directory),
+                          latent_layout=latent_records(model.config, transformers.__version__))
         attn = getattr(model.config, "_attn_implementation", None) or "default"
         engine = (f"{ENGINE} recording (transformers {transformers.__version__}, "
                   f"torch {torch.__version__}, attention {attn})")

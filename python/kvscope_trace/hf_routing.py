@@ -3,7 +3,8 @@
 keeps the choices of the model's latest forward.
 
 transformers 5 routers (`gate` / `router` modules of Qwen3-MoE, Mixtral, GPT-OSS) return
-(logits, scores, indices): the indices are what the block's experts use. transformers 4's
+(logits, scores, indices): the indices are what the block's experts use (4.x's DeepSeek
+routers return (indices, weights): the integer tensor is taken wherever it is). transformers 4's
 Mixtral and Qwen3-MoE gate is a Linear returning the logits; the block takes
 topk(softmax(logits in float32), top_k), which the hook computes the same way. GPT-OSS in 4.x
 returns (scores, indices); Llama 4's router returns (sigmoid scores, logits) and the block
@@ -47,9 +48,10 @@ class ExpertTap:
         import torch
 
         def hook(_module, _inputs, out):
-            last = out[-1] if isinstance(out, tuple) else None
-            if last is not None and torch.is_tensor(last) and not last.is_floating_point():
-                idx = last
+            indices = [t for t in out if torch.is_tensor(t) and not t.is_floating_point()] \
+                if isinstance(out, tuple) else []
+            if indices:  # the router hands out the indices: last (5.x), first (4.x's DeepSeek)
+                idx = indices[-1]
             elif isinstance(out, tuple) and len(out) == 2 and all(torch.is_tensor(t) and t.is_floating_point()
                                                                   for t in out):
                 # Llama 4's router: (scores, logits); the block takes topk(logits, top_k)

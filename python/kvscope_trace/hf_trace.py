@@ -187,15 +187,13 @@ def latent_attention(config) -> bool:
     return bool(getattr(text_config(config), "kv_lora_rank", None))
 
 
-def latent_cache_refusal(config, transformers_version: str) -> Optional[str]:
-    """Why this transformers cannot record a latent-attention model (None: it can): 4.x caches
-    each head's decompressed key and value, not the latent rows the trace holds."""
-    if latent_attention(config) and int(transformers_version.split(".")[0]) < 5:
-        return (f"{getattr(text_config(config), 'model_type', 'this model')}: transformers "
-                f"{transformers_version} caches each head's decompressed keys and values, not the latent "
-                "rows and roped key parts KV Scope audits (transformers 5 caches those): record it "
-                "with transformers 5")
-    return None
+def latent_records(config, transformers_version: str) -> Optional[str]:
+    """What this transformers caches of a latent-attention model (None: the config has none):
+    "latent", the latent rows and roped key parts (transformers 5), or "heads", each head's
+    decompressed key and value (4.x; the trace says model.latent_records "heads")."""
+    if not latent_attention(config):
+        return None
+    return "latent" if int(transformers_version.split(".")[0]) >= 5 else "heads"
 
 
 def config_layer_types(config) -> Optional[List[str]]:
@@ -604,8 +602,9 @@ def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: 
 # ----------------------------------------------------------------------------- transformers
 
 def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
-               fingerprint: bool = True) -> Dict[str, Any]:
-    """The trace's model block from a transformers config."""
+               fingerprint: bool = True, latent_layout: Optional[str] = "latent") -> Dict[str, Any]:
+    """The trace's model block from a transformers config; a latent-attention model's records as
+    `latent_layout` (latent_records()) says the engine caches them."""
     c = text_config(config)
 
     def first(*names, default=0):
@@ -616,7 +615,10 @@ def model_info(config, model_dir: str, vocab_size: int, compute_dtype: str,
         return default
     heads = first("num_attention_heads", "n_head")
     hidden = first("hidden_size", "n_embd", "d_model")
-    if latent_attention(config):  # transformers caches the latent row as keys [B, 1, t, kv_lora_rank]
+    if latent_attention(config) and latent_layout == "heads":  # transformers 4: [B, heads, t, nope + rope]
+        shape = {"num_kv_heads": heads, "head_dim": first("qk_nope_head_dim") + first("qk_rope_head_dim"),
+                 "value_head_dim": first("v_head_dim"), "latent_records": "heads"}  # and [B, heads, t, v]
+    elif latent_attention(config):  # transformers 5 caches the latent row as keys [B, 1, t, kv_lora_rank]
         shape = {"num_kv_heads": 1, "head_dim": first("kv_lora_rank"),  # and k_pe as values
                  "value_head_dim": first("qk_rope_head_dim")}
     else:
@@ -712,9 +714,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(args.model)), **load_kw)
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model, **load_kw)
-    why = latent_cache_refusal(model.config, transformers.__version__)
-    if why:
-        ap.error(why)
     model.to(args.device).eval()
     prompts: List[Tuple[List[int], str]] = []
     if args.prompt:
@@ -757,7 +756,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
         else int(model.config.vocab_size)
     info = model_info(model.config, args.model, vocab, str(dtype).replace("torch.", ""),
-                      fingerprint=not args.no_fingerprint)
+                      fingerprint=not args.no_fingerprint,
+                      latent_layout=latent_records(model.config, transformers.__version__))
     attn = getattr(model.config, "_attn_implementation", None) or "default"
     engine = (f"{ENGINE} (transformers {transformers.__version__}, torch {torch.__version__}, "
               f"attention {attn})")

@@ -299,6 +299,9 @@ def _parse_document(doc: Any, file: str):
         model["value_head_dim"] = m.integer("value_head_dim")
         if model["value_head_dim"] <= 0:
             raise TraceError(file, "model.value_head_dim", "must be positive")
+    if "latent_records" in m.j and m.j["latent_records"] not in ("latent", "heads"):
+        raise TraceError(file, "model.latent_records", f"{m.j['latent_records']!r}: expected \"latent\" (latent rows "
+                         "and roped key parts) or \"heads\" (each head's decompressed key and value)")
     rope.parse_rope(model, file)  # kept in `model`, validated here
     V = model["vocab_size"]
     recorded = _recorded_layers(top, model["num_layers"])

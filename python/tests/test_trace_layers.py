@@ -115,3 +115,17 @@ class LatentLayers(unittest.TestCase):
             w.save(path)
             read_trace(path)
         self.assertIn("layer_kinds[1].window", str(e.exception))
+
+    def test_decompressed_heads_say_so_and_another_layout_is_refused(self):
+        from kvscope_trace import TraceError, read_trace
+        w = self.writer(2)
+        w.model["latent_records"] = "heads"  # transformers 4.x: each head's decompressed K and V
+        path = os.path.join(self.dir, "heads.kvtrace")
+        w.save(path)
+        self.assertEqual(read_trace(path).model["latent_records"], "heads")
+        w.model["latent_records"] = "per_head"
+        bad = os.path.join(self.dir, "bad.kvtrace")
+        with self.assertRaises((TraceError, ValueError)) as e:
+            w.save(bad)
+            read_trace(bad)
+        self.assertIn("model.latent_records", str(e.exception))

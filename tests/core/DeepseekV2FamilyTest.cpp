@@ -202,4 +202,31 @@ TEST(DeepseekV2Family, TheAbsorbedDecodeEqualsTheMaterialisedOneAndAuditsClean) 
   }
 }
 
+// score_mscale: the softmax scale without yarn's mscale(factor, mscale_all_dim)^2, as
+// transformers 4.57's DeepseekV2Attention scores (test_live_deepseek records it there). On the
+// fixture (yarn x 4, mscale_all_dim 0.707) the scale is 1.21 times qk_head_dim^-0.5.
+TEST(ScoreMscale, AScaleWithoutYarnsMscaleIsFoundFromThePrefill) {
+  auto model = Model::load(deepseekV2Dir());
+  EXPECT_NEAR(model->config().mla.scoreMscale, std::pow(0.1 * 0.707 * std::log(4.0) + 1.0, 2), 1e-12);
+  const AuditReport every = Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"score_mscale"})).report;
+  const Finding& f = test::onlyFinding(every, finding::ScoreMscale);
+  EXPECT_EQ(f.step, 0);
+  EXPECT_EQ(f.layer, 0);
+  EXPECT_EQ(f.evidence.at("unscaled_softmax_layers_above"), 1.0);
+  EXPECT_LE(f.evidence.at("hypothesis_error"), f.evidence.at("tolerance"));
+
+  const AuditReport one =
+      Auditor::audit(*model, test::runWithFaults(deepseekV2Dir(), {"score_mscale:layer=1,step=2"})).report;
+  const Finding& g = test::onlyFinding(one, finding::ScoreMscale);
+  EXPECT_EQ(g.step, 2);
+  EXPECT_EQ(g.layer, 1);
+  EXPECT_EQ(g.evidence.at("unscaled_softmax_layers_above"), 0.0);
+  try {
+    test::runWithFaults(test::fixture("families/models/qwen3"), {"score_mscale"});
+    FAIL() << "a qwen3 checkpoint's scale carries no mscale";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("mscale"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -73,6 +73,35 @@ class LatentGoldenTest(unittest.TestCase):
                 self.assertEqual(np.abs(halves.steps[0].logits - cached.steps[0].logits).max(), 0.0)
                 self.assertGreater(np.abs(halves.steps[1].logits - cached.steps[1].logits).max(), 1e-3)
 
+    def test_a_cache_of_decompressed_heads_holds_what_the_latent_rows_decompress_to(self):
+        """mla_heads (transformers 4.x's cache): each head's key [nh, t, nope + rope] and value
+        [nh, t, v], the same logits as the latent cache up to rounding, and the trace's model
+        block says so (latent_records "heads")."""
+        for name in LATENT:
+            with self.subTest(model=name):
+                model = load_model(model_dir(name))
+                latent = te.DecodeEngine(model).run_cached(PROMPT, 8)
+                heads = te.DecodeEngine(model, "mla_heads").run_cached(PROMPT, 8)
+                c = model.cfg
+                self.assertEqual(heads.requests[0]["generated"], latent.requests[0]["generated"])
+                worst = max(np.abs(h.logits - t.logits).max() for h, t in zip(heads.steps, latent.steps))
+                self.assertLess(worst, TOL)
+                last = heads.steps[-1]
+                t = len(PROMPT) + 7
+                self.assertEqual(np.asarray(last.cache_keys[0]).shape, (c.num_heads, t, c.nope + c.rope_dim))
+                self.assertEqual(np.asarray(last.cache_values[0]).shape, (c.num_heads, t, c.v_dim))
+                # Every head's roped part is the latent cache's one roped key part.
+                pe = np.asarray(latent.steps[-1].cache_values[1])[0]
+                for h in range(c.num_heads):
+                    self.assertLess(np.abs(np.asarray(last.cache_keys[1])[h, :, c.nope:] - pe).max(), TOL)
+                info = model.model_info()
+                self.assertEqual((info["num_kv_heads"], info["head_dim"], info["value_head_dim"],
+                                  info["latent_records"]), (c.num_heads, c.nope + c.rope_dim, c.v_dim, "heads"))
+                te.DecodeEngine(model)  # another engine over the same model: latent rows again
+                self.assertNotIn("latent_records", model.model_info())
+                with self.assertRaisesRegex(ValueError, "mla_heads caches decompressed heads"):
+                    te.DecodeEngine(model, "mla_heads+mla_absorbed")
+
     def test_what_cannot_apply_is_refused(self):
         llama = os.path.join(os.path.dirname(HERE), "fixtures", "hf", "models", "llama")
         with self.assertRaisesRegex(ValueError, "latent attention"):

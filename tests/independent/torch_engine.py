@@ -54,6 +54,8 @@ Bugs (`parse_bug`, syntax `NAME[:k=v,...]`, several joined with `+`):
                                         decoded in the absorbed form from step 1
   mla_absorb:layer=L,step=S             absorbed decode from step S reading kv_b_proj by halves
                                         (every head's key rows, then value rows) at layer L
+  mla_heads                             not a bug: latent attention cached as each head's
+                                        decompressed K and V (transformers 4.x's cache)
 Prefix caching (several requests, one reusing another's rows): prefix_cache.py, with its
 prefix_cache:block=B and the bug prefix_reuse:block=B,layer=L.
 """
@@ -97,6 +99,7 @@ BUG_PARAMS: Dict[str, Dict[str, object]] = {
     "window_wrap": {"layer": -1},
     "mla_absorbed": {},  # torch_mla.py: latent attention decoded in the absorbed form
     "mla_absorb": {"layer": -1, "step": 1},  # ... reading kv_b_proj by halves
+    "mla_heads": {},  # ... cached as decompressed heads
 }
 CACHE_BUGS = ("wrong_layer", "duplicate_append", "speculative_rollback", "kv_cache", "kv_quantization",
               "ring_window", "window_wrap")
@@ -544,7 +547,7 @@ class DecodeEngine:
         """Adds where the loop/cache bugs acted to run.injected."""
         for name in ("wrong_layer", "duplicate_append", "wrong_position", "positions_from_zero",
                      "rng_extra_draw", "speculative", "kv_cache", "kv_quantization", "rope_scaling",
-                     "prefill_chunk", "chunk_position", "ring_window", "mla_absorbed", "mla_absorb"):
+                     "prefill_chunk", "chunk_position", "ring_window", "mla_absorbed", "mla_absorb", "mla_heads"):
             if name in self.bugs:
                 run.injected.append({"bug": name, **{k: v for k, v in self.bugs[name].items() if k != "name"}})
         if "tie_rule" in self.bugs:

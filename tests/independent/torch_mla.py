@@ -10,7 +10,9 @@ key nope part and value are decompressed from the held latent rows by kv_b_proj 
 engines decode with: kv_b_proj's key rows folded into the queries (scores over the latent rows
 directly) and its value rows applied to the latent context; `"absorbed"` reads kv_b_proj per head
 as the checkpoint stores it ([nope key rows | v value rows] per head), `"halves"` reads every
-head's key rows, then every head's value rows (the mla_absorb bug).
+head's key rows, then every head's value rows (the mla_absorb bug). `records = "heads"` (the
+engine option mla_heads) caches what transformers 4.x caches instead: each head's decompressed key
+(nope part, then the roped part) and value, decompressed once when the token is fed.
 
 RoPE over the roped part: default or yarn (transformers' _compute_yarn_parameters: inverse
 frequencies and the attention factor cos and sin carry); scores scaled by qk_head_dim^-0.5 times
@@ -108,6 +110,7 @@ class LatentModel(Model):
         self.prec = Precision(dtype)
         self.form = "materialised"  # the attention form of the next forward (FORMS)
         self.form_layers: Optional[set] = None  # the layers `form` applies to (None: all)
+        self.records = "latent"  # what the cache holds: latent rows, or "heads" (decompressed)
         self.load_weights(directory)
         self.inv_freq, self.attention_factor = self._rope_frequencies()
         scale = (self.cfg.nope + self.cfg.rope_dim) ** -0.5
@@ -212,9 +215,15 @@ class LatentModel(Model):
         compressed = self._linear(x, w["self_attn.kv_a_proj_with_mqa.weight"])
         latent = self._norm(compressed[:, :cfg.kv_lora], w["self_attn.kv_a_layernorm.weight"], 1e-6)
         k_pe = self._turn(compressed[:, cfg.kv_lora:].view(1, 1, n, cfg.rope_dim), pos)
+        kv_b = w["self_attn.kv_b_proj.weight"]  # [nh (nope + v), R]
+        if self.records == "heads":  # the fed tokens' heads decompressed once, cached as K/V
+            fed = self._linear(latent, kv_b).view(n, nh, cfg.nope + cfg.v_dim).transpose(0, 1)  # [nh, n, nope + v]
+            keys, values = cache.update(l, torch.cat([fed[..., :cfg.nope], k_pe[0].expand(nh, n, cfg.rope_dim)],
+                                                     dim=-1).unsqueeze(0), fed[..., cfg.nope:].unsqueeze(0))
+            ctx = self._attend(torch.cat([q_nope, q_pe], dim=-1), keys, values, past, self.scale)
+            return self._linear(self._merge(ctx), w["self_attn.o_proj.weight"])
         c_all, pe_all = cache.update(l, latent.view(1, 1, n, cfg.kv_lora), k_pe)  # [1, 1, t, R], [1, 1, t, rope]
         t = c_all.shape[2]
-        kv_b = w["self_attn.kv_b_proj.weight"]  # [nh (nope + v), R]
         form = self.form if self.form_layers is None or l in self.form_layers else "materialised"
         if form == "materialised":
             expanded = self._linear(c_all[0, 0], kv_b).view(t, nh, cfg.nope + cfg.v_dim).transpose(0, 1)
@@ -306,12 +315,18 @@ class LatentModel(Model):
         return x[0].transpose(0, 1).reshape(x.shape[2], -1)
 
     def model_info(self, fingerprint: str = "", stored_dtype: str = "") -> Dict[str, object]:
-        """The trace's model block: one latent "head" of kv_lora_rank keys, roped parts as values."""
+        """The trace's model block: one latent "head" of kv_lora_rank keys, roped parts as values;
+        with records "heads", every head's decompressed key and value (model.latent_records)."""
         c = self.cfg
-        info = {"num_layers": c.num_layers, "num_heads": c.num_heads, "num_kv_heads": 1, "head_dim": c.kv_lora,
-                "value_head_dim": c.rope_dim, "vocab_size": c.vocab_size, "max_positions": c.max_positions,
-                "architecture": c.model_type, "directory": os.path.abspath(c.directory),
-                "fingerprint": fingerprint, "stored_dtype": stored_dtype, "compute_dtype": self.prec.name}
+        if self.records == "heads":
+            shape = {"num_kv_heads": c.num_heads, "head_dim": c.nope + c.rope_dim, "value_head_dim": c.v_dim,
+                     "latent_records": "heads"}
+        else:
+            shape = {"num_kv_heads": 1, "head_dim": c.kv_lora, "value_head_dim": c.rope_dim}
+        info = {"num_layers": c.num_layers, "num_heads": c.num_heads, **shape, "vocab_size": c.vocab_size,
+                "max_positions": c.max_positions, "architecture": c.model_type,
+                "directory": os.path.abspath(c.directory), "fingerprint": fingerprint,
+                "stored_dtype": stored_dtype, "compute_dtype": self.prec.name}
         rope = c.rope
         if rope["type"] == "yarn":
             info["rope_parameters"] = {k: v for k, v in (
@@ -331,13 +346,22 @@ def load_model(directory: str, dtype: str = "float32") -> Model:
 # ----------------------------------------------------------------------------- the engine's latent bugs
 
 def check_latent_bugs(bugs: Dict[str, dict], model: Model) -> None:
-    """mla_absorbed (not a bug: absorbed decode) and mla_absorb (absorbed decode reading kv_b_proj
-    by halves) need a LatentModel, a decode step (>= 1) and a layer of the model; not both."""
-    named = [n for n in ("mla_absorbed", "mla_absorb") if n in bugs]
+    """mla_absorbed (not a bug: absorbed decode), mla_absorb (absorbed decode reading kv_b_proj
+    by halves) and mla_heads (not a bug: decompressed heads cached) need a LatentModel; the first
+    two a decode step (>= 1) and a layer of the model, and not both; mla_heads neither (an
+    absorbed decode attends over latent rows). Sets the model's records."""
+    if isinstance(model, LatentModel):  # a model reused by another engine starts from latent rows
+        model.records = "heads" if "mla_heads" in bugs else "latent"
+    named = [n for n in ("mla_absorbed", "mla_absorb", "mla_heads") if n in bugs]
     if not named:
         return
     if not isinstance(model, LatentModel):
         raise ValueError(f"{named[0]} needs a checkpoint with multi-head latent attention ({', '.join(LATENT_TYPES)})")
+    if "mla_heads" in bugs and len(named) > 1:
+        raise ValueError(f"{named[0]} decodes over latent rows: mla_heads caches decompressed heads instead")
+    named = [n for n in named if n != "mla_heads"]
+    if not named:
+        return
     if len(named) > 1:
         raise ValueError("mla_absorb brings its own absorbed decode: give it without mla_absorbed")
     b = bugs.get("mla_absorb")

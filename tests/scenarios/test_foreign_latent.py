@@ -2,7 +2,9 @@
 KV Scope's core) on the checkpoints transformers 5.17 wrote, audited with kvscope-cli: a clean
 greedy run, a clean absorbed decode (the form serving engines decode with, which transformers
 never uses) and an absorbed decode that reads kv_b_proj by halves (mla_absorb: what transformers
-cannot show without a patch) -> expected and got finding, first step, layer. One table.
+cannot show without a patch); then a cache of each head's decompressed K and V (what transformers
+4.x caches: the trace says model.latent_records "heads"), clean and with one layer's records taken
+from another (wrong_layer) -> expected and got finding, first step, layer. One table.
 
 Run: /usr/bin/python3 -m unittest discover -s tests/scenarios -p "test_*.py"
 """
@@ -37,6 +39,9 @@ RUNS = {  # name -> (bug, expectation)
     "absorbed decode": ("mla_absorbed", fr.Expectation()),
     "absorbed, kv_b_proj by halves at L1": ("mla_absorb:layer=1", fr.Expectation(["mla_absorb"], 1, 1)),
     "absorbed, by halves on every layer": ("mla_absorb", fr.Expectation(["mla_absorb"], 1, 0)),
+    "decompressed heads cached": ("mla_heads", fr.Expectation()),
+    "decompressed heads, L2 rows from L1 at s2": ("mla_heads+wrong_layer:layer=2,source=1,step=2",
+                                                  fr.Expectation(["wrong_layer"], 2, 2)),
 }
 ROWS = [["engine", "model", "run", "expected", "got", "first", "result"]]
 

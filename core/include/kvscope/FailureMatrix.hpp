@@ -42,6 +42,7 @@ inline constexpr const char* RecurrentState = "recurrent_state";
 inline constexpr const char* StateRollback = "state_rollback";
 inline constexpr const char* PrefixState = "prefix_state";
 inline constexpr const char* MlaAbsorb = "mla_absorb";
+inline constexpr const char* ScoreMscale = "score_mscale";
 }  // namespace finding
 
 /// Where a row comes from: the method's failure matrix (docs/audit-method.md, eight rows),

@@ -145,6 +145,9 @@ struct MlaConfig {
   // Deinterleaved: (2i, 2i + 1) turned and written all evens, then all odds (V3's rope_interleave).
   enum class RopePairs { HalfSplit, InPlacePairs, Deinterleaved };
   RopePairs ropePairs = RopePairs::HalfSplit;
+  // yarn's mscale(factor, mscale_all_dim)^2 in the softmax scale (qk_head_dim^-0.5 times it, as
+  // ModelConfig::attentionScale holds); 1: none (no yarn, or mscale_all_dim 0).
+  double scoreMscale = 1.0;
   bool enabled() const { return kvLoraRank > 0; }
   int64_t queryDim() const { return nopeDim + ropeDim; }
 };

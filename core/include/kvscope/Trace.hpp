@@ -38,6 +38,11 @@ struct TraceModelInfo {
   /// RoPE model whose scaling is not default; absent: unknown). The audit's rope_scaling
   /// evidence reads it in trace+trace mode; model modes take the checkpoint's.
   std::optional<RopeConfig> rope;
+  /// model.latent_records "heads": a latent-attention (MLA) model recorded as each head's
+  /// decompressed key [num_kv_heads = heads, s, qk_nope + qk_rope] and value [.., v_head_dim],
+  /// what a decompressing engine caches (transformers 4.x); absent or "latent": the latent rows
+  /// and roped key parts (transformers 5, docs/trace-format.md "Latent attention").
+  bool latentHeads = false;
   bool operator==(const TraceModelInfo& o) const;
   /// A value record's width: valueHeadDim, else headDim.
   int64_t valueDim() const { return valueHeadDim > 0 ? valueHeadDim : headDim; }

@@ -35,7 +35,8 @@ std::vector<std::string> traceLayerKinds(const Trace& t) {
   for (int64_t l = 0; l < t.model.numLayers; ++l) {
     const TraceLayerKind k = t.layerKind(l);
     std::string s = k.recurrent   ? "recurrent state (no K/V records)"
-                    : k.latent     ? "latent attention (latent rows and roped key parts)"
+                    : k.latent     ? (t.model.latentHeads ? "latent attention (each head's decompressed K/V)"
+                                                          : "latent attention (latent rows and roped key parts)")
                     : k.window > 0 ? "sliding window " + std::to_string(k.window)
                      : k.chunk > 0 ? "chunks of " + std::to_string(k.chunk)
                                    : "full attention";

@@ -31,7 +31,24 @@ std::vector<float> roundingEffect(const ReferenceRun& rounded, const ReferenceRu
 
 ReferenceSet::ReferenceSet(const Model& model, const Trace& trace,
                            std::map<uint64_t, std::string> weightsDirectories)
-    : model_(&model), trace_(&trace), directories_(std::move(weightsDirectories)) {}
+    : model_(&model), trace_(&trace), directories_(std::move(weightsDirectories)) {
+  if (trace.model.latentHeads && trace.kvCache.quantized())
+    throw UsageError("the trace's cache is quantised (kv_cache) and holds each head's decompressed latent "
+                     "attention (model.latent_records \"heads\"): KV Scope rounds a quantised cache's latent "
+                     "rows, not decompressed heads, so this audit cannot say which rounding is right");
+}
+
+void ReferenceSet::inTraceLayout(const Model& m, ReferenceRun& run) const {
+  if (!trace_->model.latentHeads) return;
+  torch::InferenceMode guard;
+  for (size_t l = 0; l < run.keys.size() && l < run.values.size(); ++l) {
+    if (run.keys[l].data.empty()) continue;
+    const auto [keys, values] = m.impl().decompressedHeads(static_cast<int64_t>(l), fromFloatTensor(run.keys[l]).unsqueeze(0),
+                                                           fromFloatTensor(run.values[l]).unsqueeze(0));
+    run.keys[l] = toFloatTensor(keys.select(0, 0).contiguous());
+    run.values[l] = toFloatTensor(values.select(0, 0).contiguous());
+  }
+}
 
 ReferenceSet::ReferenceSet(std::shared_ptr<const Trace> reference) : referenceTrace_(std::move(reference)) {}
 
@@ -100,6 +117,7 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     guide.margin = expertMargin_;
     const ExpertGuide* experts = guide.choices.empty() ? nullptr : &guide;
     ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts, stateLengths(*trace_, request));
+    inTraceLayout(*m, run);
     passes_.references += run.passes;
     passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
     ref.request = request;
@@ -203,7 +221,9 @@ std::unique_ptr<ReferenceRun> ReferenceSet::branch(const std::vector<int64_t>& i
   const Model* m = modelFor(version);
   if (!m || static_cast<int64_t>(ids.size()) > m->config().maxPositions) return nullptr;
   ++passes_.rederivations;
-  return std::make_unique<ReferenceRun>(m->reference(ids, trace_->kvCache));
+  auto run = std::make_unique<ReferenceRun>(m->reference(ids, trace_->kvCache));
+  inTraceLayout(*m, *run);
+  return run;
 }
 
 std::unique_ptr<ReferenceRun> ReferenceSet::positioned(
@@ -255,6 +275,7 @@ std::unique_ptr<ReferenceRun> ReferenceSet::hypothesis(const std::vector<int64_t
         run->recurrentStates.push_back(state ? toFloatTensor(taps.recurrentStates[L].contiguous()) : FloatTensor{});
       }
       if (taps.logits.defined()) run->logits = toFloatTensor(taps.logits.contiguous());
+      inTraceLayout(*m, *run);
       return run;
     });
   } catch (const UsageError&) {

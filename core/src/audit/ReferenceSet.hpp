@@ -95,6 +95,9 @@ class ReferenceSet {
 
  private:
   const Model* modelFor(uint64_t version);
+  /// The reference's records in the layout the trace holds them: with model.latent_records
+  /// "heads", each latent layer's rows decompressed per head (ModelImpl::decompressedHeads).
+  void inTraceLayout(const Model& m, ReferenceRun& run) const;
   RequestReference fromTrace(int64_t request, const std::vector<int64_t>& stream) const;
 
   const Model* model_ = nullptr;

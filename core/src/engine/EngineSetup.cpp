@@ -158,6 +158,12 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
                      "(kv_lora_rank, as DeepSeek V2 and V3 have); this " +
                      architectureName(cfg.architecture) + " checkpoint caches per-head keys and "
                      "values, so there is no latent to absorb the weights into");
+  if (faults.dropsFeature(detail::AttentionFeature::ScoreMscale) && cfg.mla.scoreMscale == 1.0)
+    throw UsageError("fault 'score_mscale' needs a checkpoint whose softmax scale carries yarn's mscale (latent "
+                     "attention with a yarn rope_scaling and mscale_all_dim, as DeepSeek V2 and V3 ship); this " +
+                     architectureName(cfg.architecture) + " checkpoint scales its scores by " +
+                     (cfg.mla.enabled() ? "qk_head_dim^-0.5 alone" : "its head size alone") +
+                     ", so there is no mscale to drop");
   if (options.mlaAbsorbedDecode && !cfg.mla.enabled())
     throw UsageError("--mla-absorbed needs a checkpoint with multi-head latent attention (kv_lora_rank, as "
                      "DeepSeek V2 and V3 have); this " +

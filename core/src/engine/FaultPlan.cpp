@@ -41,7 +41,8 @@ FaultPlan::FaultPlan(std::vector<FaultSpec> faults, int64_t numLayers)
     } else if (f.name == "rope_scaling" || f.name == "qk_norm_order" || f.name == "nope_layer_rope" ||
                f.name == "softcap_dropped" || f.name == "layer_rope_theta" ||
                f.name == "partial_rotary" || f.name == "sink_dropped" ||
-               f.name == "yarn_attention_factor" || f.name == "expert_routing" || f.name == "mla_absorb") {
+               f.name == "yarn_attention_factor" || f.name == "expert_routing" || f.name == "mla_absorb" ||
+               f.name == "score_mscale") {
       checkLayer(f, "layer", true);
       if (f.get("step") < 0)
         throw UsageError("fault '" + f.toString() + "': step must be >= 0 (0 = the prefill)");
@@ -294,6 +295,7 @@ const char* FaultPlan::dropFaultName(AttentionFeature feature) {
     case AttentionFeature::Softcap: return "softcap_dropped";
     case AttentionFeature::Sinks: return "sink_dropped";
     case AttentionFeature::LatentHeadSplit: return "mla_absorb";
+    case AttentionFeature::ScoreMscale: return "score_mscale";
   }
   return "";
 }

@@ -212,7 +212,8 @@ StepView Inspector::view(const InspectionPoint& requested) {
   v.point = p;
 
   const bool recurrent = result.trace.layerKind(p.layer).recurrent;
-  v.showsLatent = result.trace.layerKind(p.layer).latent;
+  // Latent rows as their own kind; decompressed heads (model.latent_records "heads") are K/V.
+  v.showsLatent = result.trace.layerKind(p.layer).latent && !result.trace.model.latentHeads;
   FloatTensor cachedT, refT;
   if (recurrent) {
     // A recurrent layer: its state after the step, one value head's [Dk, Dv] as the heatmap's rows.

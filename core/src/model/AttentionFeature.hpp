@@ -1,7 +1,8 @@
 // What an attention path can leave out of a layer's attention while every K/V record stays
 // right: Gemma 2's score soft-cap, GPT-OSS's learned sinks, the per-head layout of DeepSeek's
-// kv_b_proj in an absorbed latent attention. The engine's faults drop one (softcap_dropped,
-// sink_dropped, mla_absorb) and the audit's hypothesis passes test a dropped one.
+// kv_b_proj in an absorbed latent attention, yarn's mscale in DeepSeek's softmax scale. The
+// engine's faults drop one (softcap_dropped, sink_dropped, mla_absorb, score_mscale) and the
+// audit's hypothesis passes test a dropped one.
 #pragma once
 
 namespace kvscope::detail {
@@ -14,6 +15,10 @@ enum class AttentionFeature {
   // head's key rows, then every head's value rows, attends with weights that do not match the
   // latent (mla_absorb).
   LatentHeadSplit,
+  // DeepSeek's softmax scale is qk_head_dim^-0.5 times yarn's mscale(factor, mscale_all_dim)^2
+  // (MlaConfig::scoreMscale); a path that leaves the mscale out scores flatter (transformers
+  // 4.x's DeepseekV2Attention: score_mscale).
+  ScoreMscale,
 };
 
 }  // namespace kvscope::detail

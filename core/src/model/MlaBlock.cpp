@@ -58,12 +58,7 @@ torch::Tensor ModelImpl::latentAttentionBlock(int64_t layer, const torch::Tensor
   detail::tapTensor(taps, layer, "k_proj", keyRows);
   detail::tapTensor(taps, layer, "v_proj", valueRows);
   const detail::KvView kv = attention.attend(layer, keyRows, valueRows);
-  const int64_t t = kv.keys.size(2);
-  // Every head's key nope part and value from the held latent rows: [B, nh, t, nope + v].
-  const auto expanded =
-      project(kv.keys.select(1, 0), w.kvBW, {}).view({B, t, nh, m.nopeDim + m.valueDim}).transpose(1, 2);
-  const auto keys = torch::cat({expanded.narrow(-1, 0, m.nopeDim), kv.values.expand({B, nh, t, m.ropeDim})}, -1);
-  const auto values = expanded.narrow(-1, m.nopeDim, m.valueDim);
+  const auto [keys, values] = decompressedHeads(layer, kv.keys, kv.values);
   const torch::Tensor qNope = q.narrow(-1, 0, m.nopeDim);
   torch::Tensor context = attendInChunks(layer, torch::cat({qNope, qRope}, -1), keys, values, kv.allowed,
                                          attention);  // [B, nh, s, v]
@@ -80,6 +75,18 @@ torch::Tensor ModelImpl::latentAttentionBlock(int64_t layer, const torch::Tensor
   auto out = project(context.transpose(1, 2).reshape({B, s, nh * m.valueDim}), w.oW, w.oB);
   detail::tapTensor(taps, layer, "attn_out", out);
   return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> ModelImpl::decompressedHeads(int64_t layer, const torch::Tensor& latentRows,
+                                                                     const torch::Tensor& ropedParts) const {
+  const MlaConfig& m = config.mla;
+  const int64_t B = latentRows.size(0), t = latentRows.size(2), nh = config.numHeads;
+  // Every head's key nope part and value from the latent rows: [B, nh, t, nope + v].
+  const auto expanded = project(latentRows.select(1, 0), layers[static_cast<size_t>(layer)].kvBW, {})
+                            .view({B, t, nh, m.nopeDim + m.valueDim})
+                            .transpose(1, 2);
+  return {torch::cat({expanded.narrow(-1, 0, m.nopeDim), ropedParts.expand({B, nh, t, m.ropeDim})}, -1),
+          expanded.narrow(-1, m.nopeDim, m.valueDim)};
 }
 
 torch::Tensor ModelImpl::absorbedContext(int64_t layer, const torch::Tensor& qNope, const torch::Tensor& qRope,

@@ -236,6 +236,11 @@ torch::Tensor ModelImpl::attendQueries(int64_t layer, const torch::Tensor& q, co
   else
     scores = scores * (1.0f / std::sqrt(static_cast<float>(d)));
   if (config.scaleAttnByInverseLayerIdx) scores = scores / static_cast<float>(layer + 1);
+  if (config.mla.scoreMscale != 1.0) {
+    // Query rows a path scores without yarn's mscale (score_mscale, or the audit's hypothesis).
+    const torch::Tensor plain = queriesOf(attention.droppedQueries(detail::AttentionFeature::ScoreMscale, layer, B, s));
+    if (plain.defined()) scores = torch::where(plain, scores / static_cast<float>(config.mla.scoreMscale), scores);
+  }
   if (config.attnLogitSoftcap > 0) {
     // Gemma 2's soft-cap, before the mask; query rows a path runs without it (the
     // softcap_dropped fault, or the audit's hypothesis) keep the raw scores.

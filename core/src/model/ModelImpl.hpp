@@ -96,6 +96,12 @@ struct ModelImpl {
   MemoryNeed forwardMemory(int64_t B, int64_t s, int64_t t) const;
   /// Validates ids and positions without running anything.
   void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
+  /// A latent layer's rows decompressed per head, as the forward attends them and a
+  /// decompressing engine (transformers 4.x) caches them: latent rows [B, 1, t, Rkv] and roped
+  /// key parts [B, 1, t, rope] -> each head's key [B, nh, t, nope + rope] (kv_b_proj's nope part,
+  /// then the shared roped part) and value [B, nh, t, v].
+  std::pair<torch::Tensor, torch::Tensor> decompressedHeads(int64_t layer, const torch::Tensor& latentRows,
+                                                            const torch::Tensor& ropedParts) const;
 
  private:
   /// wholeCos/wholeSin: the layer's RoPE over the whole head, defined only when a row of the

@@ -24,7 +24,7 @@ bool TraceModelInfo::operator==(const TraceModelInfo& o) const {
          directory == o.directory && numLayers == o.numLayers && numHeads == o.numHeads &&
          numKvHeads == o.numKvHeads && headDim == o.headDim && valueDim() == o.valueDim() && vocabSize == o.vocabSize &&
          maxPositions == o.maxPositions && storedDtype == o.storedDtype &&
-         computeDtype == o.computeDtype && rope == o.rope;
+         computeDtype == o.computeDtype && rope == o.rope && latentHeads == o.latentHeads;
 }
 
 bool TraceRequest::operator==(const TraceRequest& o) const {

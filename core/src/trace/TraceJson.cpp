@@ -148,6 +148,7 @@ json traceHeaderToJson(const Trace& t, int version) {
                   {"compute_dtype", m.computeDtype}};
   if (m.valueHeadDim > 0 && m.valueHeadDim != m.headDim) doc["model"]["value_head_dim"] = m.valueHeadDim;
   if (m.rope) doc["model"]["rope_parameters"] = ropeToJson(*m.rope);
+  if (m.latentHeads) doc["model"]["latent_records"] = "heads";  // absent: "latent"
   doc["requests"] = json::array();
   for (const auto& r : t.requests) {
     json p;
@@ -203,6 +204,13 @@ Trace traceHeaderFromJson(const json& doc, const std::string& file, int version)
   t.model.storedDtype = m.string("stored_dtype");
   t.model.computeDtype = m.string("compute_dtype", "float32");
   t.model.rope = ropeFromJson(m);
+  if (m.has("latent_records")) {
+    const std::string records = m.string("latent_records");
+    if (records != "latent" && records != "heads")
+      m.fail("latent_records", "\"" + records + "\": expected \"latent\" (latent rows and roped key parts) or "
+                               "\"heads\" (each head's decompressed key and value)");
+    t.model.latentHeads = records == "heads";
+  }
   if (t.model.numLayers <= 0 || t.model.numKvHeads <= 0 || t.model.headDim <= 0 || t.model.vocabSize <= 0)
     throw InputError(file, "model", "num_layers, num_kv_heads, head_dim and vocab_size must be positive");
   const json& reqs = top.child("requests");

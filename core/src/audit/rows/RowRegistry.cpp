@@ -51,6 +51,10 @@ const std::vector<const FailureRow*>& RowRegistry::rows() {
       // again (a layer's latent rows exact, the next one's wrong), from the first decode step;
       // claimed only when an uncached pass with those weights reproduces every record.
       &rows::mlaAbsorb(),
+      // DeepSeek's softmax scale without yarn's mscale^2: the same signature (a layer's rows
+      // exact, the next one's wrong) from the prefill on, position 0 right (one key: any scale
+      // gives it weight 1); claimed only when an uncached pass so scored reproduces every record.
+      &rows::scoreMscale(),
       // A chunked layer masked as a sliding window of the chunk: the same signature as a
       // dropped feature (a layer's records exact, the next one's wrong) but only past the
       // first chunk; claimed only when an uncached pass with that mask reproduces every record.

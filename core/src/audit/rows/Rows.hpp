@@ -31,6 +31,7 @@ const FailureRow& layerRopeTheta();
 const FailureRow& partialRotary();
 const FailureRow& sinkDropped();
 const FailureRow& mlaAbsorb();
+const FailureRow& scoreMscale();
 const FailureRow& yarnAttentionFactor();
 const FailureRow& expertRouting();
 const FailureRow& chunkMask();

@@ -49,15 +49,14 @@ void readLatentAttentionConfig(const ConfigReader& r, ModelConfig& c, MlaConfig:
     throw InputError(r.file(), "partial_rotary_factor",
                      "DeepSeek rotates all qk_rope_head_dim features of its roped part; found " +
                          std::to_string(c.rope.partialRotaryFactor));
+  if (c.rope.type != "default" && c.rope.mscaleAllDim != 0)
+    m.scoreMscale = std::pow(yarnMscale(c.rope.factor, c.rope.mscaleAllDim), 2);
   c.mla = m;
   // The cache's geometry: one latent row (keys) and one roped key part (values) per token.
   c.numKvHeads = 1;
   c.headDim = m.kvLoraRank;
   c.valueHeadDim = m.ropeDim;
-  double scale = 1.0 / std::sqrt(static_cast<double>(m.queryDim()));
-  if (c.rope.type != "default" && c.rope.mscaleAllDim != 0)
-    scale *= std::pow(yarnMscale(c.rope.factor, c.rope.mscaleAllDim), 2);
-  c.attentionScale = scale;
+  c.attentionScale = m.scoreMscale / std::sqrt(static_cast<double>(m.queryDim()));
   c.qkvBias = c.outputProjBias = r.boolOr("attention_bias", false);
 }
 

@@ -50,7 +50,9 @@ class MlaAbsorbRow final : public AttentionOutputRow {
   bool explain(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a, const Evidence& ev,
                bool logitsOnly) const override {
     const ModelConfig* config = ctx.refs.modelConfig();
-    if (!config || !config->mla.enabled()) return false;
+    // A trace of decompressed heads (model.latent_records "heads") is a decompressing engine's:
+    // it never decodes in the absorbed form.
+    if (!config || !config->mla.enabled() || ctx.trace.model.latentHeads) return false;
     return explainDroppedFeature(ctx, r, a, ev, logitsOnly, AttentionFeature::LatentHeadSplit,
                                  MlaAbsorbEvidence::finding);
   }

@@ -40,6 +40,9 @@ class YarnAttentionFactorRow final : public FailureRow {
 
   bool explainRecords(DiagnosisContext& ctx, int64_t r, const StepAnalysis& a,
                       const RequestReference& own, const Evidence& ev) const override {
+    // Latent attention recorded per head: the rotated features are each key's last
+    // qk_rope_head_dim, neither a whole record nor the value records this check reads.
+    if (ctx.trace.model.latentHeads) return false;
     return explainKeyRecords<YarnAttentionFactorEvidence>(ctx, r, a, own, ev);
   }
 
