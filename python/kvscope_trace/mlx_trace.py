@@ -9,7 +9,11 @@ ChunkedKVCache on its chunked layers); after every forward the recorder takes th
 and, per layer, the rows the forward appended (the last ones the layer holds). A ChunkedKVCache
 drops the rows before the current chunk (`maybe_trim_front`): its layers are recorded as
 chunked (`layer_kinds`), with the entries fed as their length and without checksums, which
-would cover only the rows it kept. Tokens are chosen with KV Scope's policy and
+would cover only the rows it kept. DeepSeek's latent attention (layer_kinds "latent"): mlx-lm's
+V3 KVCache holds the latent rows and roped key parts as transformers 5 does, but turns the roped
+part as pairs (2i, 2i+1) left in place (traditional RoPE), where V3 with `rope_interleave` writes
+the turned pairs de-interleaved (evens, then odds): the recorder reads V3's values in that order.
+mlx-lm's V2 caches each head's decompressed key and value (model.latent_records "heads"). Tokens are chosen with KV Scope's policy and
 generator (hf_trace.decode). `--save-state` writes the last request's cache with mlx-lm's own
 `save_prompt_cache`, its metadata naming the tokens it holds ("tokens": "1,2,3"), which
 `kvscope-cli audit --model DIR --trace FILE.safetensors` reads (kvscope/MlxPromptCacheTrace.hpp).
@@ -62,16 +66,21 @@ class _CacheView:
     each; and what the latest forward appended), holding the mlx-lm cache the next forward
     continues."""
 
-    def __init__(self, mlx_cache, fed: int):
+    def __init__(self, mlx_cache, fed: int, value_order: Optional[np.ndarray] = None):
         from .hf_trace import APPENDED_ATTR
         self.mlx = mlx_cache
+        self.value_order = value_order
         self.logical_lengths = [int(c.offset) for c in mlx_cache]
         appended = {}
         for i, c in enumerate(mlx_cache):
             k, v = _held(c)
             if k is not None:
-                appended[i] = (np.array(k[..., k.shape[2] - fed:, :]), np.array(v[..., v.shape[2] - fed:, :]))
+                appended[i] = (np.array(k[..., k.shape[2] - fed:, :]), self._values(v[..., v.shape[2] - fed:, :]))
         setattr(self, APPENDED_ATTR, appended)
+
+    def _values(self, v) -> np.ndarray:
+        v = np.array(v)
+        return v if self.value_order is None else v[..., self.value_order]
 
     @property
     def layers(self):
@@ -79,8 +88,21 @@ class _CacheView:
         out = []
         for c in self.mlx:
             k, v = _held(c)
-            out.append(SimpleNamespace(keys=None if k is None else np.array(k), values=None if v is None else np.array(v)))
+            out.append(SimpleNamespace(keys=None if k is None else np.array(k), values=None if v is None else self._values(v)))
         return out
+
+
+def latent_value_order(config) -> Optional[np.ndarray]:
+    """The feature order to read mlx-lm's roped key parts (a latent layer's values) in: mlx-lm
+    turns DeepSeek's pairs (2i, 2i+1) in place; V3 with rope_interleave (transformers, the trace)
+    holds the turned pairs evens first, then odds. None: as they are (V2 keeps them in place)."""
+    from .hf_trace import latent_attention, text_config
+    c = text_config(config)
+    if not latent_attention(config) or getattr(c, "model_type", "") != "deepseek_v3" or \
+            not getattr(c, "rope_interleave", True):
+        return None
+    r = int(c.qk_rope_head_dim)
+    return np.concatenate([np.arange(0, r, 2), np.arange(1, r, 2)])
 
 
 def _mx():
@@ -95,6 +117,28 @@ class MlxSession:
         self.model, self.tokenizer = load(model_dir)
         self.model_dir = model_dir
         self.cache = None
+        self.layout = self._latent_layout()
+        self.value_order = latent_value_order(self.config()) if self.layout == "latent" else None
+
+    def _latent_layout(self) -> Optional[str]:
+        """What mlx-lm caches of a latent-attention model (None: the config has none): "latent"
+        (V3: latent rows and roped key parts) or "heads" (V2: each head's decompressed key and
+        value), read off a one-token forward's cache."""
+        if not self.latent():
+            return None
+        self.new_cache()
+        self.logits([0])
+        heads = int(self.cache[0].keys.shape[1])
+        self.cache = None
+        return "heads" if heads == int(self.config().num_attention_heads) and heads > 1 else "latent"
+
+    def config(self):
+        import transformers
+        return transformers.AutoConfig.from_pretrained(self.model_dir)
+
+    def latent(self) -> bool:
+        from .hf_trace import latent_attention
+        return latent_attention(self.config())
 
     def new_cache(self):
         from mlx_lm.models.cache import make_prompt_cache
@@ -115,7 +159,7 @@ class MlxSession:
         offset = self.cache[0].offset
         if positions[0] != offset:
             raise ValueError(f"mlx-lm feeds at the cache offset {offset}, not position {positions[0]}")
-        return self.logits(ids), _CacheView(self.cache, len(ids))
+        return self.logits(ids), _CacheView(self.cache, len(ids), self.value_order)
 
     def trim(self, n: int) -> int:
         from mlx_lm.models.cache import trim_prompt_cache
@@ -127,15 +171,14 @@ class MlxSession:
 
     def model_info(self, fingerprint: bool = True) -> Dict[str, Any]:
         from .hf_trace import model_info, text_config
-        import transformers
 
         from mlx.utils import tree_flatten
 
-        cfg = transformers.AutoConfig.from_pretrained(self.model_dir)
+        cfg = self.config()
         kinds = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(self.model.parameters())}
         dtype = "bfloat16" if "bfloat16" in kinds else "float16" if "float16" in kinds else "float32"
         vocab = int(text_config(cfg).vocab_size)  # a multimodal config (Llama 4): its text model's
-        return model_info(cfg, self.model_dir, vocab, dtype, fingerprint=fingerprint)
+        return model_info(cfg, self.model_dir, vocab, dtype, fingerprint=fingerprint, latent_layout=self.layout)
 
     def engine_name(self) -> str:
         import mlx.core
@@ -161,7 +204,8 @@ def record(args, policy: Dict[str, Any]) -> int:
         raise SystemExit("kvscope-record: --snapshots needs every row of each layer; mlx-lm's ChunkedKVCache "
                          "keeps only the current chunk's")
     rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=args.store,
-                        checksums=not kinds)  # a chunked layer's checksum would cover the rows it kept
+                        checksums=not kinds,  # a chunked layer's checksum would cover the rows it kept
+                        latent=s.latent())
     if kinds:
         rec.writer.extra["layer_kinds"] = kinds
     eos = s.tokenizer.eos_token_ids if hasattr(s.tokenizer, "eos_token_ids") else []

@@ -1,12 +1,13 @@
 // mlx-lm prompt caches as traces (tests/fixtures/mlx, saved by mlx-lm itself with
-// save_prompt_cache: make_mlx_fixtures.py): KVCache and unwrapped RotatingKVCache layers audit
-// clean against the checkpoint that made them, with the tokens from the file's metadata or
+// save_prompt_cache: make_mlx_fixtures.py): KVCache and unwrapped RotatingKVCache layers, and
+// DeepSeek's latent or decompressed-head caches, audit clean against the checkpoint that made them, with the tokens from the file's metadata or
 // given by the caller; a wrapped ring, a cache without tokens, another model and a damaged
 // file are refused naming the file and the field.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "TestSupport.hpp"
 #include "kvscope/Auditor.hpp"
@@ -43,6 +44,25 @@ TEST(MlxPromptCache, SavedCachesAuditCleanAgainstTheirCheckpoint) {
     const auto r = Auditor::audit(*model, t);
     EXPECT_TRUE(r.report.clean()) << r.report.toText();
     EXPECT_EQ(r.report.stage(AuditStage::Cache)->status, StageStatus::Pass);
+  }
+}
+
+// DeepSeek: mlx-lm's V3 caches latent rows and roped key parts (the pairs turned in place, read
+// back in V3's de-interleaved order), its V2 each head's decompressed key and value.
+TEST(MlxPromptCache, DeepseekCachesAuditCleanAsLatentRowsOrDecompressedHeads) {
+  for (const auto& [family, heads] : {std::pair<std::string, bool>{"deepseek_v3", false}, {"deepseek_v2", true}}) {
+    SCOPED_TRACE(family);
+    auto model = Model::load(test::fixture("families/models/" + family));
+    const Trace t = readMlxPromptCacheTrace(mlxFixture(family + (heads ? "-heads" : "-latent") + ".safetensors"),
+                                            model->checkpoint());
+    EXPECT_EQ(t.model.latentHeads, heads);
+    ASSERT_EQ(t.layerKinds.size(), 3u);
+    for (const auto& k : t.layerKinds) EXPECT_TRUE(k.latent);
+    const auto& first = t.steps[0].layers[0];
+    EXPECT_EQ(first.keys.shape, heads ? (std::vector<int64_t>{4, 13, 24}) : (std::vector<int64_t>{1, 13, 32}));
+    EXPECT_EQ(first.values.shape, heads ? (std::vector<int64_t>{4, 13, 12}) : (std::vector<int64_t>{1, 13, 8}));
+    const auto r = Auditor::audit(*model, t);
+    EXPECT_TRUE(r.report.clean()) << r.report.toText();
   }
 }
 

@@ -1,7 +1,9 @@
 // mlx-lm prompt caches (save_prompt_cache: safetensors naming each layer's cache class in its
 // metadata): the container, the classes, the state scalars (offset, max_size, write index),
 // the key/value shapes and offsets against a three-layer Llama of two 16-wide kv heads (the
-// fixture's shape), the token list of the metadata; given tokens when it has none.
+// fixture's shape) and a three-layer DeepSeek V3 (latent rows of 32, roped parts of 8 turned in
+// place, or 4 decompressed heads: the deepseek seeds), the token list of the metadata; given
+// tokens when it has none.
 #include "FuzzSupport.hpp"
 #include "kvscope/ModelConfig.hpp"
 #include "trace/MlxPromptCache.hpp"
@@ -16,10 +18,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                      {"intermediate_size", 128}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
                      {"num_key_value_heads", 2}, {"max_position_embeddings", 128}},
       "fuzz-config.json");
+  static const ModelConfig latent = ModelConfig::fromJson(
+      nlohmann::json{{"model_type", "deepseek_v3"}, {"vocab_size", 1200}, {"hidden_size", 64},
+                     {"intermediate_size", 128}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                     {"kv_lora_rank", 32}, {"q_lora_rank", nullptr}, {"qk_rope_head_dim", 8},
+                     {"qk_nope_head_dim", 16}, {"v_head_dim", 12}, {"rope_interleave", true},
+                     {"n_routed_experts", 8}, {"n_group", 2}, {"topk_group", 1}, {"num_experts_per_tok", 2},
+                     {"max_position_embeddings", 128}},
+      "fuzz-config.json");
   const auto path = fuzz::scratch() / "input.safetensors";
   fuzz::writeFile(path, data, size);
-  fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), config, {}); });
-  fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), config, std::vector<int64_t>(8, 5)); });
+  for (const ModelConfig* c : {&config, &latent}) {
+    fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), *c, {}); });
+    fuzz::accepts([&] { (void)detail::mlxPromptCacheTrace(path.string(), *c, std::vector<int64_t>(8, 5)); });
+  }
   fuzz::expectUnchanged(path, data, size);
   return 0;
 }

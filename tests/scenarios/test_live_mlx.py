@@ -18,6 +18,12 @@ pinned in tests/live/requirements-mlx.txt (scripts/live-python.sh --mlx):
   the others): with no_rope_layers [1, 0, 1, 1] the audit says `nope_layer_rope` at layer 1,
   position 0, the layers where the list and the interval rule disagree (1 and 3) run as the
   other kind, their chunking with them.
+- DeepSeek V3 and V2 (the family fixtures, given mlx-lm the 4.x keys it reads: rope_scaling
+  and rope_theta): mlx-lm's V3 caches the latent rows and roped key parts as transformers 5 does
+  and decodes in the absorbed form; it turns the roped pairs in place, which for V3
+  (rope_interleave) the recorder and the prompt-cache reader put back in V3's order. Its V2
+  caches each head's decompressed key and value (model.latent_records "heads"). Greedy runs and
+  their saved prompt caches audit clean.
 - A prompt-cache reuse off by one token through mlx-lm's own API: request 1 shares 6 prompt
   tokens with request 0, whose cache is trimmed (trim_prompt_cache) to 7 entries instead of 6
   and reused; request 1 feeds its tokens from position 7. Recorded as the prefix hit the
@@ -214,6 +220,34 @@ class MlxUnderAuditTest(unittest.TestCase):
         path = os.path.join(self.tmp.name, name + ".kvtrace")
         w.save(path)
         return path
+
+    def test_deepseek_latent_caches_audit_clean(self):
+        sys.path.insert(0, HERE)
+        from test_live_transformers import v4_copy  # the fixture's 5.x keys as 4.x (and mlx-lm) read them
+        for family in ("deepseek_v3", "deepseek_v2"):
+            with self.subTest(family=family):
+                model = v4_copy(os.path.join(REPO, "tests", "fixtures", "families", "models", family),
+                                os.path.join(self.tmp.name, family))
+                with open(os.path.join(model, "config.json")) as f:
+                    cfg = json.load(f)
+                MODELS[family] = model
+                out = os.path.join(self.tmp.name, f"{family}.kvtrace")
+                cache = out.replace(".kvtrace", ".safetensors")
+                self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", model, "--prompt-ids",
+                                                ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
+                                                "--save-state", cache, "--out", out]), 0)
+                t = kvtrace.read_trace(out)
+                self.assertEqual([k["kind"] for k in t.extra["layer_kinds"]], ["latent"] * cfg["num_hidden_layers"])
+                if family == "deepseek_v3":  # latent rows and roped key parts
+                    shape, run = (1, cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]), "greedy, latent KVCache"
+                else:  # mlx-lm's V2: each head's decompressed key and value
+                    shape = (cfg["num_attention_heads"], cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"],
+                             cfg["v_head_dim"])
+                    run = "greedy, KVCache of decompressed heads"
+                    self.assertEqual(t.model["latent_records"], "heads")
+                self.assertEqual((t.model["num_kv_heads"], t.model["head_dim"], t.model["value_head_dim"]), shape)
+                self.check(family, run, out, fr.Expectation())
+                self.check(family, "greedy: saved prompt cache", cache, fr.Expectation())
 
     def test_prompt_cache_reuse_off_by_one_is_found(self):
         self.check("llama", "prompt-cache reuse of 6 shared tokens", self.reuse(6, "reuse-6"), fr.Expectation())

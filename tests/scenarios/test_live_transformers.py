@@ -121,8 +121,13 @@ def v4_readable(root: str, family: str) -> str:
     with open(os.path.join(src, "config.json")) as f:
         if json.load(f)["model_type"] in V5_ONLY:
             return None
+    return v4_copy(src, os.path.join(root, family + "-v4"))
+
+
+def v4_copy(src: str, dst: str) -> str:
+    """A copy of checkpoint `src` at `dst` whose config.json has 4.x's keys (v4_keys): what
+    transformers 4.x and mlx-lm read."""
     import shutil
-    dst = os.path.join(root, family + "-v4")
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
         cfg = json.load(f)

@@ -6,7 +6,12 @@
 // scalars under "2.<n>". A KVCache holds its rows in position order, the first `offset` of a
 // buffer that grows in steps; a RotatingKVCache (a sliding window of max_size rows, the first
 // `keep` never evicted) does the same until its ring wraps (offset > max_size), after which
-// its slots hold the last rows out of order (not read yet: refused by name).
+// its slots hold the last rows out of order (not read yet: refused by name). DeepSeek's latent
+// attention (V2, V3): a KVCache of latent rows [B, 1, S, kv_lora_rank] and roped key parts
+// [B, 1, S, qk_rope_head_dim], as transformers 5 caches them, read as latent layers (mlx-lm turns
+// the roped pairs in place, so V3's, rope_interleave: evens then odds, are reordered), or each
+// head's decompressed key [B, heads, S, nope + rope] and value (mlx-lm's V2; the trace says
+// model.latent_records "heads").
 //
 // The file names no tokens: they come from its metadata "tokens" ("1,2,3", what
 // kvscope-record --engine mlx --save-state writes) or from the caller (the audit's

@@ -51,6 +51,20 @@ std::vector<int64_t> namedTokens(const SafetensorsFile& f) {
   return out;
 }
 
+// mlx-lm turns DeepSeek's roped key part as pairs (2i, 2i+1) left in place (traditional RoPE);
+// V3 with rope_interleave (transformers, KV Scope's records) writes the turned pairs evens
+// first, then odds: each row [.., d] in that order.
+FloatTensor deinterleavedFeatures(const FloatTensor& t) {
+  FloatTensor out = t;
+  const int64_t d = t.shape.back(), half = d / 2;
+  for (size_t row = 0; row + static_cast<size_t>(d) <= t.data.size(); row += static_cast<size_t>(d))
+    for (int64_t j = 0; j < half; ++j) {
+      out.data[row + static_cast<size_t>(j)] = t.data[row + static_cast<size_t>(2 * j)];
+      out.data[row + static_cast<size_t>(half + j)] = t.data[row + static_cast<size_t>(2 * j + 1)];
+    }
+  return out;
+}
+
 }  // namespace
 
 bool isMlxPromptCacheFile(const std::string& path) {
@@ -87,6 +101,13 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     throw InputError(path, "1." + std::to_string(classes.size() - 1),
                      std::to_string(classes.size()) + " cache layers; the checkpoint has " +
                          std::to_string(config.numLayers));
+  // mlx-lm's DeepSeek V3 caches latent rows and roped key parts; its V2 each head's decompressed
+  // key and value (model.latent_records "heads"), which layer 0's keys tell.
+  const MlaConfig& mla = config.mla;
+  const auto& firstKeys = f.entry("0.0");
+  const bool heads = mla.enabled() && firstKeys.shape.size() == 4 && firstKeys.shape[1] == config.numHeads &&
+                     firstKeys.shape[3] == mla.queryDim();
+  const int64_t kvHeads = heads ? config.numHeads : config.numKvHeads;
   int64_t offset = -1;
   std::vector<TraceLayerRecord> layers;
   for (size_t l = 0; l < classes.size(); ++l) {
@@ -112,17 +133,21 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     for (int kv = 0; kv < 2; ++kv) {
       const std::string name = i + "." + std::to_string(kv);
       const auto& e = f.entry(name);
-      if (e.shape.size() != 4 || e.shape[0] != 1 || e.shape[1] != config.numKvHeads || e.shape[3] != config.headDim ||
+      const int64_t d = heads ? (kv == 0 ? mla.queryDim() : mla.valueDim)
+                              : (kv == 0 ? config.headDim : config.cacheValueDim());  // latent rows | roped parts
+      if (e.shape.size() != 4 || e.shape[0] != 1 || e.shape[1] != kvHeads || e.shape[3] != d ||
           e.shape[2] < offset || offset < 0)
         throw InputError(path, name,
                          "shape " + shapeString(e.shape) + " with offset " + std::to_string(offset) +
-                             "; the checkpoint's cache is [1, " + std::to_string(config.numKvHeads) + ", >= offset, " +
-                             std::to_string(config.headDim) + "]");
-      const int64_t S = e.shape[2], d = config.headDim;
-      FloatTensor out = FloatTensor::zeros({config.numKvHeads, offset, d});
-      for (int64_t h = 0; h < config.numKvHeads; ++h)
+                             "; the checkpoint's cache is [1, " + std::to_string(kvHeads) + ", >= offset, " +
+                             std::to_string(d) + "]");
+      const int64_t S = e.shape[2];
+      FloatTensor out = FloatTensor::zeros({kvHeads, offset, d});
+      for (int64_t h = 0; h < kvHeads; ++h)
         f.readFloatElements(name, static_cast<size_t>(h * S * d), static_cast<size_t>(offset * d),
                             out.data.data() + static_cast<size_t>(h * offset * d));
+      if (kv == 1 && mla.enabled() && !heads && mla.ropePairs == MlaConfig::RopePairs::Deinterleaved)
+        out = deinterleavedFeatures(out);
       (kv == 0 ? rec.keys : rec.values) = std::move(out);
     }
     layers.push_back(std::move(rec));
@@ -135,6 +160,12 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
   std::vector<int64_t> positions(static_cast<size_t>(offset));
   std::iota(positions.begin(), positions.end(), 0);
   Trace t = savedCacheTrace("mlx-lm prompt cache", path, config, tokens, std::move(positions), std::move(layers));
+  if (heads) {
+    t.model.numKvHeads = config.numHeads;
+    t.model.headDim = mla.queryDim();
+    t.model.valueHeadDim = mla.valueDim;
+    t.model.latentHeads = true;
+  }
   const auto& first = f.entry("0.0");
   t.tensorDtype = first.dtype == SafetensorsDtype::F16 ? "F16" : first.dtype == SafetensorsDtype::BF16 ? "BF16" : "F32";
   t.model.computeDtype = t.tensorDtype == "F16" ? "float16" : t.tensorDtype == "BF16" ? "bfloat16" : "float32";

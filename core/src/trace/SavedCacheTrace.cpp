@@ -25,6 +25,11 @@ Trace savedCacheTrace(const std::string& engine, const std::string& path, const 
   t.mode = "cached";
   t.model = TraceModelInfo::ofConfig(config);
   t.model.directory = path;
+  if (config.mla.enabled()) {  // every layer's rows: latent rows and roped key parts
+    TraceLayerKind latent;
+    latent.latent = true;
+    t.layerKinds.assign(static_cast<size_t>(config.numLayers), latent);
+  }
   TraceRequest r;
   r.promptIds = tokens;
   r.stopReason = "unknown";
