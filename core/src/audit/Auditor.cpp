@@ -458,7 +458,8 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
     fail("the trace's " + f.field + " (" + f.what + ") is " + f.traceValue + " but the model's is " + f.modelValue);
   if (misfit.empty())
     s1.checks.push_back("ok: architecture, cache shape and vocabulary fit the model (" + std::to_string(c.numLayers) + " layers, " +
-                        std::to_string(c.numKvHeads) + " kv heads, head dim " + std::to_string(c.headDim) + ", vocab_size " +
+                        std::to_string(m.numKvHeads) + " kv heads, head dim " + std::to_string(m.headDim) +
+                        (m.latentHeads ? " (each head's decompressed latent attention)" : "") + ", vocab_size " +
                         std::to_string(c.vocabSize) + ")");
   if (cached.isLayerSubset())
     s1.checks.push_back("note: the trace holds " + describeTraceLayers(cached) +
