@@ -113,12 +113,14 @@ def _mx():
 class MlxSession:
     def __init__(self, model_dir: str):
         from mlx_lm import load  # lazily: the rest of the package needs numpy only
+        import transformers
 
         self.model, self.tokenizer = load(model_dir)
         self.model_dir = model_dir
+        self.hf_config = transformers.AutoConfig.from_pretrained(model_dir)  # the checkpoint's, read once
         self.cache = None
         self.layout = self._latent_layout()
-        self.value_order = latent_value_order(self.config()) if self.layout == "latent" else None
+        self.value_order = latent_value_order(self.hf_config) if self.layout == "latent" else None
 
     def _latent_layout(self) -> Optional[str]:
         """What mlx-lm caches of a latent-attention model (None: the config has none): "latent"
@@ -130,15 +132,11 @@ class MlxSession:
         self.logits([0])
         heads = int(self.cache[0].keys.shape[1])
         self.cache = None
-        return "heads" if heads == int(self.config().num_attention_heads) and heads > 1 else "latent"
-
-    def config(self):
-        import transformers
-        return transformers.AutoConfig.from_pretrained(self.model_dir)
+        return "heads" if heads == int(self.hf_config.num_attention_heads) and heads > 1 else "latent"
 
     def latent(self) -> bool:
         from .hf_trace import latent_attention
-        return latent_attention(self.config())
+        return latent_attention(self.hf_config)
 
     def new_cache(self):
         from mlx_lm.models.cache import make_prompt_cache
@@ -174,7 +172,7 @@ class MlxSession:
 
         from mlx.utils import tree_flatten
 
-        cfg = self.config()
+        cfg = self.hf_config
         kinds = {str(v.dtype).split(".")[-1] for _, v in tree_flatten(self.model.parameters())}
         dtype = "bfloat16" if "bfloat16" in kinds else "float16" if "float16" in kinds else "float32"
         vocab = int(text_config(cfg).vocab_size)  # a multimodal config (Llama 4): its text model's

@@ -3,8 +3,9 @@
 # Each CTest test is a process, and a process of kvscope_core_tests pays for loading LibTorch
 # before it runs anything: 0.6 s here, 1.6 s built with ASan + UBSan. With one process per
 # test that start-up was about 70% of the sanitizer suite's time (941 tests: 1,500 of its
-# 2,080 CPU seconds); one process per suite pays it 109 times. A suite's tests run in their
-# declared order in one process, as `kvscope_core_tests --gtest_filter=Suite.*` runs them.
+# 2,080 CPU seconds); one process per suite pays it once a suite (108 here). A suite's tests
+# run in their declared order in one process, as `kvscope_core_tests --gtest_filter=Suite.*`
+# runs them.
 #
 # kvscope_add_gtest_suites(TARGET [ENVIRONMENT list])
 #   After each link of TARGET, lists its tests (--gtest_list_tests) and writes one

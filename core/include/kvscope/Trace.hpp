@@ -48,7 +48,9 @@ struct TraceModelInfo {
   int64_t valueDim() const { return valueHeadDim > 0 ? valueHeadDim : headDim; }
   /// The shape fields of a model of `config` (architecture, layers, heads, kv heads, head
   /// size, vocabulary, positions); fingerprint, directory and dtypes are the caller's.
-  static TraceModelInfo ofConfig(const ModelConfig& config);
+  /// `latentHeads` (a latent-attention model only): the records as each head's decompressed
+  /// key and value (model.latent_records "heads") instead of the latent rows the model caches.
+  static TraceModelInfo ofConfig(const ModelConfig& config, bool latentHeads = false);
 };
 
 struct TraceRequest {

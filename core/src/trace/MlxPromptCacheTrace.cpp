@@ -107,7 +107,8 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
   const auto& firstKeys = f.entry("0.0");
   const bool heads = mla.enabled() && firstKeys.shape.size() == 4 && firstKeys.shape[1] == config.numHeads &&
                      firstKeys.shape[3] == mla.queryDim();
-  const int64_t kvHeads = heads ? config.numHeads : config.numKvHeads;
+  const TraceModelInfo shape = TraceModelInfo::ofConfig(config, heads);  // the records the layers hold
+  const int64_t kvHeads = shape.numKvHeads;
   int64_t offset = -1;
   std::vector<TraceLayerRecord> layers;
   for (size_t l = 0; l < classes.size(); ++l) {
@@ -133,8 +134,7 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     for (int kv = 0; kv < 2; ++kv) {
       const std::string name = i + "." + std::to_string(kv);
       const auto& e = f.entry(name);
-      const int64_t d = heads ? (kv == 0 ? mla.queryDim() : mla.valueDim)
-                              : (kv == 0 ? config.headDim : config.cacheValueDim());  // latent rows | roped parts
+      const int64_t d = kv == 0 ? shape.headDim : shape.valueDim();
       if (e.shape.size() != 4 || e.shape[0] != 1 || e.shape[1] != kvHeads || e.shape[3] != d ||
           e.shape[2] < offset || offset < 0)
         throw InputError(path, name,
@@ -159,15 +159,9 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
   if (offset == 0) throw InputError(path, "0.2", "the cache is empty (offset 0)");
   std::vector<int64_t> positions(static_cast<size_t>(offset));
   std::iota(positions.begin(), positions.end(), 0);
-  Trace t = savedCacheTrace("mlx-lm prompt cache", path, config, tokens, std::move(positions), std::move(layers));
-  if (heads) {
-    t.model.numKvHeads = config.numHeads;
-    t.model.headDim = mla.queryDim();
-    t.model.valueHeadDim = mla.valueDim;
-    t.model.latentHeads = true;
-  }
-  const auto& first = f.entry("0.0");
-  t.tensorDtype = first.dtype == SafetensorsDtype::F16 ? "F16" : first.dtype == SafetensorsDtype::BF16 ? "BF16" : "F32";
+  Trace t = savedCacheTrace("mlx-lm prompt cache", path, config, tokens, std::move(positions), std::move(layers),
+                            heads);
+  t.tensorDtype = firstKeys.dtype == SafetensorsDtype::F16 ? "F16" : firstKeys.dtype == SafetensorsDtype::BF16 ? "BF16" : "F32";
   t.model.computeDtype = t.tensorDtype == "F16" ? "float16" : t.tensorDtype == "BF16" ? "bfloat16" : "float32";
   return t;
 }

@@ -19,11 +19,11 @@ std::vector<int64_t> savedCacheTokens(const std::string& path, const std::string
 
 Trace savedCacheTrace(const std::string& engine, const std::string& path, const ModelConfig& config,
                       const std::vector<int64_t>& tokens, std::vector<int64_t> positions,
-                      std::vector<TraceLayerRecord> layers) {
+                      std::vector<TraceLayerRecord> layers, bool latentHeads) {
   Trace t;
   t.engine = engine;
   t.mode = "cached";
-  t.model = TraceModelInfo::ofConfig(config);
+  t.model = TraceModelInfo::ofConfig(config, latentHeads);
   t.model.directory = path;
   if (config.mla.enabled()) {  // every layer's rows: latent rows and roped key parts
     TraceLayerKind latent;

@@ -18,9 +18,11 @@ namespace kvscope::detail {
 std::vector<int64_t> savedCacheTokens(const std::string& path, const std::string& field,
                                       const std::vector<int64_t>& named, const std::vector<int64_t>& given);
 
-/// The trace of `config`'s model; `positions` one per token, `layers` one record per layer.
+/// The trace of `config`'s model; `positions` one per token, `layers` one record per layer;
+/// `latentHeads`: a latent-attention model's rows as each head's decompressed K/V
+/// (TraceModelInfo::ofConfig).
 Trace savedCacheTrace(const std::string& engine, const std::string& path, const ModelConfig& config,
                       const std::vector<int64_t>& tokens, std::vector<int64_t> positions,
-                      std::vector<TraceLayerRecord> layers);
+                      std::vector<TraceLayerRecord> layers, bool latentHeads = false);
 
 }  // namespace kvscope::detail

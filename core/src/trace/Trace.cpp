@@ -6,7 +6,7 @@
 
 namespace kvscope {
 
-TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c) {
+TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c, bool latentHeads) {
   TraceModelInfo m;
   m.architecture = architectureName(c.architecture);
   m.numLayers = c.numLayers;
@@ -14,6 +14,12 @@ TraceModelInfo TraceModelInfo::ofConfig(const ModelConfig& c) {
   m.numKvHeads = c.numKvHeads;
   m.headDim = c.headDim;
   if (c.cacheValueDim() != c.headDim) m.valueHeadDim = c.cacheValueDim();
+  if (latentHeads && c.mla.enabled()) {  // each head's key (nope | roped part) and value
+    m.latentHeads = true;
+    m.numKvHeads = c.numHeads;
+    m.headDim = c.mla.queryDim();
+    m.valueHeadDim = c.mla.valueDim;
+  }
   m.vocabSize = c.vocabSize;
   m.maxPositions = c.maxPositions;
   return m;

@@ -39,15 +39,17 @@ std::vector<TraceModelMismatch> traceModelMismatches(const TraceModelInfo& t,
   if (t.latentHeads && !c.mla.enabled()) {
     out.push_back({"model.latent_records", "cache layout", "heads (decompressed latent attention)",
                    "no multi-head latent attention (no kv_lora_rank)"});
-  } else if (t.latentHeads) {
-    // Each head's decompressed key (nope | roped part) and value (a decompressing engine).
-    number("model.num_kv_heads", "kv heads: each head's decompressed K/V", t.numKvHeads, c.numHeads);
-    number("model.head_dim", "head dim: qk_nope_head_dim + qk_rope_head_dim", t.headDim, c.mla.queryDim());
-    number("model.value_head_dim", "value record width: v_head_dim", t.valueDim(), c.mla.valueDim);
   } else {
-    number("model.num_kv_heads", "kv heads", t.numKvHeads, c.numKvHeads);
-    number("model.head_dim", "head dim", t.headDim, c.headDim);
-    number("model.value_head_dim", "value record width", t.valueDim(), c.cacheValueDim());
+    // The record shape the model caches, or (model.latent_records "heads") each head's
+    // decompressed key (nope | roped part) and value, as a decompressing engine holds them.
+    const TraceModelInfo want = TraceModelInfo::ofConfig(c, t.latentHeads);
+    const bool heads = t.latentHeads;
+    number("model.num_kv_heads", heads ? "kv heads: each head's decompressed K/V" : "kv heads", t.numKvHeads,
+           want.numKvHeads);
+    number("model.head_dim", heads ? "head dim: qk_nope_head_dim + qk_rope_head_dim" : "head dim", t.headDim,
+           want.headDim);
+    number("model.value_head_dim", heads ? "value record width: v_head_dim" : "value record width", t.valueDim(),
+           want.valueDim());
   }
   number("model.vocab_size", "vocabulary entries", t.vocabSize, c.vocabSize);
   return out;
