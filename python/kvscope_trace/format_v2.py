@@ -4,7 +4,7 @@ packed into one tensor per kind (`logits` [R, V], `layer{l}.k|v|cache_k|cache_v`
 [h_kv, A_l, d] concatenated along axis 1 in step order, `checksums` U64 [C, L, 2],
 `ring_positions` I32 [R, Lr, S]: the slot maps of the ring layers, see layer_kinds.py;
 `experts` I32 [N, L, K]: a mixture of experts' choices, one row per fed entry;
-`layer{l}.conv_state` F32 [R, C, K] and `layer{l}.recurrent_state` F32 [R, Hv, Dk, Dv]: a
+`layer{l}.conv_state` F32 [R, C, K] (or K-1 columns) and `layer{l}.recurrent_state` F32 [R, Hv, Dk, Dv]: a
 recurrent layer's state after the steps whose `state_row` names row r, rows in step order).
 
 Both directions live here: parse_columns and load_packed read, pack writes. The step fields

@@ -13,7 +13,12 @@ would cover only the rows it kept. DeepSeek's latent attention (layer_kinds "lat
 V3 KVCache holds the latent rows and roped key parts as transformers 5 does, but turns the roped
 part as pairs (2i, 2i+1) left in place (traditional RoPE), where V3 with `rope_interleave` writes
 the turned pairs de-interleaved (evens, then odds): the recorder reads V3's values in that order.
-mlx-lm's V2 caches each head's decompressed key and value (model.latent_records "heads"). Tokens are chosen with KV Scope's policy and
+mlx-lm's V2 caches each head's decompressed key and value (model.latent_records "heads").
+Qwen3-Next's and Qwen3.5's Gated DeltaNet layers keep an ArraysCache (the conv's last K-1
+inputs, the recurrent state): recorded as layer_kinds "recurrent" with their states after the
+prefill and every `--state-every` steps (the conv state [C, K-1], the recurrent state turned to
+transformers' [Hv, Dk, Dv]). mlx-lm builds these models' layers from `full_attention_interval`
+(default 4), not from `layer_types`. Tokens are chosen with KV Scope's policy and
 generator (hf_trace.decode). `--save-state` writes the last request's cache with mlx-lm's own
 `save_prompt_cache`, its metadata naming the tokens it holds ("tokens": "1,2,3"), which
 `kvscope-cli audit --model DIR --trace FILE.safetensors` reads (kvscope/MlxPromptCacheTrace.hpp).
@@ -35,13 +40,40 @@ from . import __version__
 from . import trace as kvtrace
 
 
-_READ = ("KVCache", "ChunkedKVCache")
+_READ = ("KVCache", "ChunkedKVCache", "ArraysCache", "MambaCache")
+# mlx-lm's cache of a Gated DeltaNet layer (Qwen3-Next, Qwen3.5): ArraysCache (MambaCache, its
+# subclass in older mlx-lm), entry 0 the conv inputs, entry 1 the recurrent state.
+_STATE = ("ArraysCache", "MambaCache")
+
+
+def _is_state(c) -> bool:
+    return type(c).__name__ in _STATE
+
+
+def layer_state(c) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """A Gated DeltaNet layer's state as the trace records it (None before its first forward):
+    conv [1, C, K-1] (mlx-lm keeps the conv's last K-1 inputs time-major, [1, K-1, C];
+    transformers keeps K, and the trace takes either) and recurrent [1, Hv, Dk, Dv] (mlx-lm's
+    gated delta rule keeps [1, Hv, Dv, Dk]), float32 copies."""
+    if c[0] is None or c[1] is None:
+        return None
+    mx = _mx()
+    conv = np.array(c[0].astype(mx.float32)).transpose(0, 2, 1)
+    state = np.array(c[1].astype(mx.float32)).transpose(0, 1, 3, 2)
+    return np.ascontiguousarray(conv), np.ascontiguousarray(state)
+
+
+def _offset(mlx_cache) -> int:
+    """Entries the cache has been fed: its first row-keeping layer's offset (a state layer
+    keeps none)."""
+    return next((int(c.offset) for c in mlx_cache if not _is_state(c)), 0)
 
 
 def _held(c):
     """The rows an mlx-lm cache layer holds, [1, h_kv, t, d] float32 mlx arrays (None when
-    empty): a KVCache's first `offset`, a ChunkedKVCache's since its `start_position`."""
-    if c.keys is None:
+    empty or a state layer): a KVCache's first `offset`, a ChunkedKVCache's since its
+    `start_position`."""
+    if _is_state(c) or c.keys is None:
         return None, None
     n = c.offset - getattr(c, "start_position", 0)
     mx = _mx()
@@ -53,7 +85,8 @@ def layer_kinds(mlx_cache) -> Optional[List[Dict[str, Any]]]:
     names = [type(c).__name__ for c in mlx_cache]
     for i, n in enumerate(names):
         if n not in _READ:
-            raise TypeError(f"cache layer {i} is an mlx-lm {n}; the recorder reads KVCache and ChunkedKVCache")
+            raise TypeError(f"cache layer {i} is an mlx-lm {n}; the recorder reads KVCache, ChunkedKVCache and "
+                            "ArraysCache (a Gated DeltaNet layer's state)")
     if "ChunkedKVCache" not in names:
         return None
     return [{"kind": "chunked", "chunk": int(c.chunk_size)} if type(c).__name__ == "ChunkedKVCache"
@@ -70,7 +103,7 @@ class _CacheView:
         from .hf_trace import APPENDED_ATTR
         self.mlx = mlx_cache
         self.value_order = value_order
-        self.logical_lengths = [int(c.offset) for c in mlx_cache]
+        self.logical_lengths = [0 if _is_state(c) else int(c.offset) for c in mlx_cache]
         appended = {}
         for i, c in enumerate(mlx_cache):
             k, v = _held(c)
@@ -87,6 +120,11 @@ class _CacheView:
         layer_kinds(self.mlx)  # refuses a layer type it cannot read
         out = []
         for c in self.mlx:
+            if _is_state(c):  # hf_trace reads it as transformers' LinearAttentionLayer
+                st = layer_state(c)
+                out.append(SimpleNamespace(conv_states=[None if st is None else st[0]],
+                                           recurrent_states=[None if st is None else st[1]]))
+                continue
             k, v = _held(c)
             out.append(SimpleNamespace(keys=None if k is None else np.array(k), values=None if v is None else self._values(v)))
         return out
@@ -130,7 +168,7 @@ class MlxSession:
             return None
         self.new_cache()
         self.logits([0])
-        heads = int(self.cache[0].keys.shape[1])
+        heads = int(next(c for c in self.cache if not _is_state(c)).keys.shape[1])
         self.cache = None
         return "heads" if heads == int(self.hf_config.num_attention_heads) and heads > 1 else "latent"
 
@@ -154,7 +192,7 @@ class MlxSession:
         places the fed tokens at the cache's offset; positions that say otherwise are refused."""
         if cache is None:
             self.new_cache()
-        offset = self.cache[0].offset
+        offset = _offset(self.cache)
         if positions[0] != offset:
             raise ValueError(f"mlx-lm feeds at the cache offset {offset}, not position {positions[0]}")
         return self.logits(ids), _CacheView(self.cache, len(ids), self.value_order)
@@ -203,7 +241,7 @@ def record(args, policy: Dict[str, Any]) -> int:
                          "keeps only the current chunk's")
     rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=args.store,
                         checksums=not kinds,  # a chunked layer's checksum would cover the rows it kept
-                        latent=s.latent())
+                        latent=s.latent(), state_every=args.state_every)
     if kinds:
         rec.writer.extra["layer_kinds"] = kinds
     eos = s.tokenizer.eos_token_ids if hasattr(s.tokenizer, "eos_token_ids") else []

@@ -1,6 +1,7 @@
 // mlx-lm prompt caches as traces (tests/fixtures/mlx, saved by mlx-lm itself with
 // save_prompt_cache: make_mlx_fixtures.py): KVCache and unwrapped RotatingKVCache layers, and
-// DeepSeek's latent or decompressed-head caches, audit clean against the checkpoint that made them, with the tokens from the file's metadata or
+// DeepSeek's latent or decompressed-head caches and Qwen3-Next's Gated DeltaNet states, audit
+// clean against the checkpoint that made them, with the tokens from the file's metadata or
 // given by the caller; a wrapped ring, a cache without tokens, another model and a damaged
 // file are refused naming the file and the field.
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "kvscope/MlxPromptCacheTrace.hpp"
 #include "kvscope/Model.hpp"
 #include "kvscope/TraceFileSniffer.hpp"
+#include "trace/MlxPromptCache.hpp"
 
 using namespace kvscope;
 
@@ -64,6 +66,65 @@ TEST(MlxPromptCache, DeepseekCachesAuditCleanAsLatentRowsOrDecompressedHeads) {
     const auto r = Auditor::audit(*model, t);
     EXPECT_TRUE(r.report.clean()) << r.report.toText();
   }
+}
+
+// Qwen3-Next: mlx-lm's ArraysCache of each Gated DeltaNet layer (the conv's last K-1 inputs
+// time-major, the state as [Hv, Dv, Dk]) read as a recurrent layer's states [C, K-1] and
+// [Hv, Dk, Dv]: held against the reference's after the same tokens, clean; a state that is not
+// the reference's is found at its layer, and states of another shape fail stage 1 by name.
+TEST(MlxPromptCache, GatedDeltaNetStatesAreReadTurnedAndHeldAgainstTheReference) {
+  auto model = Model::load(test::fixture("families/models/qwen3_next"));
+  const Trace t = readMlxPromptCacheTrace(mlxFixture("qwen3_next-states.safetensors"), model->checkpoint());
+  ASSERT_EQ(t.layerKinds.size(), 4u);
+  for (int64_t l = 0; l < 4; ++l) EXPECT_EQ(t.layerKind(l).recurrent, l % 2 == 0) << l;
+  const auto& step = t.steps.at(0);
+  EXPECT_EQ(step.fedIds.size(), 13u);
+  EXPECT_EQ(step.layers[0].convState.shape, (std::vector<int64_t>{64, 3}));  // C = 2 x 2 x 8 + 4 x 8, K - 1
+  EXPECT_EQ(step.layers[0].recurrentState.shape, (std::vector<int64_t>{4, 8, 8}));
+  EXPECT_TRUE(step.layers[0].keys.empty());
+  EXPECT_EQ(step.layers[1].keys.shape, (std::vector<int64_t>{2, 13, 16}));
+  const auto r = Auditor::audit(*model, t);
+  EXPECT_TRUE(r.report.clean()) << r.report.toText();
+  ASSERT_EQ(r.report.steps.size(), 1u);
+  ASSERT_EQ(r.report.steps[0].stateError.size(), 4u);
+  for (const int l : {0, 2}) {  // compared, and within the tolerance
+    EXPECT_LT(r.report.steps[0].stateError[static_cast<size_t>(l)], r.report.steps[0].stateTolerance[static_cast<size_t>(l)]);
+    EXPECT_GT(r.report.steps[0].stateTolerance[static_cast<size_t>(l)], 0.0);
+  }
+  // Layer 2's state as mlx-lm keeps it ([Hv, Dv, Dk]) not turned: recurrent_state at layer 2.
+  Trace unturned = t;
+  auto& state = unturned.steps[0].layers[2].recurrentState;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t k = 0; k < 8; ++k)
+      for (int64_t v = 0; v < k; ++v)
+        std::swap(state.data[static_cast<size_t>((h * 8 + k) * 8 + v)], state.data[static_cast<size_t>((h * 8 + v) * 8 + k)]);
+  const auto bad = Auditor::audit(*model, unturned).report;
+  ASSERT_FALSE(bad.findings.empty()) << bad.toText();
+  EXPECT_EQ(bad.findings[0].id, "recurrent_state") << bad.toText();
+  EXPECT_EQ(bad.findings[0].layer, 2) << bad.toText();
+  // Two conv inputs: neither the K = 4 transformers keeps nor mlx-lm's K - 1.
+  Trace narrow = t;
+  auto& conv = narrow.steps[0].layers[0].convState;
+  conv = FloatTensor::zeros({64, 2});
+  const auto misfit = Auditor::audit(*model, narrow).report;
+  EXPECT_EQ(misfit.stage(AuditStage::Reference)->status, StageStatus::Fail) << misfit.toText();
+  EXPECT_NE(misfit.toText().find("layer0.conv_state rows are [64, 2]"), std::string::npos) << misfit.toText();
+  // A Gated DeltaNet layer's cache where the checkpoint has attention, and the reverse.
+  ModelConfig swapped = model->config();
+  swapped.deltaNet.layers = {false, true, true, false};
+  const std::string path = mlxFixture("qwen3_next-states.safetensors");
+  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.0");
+  swapped.deltaNet.layers = {true, true, true, false};
+  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.1");
+  // States of another model: 48 conv channels (key head dim 4), then 64 channels with a state of
+  // [1, 2, 16, 8] (value heads 2 x 16) against the file's [1, 4, 8, 8].
+  swapped = model->config();
+  swapped.deltaNet.keyHeadDim = 4;  // also 48 conv channels, not 64: the conv is named first
+  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.0");
+  swapped = model->config();
+  swapped.deltaNet.valueHeads = 2;
+  swapped.deltaNet.valueHeadDim = 16;  // the same 64 channels, a state of [2, 16, 8]
+  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.1");
 }
 
 TEST(MlxPromptCache, TokensComeFromTheCallerWhenTheFileNamesNone) {

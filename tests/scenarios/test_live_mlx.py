@@ -24,6 +24,12 @@ pinned in tests/live/requirements-mlx.txt (scripts/live-python.sh --mlx):
   (rope_interleave) the recorder and the prompt-cache reader put back in V3's order. Its V2
   caches each head's decompressed key and value (model.latent_records "heads"). Greedy runs and
   their saved prompt caches audit clean.
+- Qwen3-Next and Qwen3.5 (the family fixtures; mlx-lm builds their layers from
+  full_attention_interval): each Gated DeltaNet layer's ArraysCache (the conv's last K-1
+  inputs, the recurrent state) recorded as a recurrent layer's states; greedy runs and their
+  saved prompt caches audit clean. A prefix hit that trims the attention rows to the 6 shared
+  tokens and keeps request 0's DeltaNet state (modular issue 6681) is `prefix_state` at
+  request 1's hit, layer 0; with the state of those 6 tokens restored it is clean.
 - A prompt-cache reuse off by one token through mlx-lm's own API: request 1 shares 6 prompt
   tokens with request 0, whose cache is trimmed (trim_prompt_cache) to 7 entries instead of 6
   and reused; request 1 feeds its tokens from position 7. Recorded as the prefix hit the
@@ -99,6 +105,27 @@ def llama4_checkpoint(out: str) -> str:
     return out
 
 
+def deltanet_copy(family: str, out: str) -> str:
+    """A Gated DeltaNet family fixture (qwen3_next, qwen3_5) as mlx-lm builds it: mlx-lm takes
+    its layers from `full_attention_interval` (released Qwen3-Next and Qwen3.5 configs carry
+    it; default 4), not from the `layer_types` transformers writes, and reads Qwen3-Next's 4.x
+    rope keys. The fixture's layer_types (every second layer full) as that interval."""
+    sys.path.insert(0, HERE)
+    from test_live_transformers import v4_copy
+    model = v4_copy(os.path.join(REPO, "tests", "fixtures", "families", "models", family), out)
+    with open(os.path.join(model, "config.json")) as f:
+        cfg = json.load(f)
+    text = cfg.get("text_config", cfg)
+    types = text["layer_types"]
+    interval = types.index("full_attention") + 1
+    assert types == ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                     for i in range(len(types))], types
+    text["full_attention_interval"] = interval
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return model
+
+
 class MlxUnderAuditTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -130,16 +157,23 @@ class MlxUnderAuditTest(unittest.TestCase):
             problems.append(f"first position {(got.first or {}).get('position')} != {position}")
         self.assertEqual(problems, [], got.report.get("findings", got.error))
 
+    def record(self, family: str, model: str, name: str, extra=()):
+        """kvscope-record --engine mlx of PROMPT and 8 tokens (greedy, or `extra`'s policy), the
+        last cache saved: the trace's and the cache's paths."""
+        MODELS[family] = model
+        out = os.path.join(self.tmp.name, f"{name}.kvtrace")
+        cache = out.replace(".kvtrace", ".safetensors")
+        self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", model, "--prompt-ids",
+                                        ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
+                                        "--save-state", cache, "--out", out, *extra]), 0)
+        return out, cache
+
     def test_clean_runs_and_saved_caches_audit_clean(self):
         sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]
         for family in ("llama", "qwen3 (no window)"):
             for run, extra in (("greedy", []), ("sampled", sampled)):
                 with self.subTest(family=family, run=run):
-                    out = os.path.join(self.tmp.name, f"{family}-{run}.kvtrace")
-                    cache = out.replace(".kvtrace", ".safetensors")
-                    self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", MODELS[family], "--prompt-ids",
-                                                    ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
-                                                    "--save-state", cache, "--out", out, *extra]), 0)
+                    out, cache = self.record(family, MODELS[family], f"{family}-{run}", extra)
                     self.check(family, run, out, fr.Expectation())
                     self.check(family, f"{run}: saved prompt cache", cache, fr.Expectation())
         # Llama 4: mlx-lm's ChunkedKVCache on layers 0-2 (chunks of 8; the 10-token prompt and 8
@@ -189,38 +223,6 @@ class MlxUnderAuditTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("0.tokens", r.stderr)
 
-    def reuse(self, keep: int, name: str) -> str:
-        """Request 0 runs PROMPT for 3 steps; its cache is trimmed to `keep` entries and
-        reused for request 1 (OTHER), which feeds its tokens from position `keep` on."""
-        s = MlxSession(MODELS["llama"])
-        w = kvtrace.TraceWriter(s.model_info(), engine=s.engine_name())
-        policy = {"temperature": 0.0, "generator": "kvscope"}
-        s.new_cache()
-        for rid, prompt in ((0, PROMPT), (1, OTHER)):
-            w.add_request(rid, prompt, policy=policy, max_new_tokens=3, stop_reason="running")
-            start = 0
-            if rid == 1:
-                s.trim(s.cache[0].offset - keep)
-                start = keep
-            fed, stream, had = prompt[start:], list(prompt), 0
-            for step in range(3):
-                pos = list(range(len(stream) - len(fed), len(stream)))
-                logits = s.logits(fed)
-                layers = [(np.array(c.keys[..., :c.offset, :]), np.array(c.values[..., :c.offset, :]))
-                          for c in s.cache]
-                t = int(np.argmax(logits))
-                w.add_step(rid, step, fed, pos, chosen=t, logits=logits,
-                           keys=[k[0][:, had:] for k, _ in layers], values=[v[0][:, had:] for _, v in layers],
-                           events=["arrival"] if step == 0 else [],
-                           reused_count=start if step == 0 else 0, reused_from=0 if step == 0 and start else -1)
-                had = layers[0][0].shape[2]
-                fed = [t]
-                stream.append(t)
-            w.update_request(rid, generated=stream[len(prompt):], stop_reason="max_new_tokens")
-        path = os.path.join(self.tmp.name, name + ".kvtrace")
-        w.save(path)
-        return path
-
     def test_deepseek_latent_caches_audit_clean(self):
         sys.path.insert(0, HERE)
         from test_live_transformers import v4_copy  # the fixture's 5.x keys as 4.x (and mlx-lm) read them
@@ -230,12 +232,7 @@ class MlxUnderAuditTest(unittest.TestCase):
                                 os.path.join(self.tmp.name, family))
                 with open(os.path.join(model, "config.json")) as f:
                     cfg = json.load(f)
-                MODELS[family] = model
-                out = os.path.join(self.tmp.name, f"{family}.kvtrace")
-                cache = out.replace(".kvtrace", ".safetensors")
-                self.assertEqual(hf_trace.main(["--engine", "mlx", "--model", model, "--prompt-ids",
-                                                ",".join(map(str, PROMPT)), "--max-new", "8", "--ignore-eos",
-                                                "--save-state", cache, "--out", out]), 0)
+                out, cache = self.record(family, model, family)
                 t = kvtrace.read_trace(out)
                 self.assertEqual([k["kind"] for k in t.extra["layer_kinds"]], ["latent"] * cfg["num_hidden_layers"])
                 if family == "deepseek_v3":  # latent rows and roped key parts
@@ -249,9 +246,100 @@ class MlxUnderAuditTest(unittest.TestCase):
                 self.check(family, run, out, fr.Expectation())
                 self.check(family, "greedy: saved prompt cache", cache, fr.Expectation())
 
+    def prefix_hit(self, model: str, name: str, keep: int, rebuild_states: bool = True) -> str:
+        """Request 0 runs PROMPT for 3 steps; request 1 (OTHER, which shares PROMPT's first 6
+        tokens) reuses its cache as a prefix hit of `keep` entries: the attention layers'
+        KVCaches are trimmed to `keep` rows, and request 1 feeds its tokens from position `keep`
+        on. Gated DeltaNet layers (ArraysCache, which mlx-lm cannot trim) either get the state
+        after those `keep` tokens (`rebuild_states`: a run of them, as engines that snapshot
+        states at block edges keep one) or keep request 0's, after its 12 tokens (modular issue
+        6681: a prefix hit reused the attention blocks and never rebuilt the DeltaNet state)."""
+        from kvscope_trace.mlx_trace import layer_state
+        s = MlxSession(model)
+        w = kvtrace.TraceWriter(s.model_info(), engine=s.engine_name())
+        kinds = ["recurrent" if type(c).__name__ == "ArraysCache" else "full" for c in s.new_cache()]
+        if "recurrent" in kinds:
+            w.extra["layer_kinds"] = [{"kind": k} for k in kinds]
+        policy = {"temperature": 0.0, "generator": "kvscope"}
+        H, D = w.model["num_kv_heads"], w.model["head_dim"]
+        for rid, prompt in ((0, PROMPT), (1, OTHER)):
+            w.add_request(rid, prompt, policy=policy, max_new_tokens=3, stop_reason="running")
+            start = 0
+            if rid == 1:
+                start = keep
+                if rebuild_states:
+                    fresh = MlxSession(model)
+                    fresh.new_cache()
+                    fresh.logits(PROMPT[:keep])
+                for i, c in enumerate(s.cache):
+                    if kinds[i] == "full":
+                        c.trim(c.offset - keep)
+                    elif rebuild_states:
+                        c[0], c[1] = fresh.cache[i][0], fresh.cache[i][1]
+            fed, stream, had = prompt[start:], list(prompt), 0
+            for step in range(3):
+                pos = list(range(len(stream) - len(fed), len(stream)))
+                logits = s.logits(fed)
+                keys, values, states = [], [], {}
+                for i, c in enumerate(s.cache):
+                    if kinds[i] == "recurrent":
+                        conv, state = layer_state(c)
+                        states[i] = (conv[0], state[0])
+                        keys.append(np.zeros((H, 0, D), np.float32))
+                        values.append(np.zeros((H, 0, D), np.float32))
+                    else:
+                        keys.append(np.array(c.keys[0, :, had:c.offset, :]))
+                        values.append(np.array(c.values[0, :, had:c.offset, :]))
+                        held = c.offset
+                t = int(np.argmax(logits))
+                w.add_step(rid, step, fed, pos, chosen=t, logits=logits, keys=keys, values=values, states=states or None,
+                           events=["arrival"] if step == 0 else [],
+                           reused_count=start if step == 0 else 0, reused_from=0 if step == 0 and start else -1)
+                had = held
+                fed = [t]
+                stream.append(t)
+            w.update_request(rid, generated=stream[len(prompt):], stop_reason="max_new_tokens")
+        path = os.path.join(self.tmp.name, name + ".kvtrace")
+        w.save(path)
+        return path
+
+    def test_gated_deltanet_states_audit_clean_and_a_stale_state_is_found(self):
+        """Qwen3-Next and Qwen3.5: mlx-lm keeps each Gated DeltaNet layer's conv inputs and
+        recurrent state in an ArraysCache (the conv's last K-1 inputs, where transformers keeps
+        K; the state as [Hv, Dv, Dk]); recorded as recurrent layers with their states, greedy runs
+        and their saved prompt caches audit clean. A prefix hit that keeps the attention rows
+        but not the state is `prefix_state` at the hit, at the first recurrent layer."""
+        for family in ("qwen3_next", "qwen3_5"):
+            with self.subTest(family=family):
+                model = deltanet_copy(family, os.path.join(self.tmp.name, family))
+                with open(os.path.join(model, "config.json")) as f:
+                    cfg = json.load(f)
+                text = cfg.get("text_config", cfg)
+                out, cache = self.record(family, model, family)
+                t = kvtrace.read_trace(out)
+                self.assertEqual([k["kind"] for k in t.extra["layer_kinds"]],
+                                 ["recurrent" if x == "linear_attention" else "full" for x in text["layer_types"]])
+                conv_channels = 2 * text["linear_num_key_heads"] * text["linear_key_head_dim"] + \
+                    text["linear_num_value_heads"] * text["linear_value_head_dim"]
+                for st in t.steps:  # every step records the states: the conv's last K-1 inputs
+                    self.assertEqual(st.layers[0].conv_state.shape,
+                                     (conv_channels, text["linear_conv_kernel_dim"] - 1))
+                    self.assertEqual(st.layers[0].recurrent_state.shape,
+                                     (text["linear_num_value_heads"], text["linear_key_head_dim"],
+                                      text["linear_value_head_dim"]))
+                self.check(family, "greedy, ArraysCache states", out, fr.Expectation())
+                self.check(family, "greedy: saved prompt cache", cache, fr.Expectation())
+        model = MODELS["qwen3_next"]
+        self.check("qwen3_next", "prefix hit of 6 tokens, state rebuilt", self.prefix_hit(model, "rebuilt", 6),
+                   fr.Expectation())
+        self.check("qwen3_next", "prefix hit of 6 tokens, request 0's state kept",
+                   self.prefix_hit(model, "stale", 6, rebuild_states=False),
+                   fr.Expectation(["prefix_state"], first_step=0, first_layer=0, first_request=1))
+
     def test_prompt_cache_reuse_off_by_one_is_found(self):
-        self.check("llama", "prompt-cache reuse of 6 shared tokens", self.reuse(6, "reuse-6"), fr.Expectation())
-        self.check("llama", "reuse off by one (trimmed to 7)", self.reuse(7, "reuse-7"),
+        self.check("llama", "prompt-cache reuse of 6 shared tokens", self.prefix_hit(MODELS["llama"], "reuse-6", 6),
+                   fr.Expectation())
+        self.check("llama", "reuse off by one (trimmed to 7)", self.prefix_hit(MODELS["llama"], "reuse-7", 7),
                    fr.Expectation(["prefix_reuse"], first_step=0, first_layer=0, first_request=1), position=6)
 
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "audit/NumberText.hpp"
+#include "audit/RecordedConvState.hpp"
 #include "model/RotaryEmbedding.hpp"
 
 namespace kvscope::detail {
@@ -81,6 +82,27 @@ std::string layerKindMismatch(const ModelConfig& c, const Trace& trace) {
              std::to_string(l) + (c.mla.enabled() ? " caches latent rows (multi-head latent attention)"
                                                   : " caches per-head keys and values") +
              ": a trace of another model";
+  // A recurrent layer's recorded states: the checkpoint's conv (its last K inputs as
+  // transformers keeps them, or the last K-1 as mlx-lm does) and delta-rule state.
+  const DeltaNetConfig& dn = c.deltaNet;
+  const std::vector<int64_t> stateShape{dn.valueHeads, dn.keyHeadDim, dn.valueHeadDim};
+  for (const TraceStep& st : trace.steps)
+    for (int64_t l = 0; l < c.numLayers && l < static_cast<int64_t>(st.layers.size()); ++l) {
+      const TraceLayerRecord& r = st.layers[static_cast<size_t>(l)];
+      if (!c.isRecurrentLayer(l) || (r.convState.empty() && r.recurrentState.empty())) continue;
+      const std::string layer = "layer" + std::to_string(l);
+      if (!convStateFits(r.convState.shape, dn.convDim(), dn.convKernel))
+        return "the trace's " + layer + ".conv_state rows are " + r.convState.shapeString() +
+               " but the checkpoint's layer " + std::to_string(l) + " convolves " + std::to_string(dn.convDim()) +
+               " channels over " + std::to_string(dn.convKernel) + " inputs: [" + std::to_string(dn.convDim()) +
+               ", " + std::to_string(dn.convKernel) + "] (its last K inputs, as transformers keeps them) or [" +
+               std::to_string(dn.convDim()) + ", " + std::to_string(dn.convKernel - 1) +
+               "] (the last K-1, as mlx-lm does): a trace of another model";
+      if (r.recurrentState.shape != stateShape)
+        return "the trace's " + layer + ".recurrent_state rows are " + r.recurrentState.shapeString() +
+               " but the checkpoint's layer " + std::to_string(l) + " keeps " + shapeString(stateShape) +
+               " (value heads, key head dim, value head dim): a trace of another model";
+    }
   return "";
 }
 

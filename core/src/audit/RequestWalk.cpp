@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "audit/ColumnDiff.hpp"
+#include "audit/RecordedConvState.hpp"
 #include "audit/rows/kv_quantization/QuantizationEvidence.hpp"
 
 namespace kvscope::detail {
@@ -302,7 +303,8 @@ void RequestWalk::compareState(StepAnalysis& a, size_t l, const TraceLayerRecord
   if (it == ref.statesAt.end() || l >= it->second.recurrent.size() || it->second.recurrent[l].empty()) return;
   double err = 0, mag = 0;
   bool shapesDiffer = false;
-  for (const auto& [got, want] : {std::pair{&rec.convState, &it->second.conv[l]},
+  const FloatTensor conv = convStateAsRecorded(it->second.conv[l], rec.convState.shape);  // K or K-1 columns
+  for (const auto& [got, want] : {std::pair{&rec.convState, &conv},
                                   std::pair{&rec.recurrentState, &it->second.recurrent[l]}}) {
     if (got->shape != want->shape) {
       shapesDiffer = shapesDiffer || !got->empty();

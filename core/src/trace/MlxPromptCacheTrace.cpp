@@ -65,6 +65,54 @@ FloatTensor deinterleavedFeatures(const FloatTensor& t) {
   return out;
 }
 
+// mlx-lm's ArraysCache of a Gated DeltaNet layer (MambaCache, its subclass in older mlx-lm):
+// entry 0 the conv's last K-1 inputs [1, K-1, C] time-major, entry 1 the recurrent state
+// [1, Hv, Dv, Dk]; its saved state is ([conv, state], left_padding, lengths): "i.0.0", "i.0.1".
+// As the trace holds them: conv [C, K-1] (docs/trace-format.md takes K or K-1 inputs), recurrent
+// state [Hv, Dk, Dv].
+void readLayerState(const SafetensorsFile& f, const std::string& layer, const DeltaNetConfig& dn,
+                    TraceLayerRecord& rec) {
+  const std::string convName = layer + ".0.0", stateName = layer + ".0.1";
+  const int64_t C = dn.convDim(), Hv = dn.valueHeads, Dk = dn.keyHeadDim, Dv = dn.valueHeadDim;
+  for (const auto& name : {convName, stateName}) {
+    if (!f.contains(name))
+      throw InputError(f.path(), name, "missing: an ArraysCache layer keeps its conv inputs (entry 0) and "
+                                       "recurrent state (entry 1)");
+    if (f.entry(name).shape.size() < 2)
+      throw InputError(f.path(), name, "empty: the layer has not been run (a cache before any forward)");
+  }
+  const auto& conv = f.entry(convName);
+  if (conv.shape.size() != 3 || conv.shape[0] != 1 || conv.shape[2] != C ||
+      (conv.shape[1] != dn.convKernel - 1 && conv.shape[1] != dn.convKernel))
+    throw InputError(f.path(), convName,
+                     "shape " + shapeString(conv.shape) + "; the checkpoint's conv keeps [1, " +
+                         std::to_string(dn.convKernel - 1) + ", " + std::to_string(C) +
+                         "] (its last linear_conv_kernel_dim - 1 inputs, each of the conv's channels)");
+  const int64_t W = conv.shape[1];
+  FloatTensor time = FloatTensor::zeros({W, C});
+  f.readFloatElements(convName, 0, static_cast<size_t>(W * C), time.data.data());
+  rec.convState = FloatTensor::zeros({C, W});
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t c = 0; c < C; ++c)
+      rec.convState.data[static_cast<size_t>(c * W + w)] = time.data[static_cast<size_t>(w * C + c)];
+  const auto& state = f.entry(stateName);
+  if (state.shape != std::vector<int64_t>{1, Hv, Dv, Dk})
+    throw InputError(f.path(), stateName,
+                     "shape " + shapeString(state.shape) + "; the checkpoint's recurrent state is [1, " +
+                         std::to_string(Hv) + ", " + std::to_string(Dv) + ", " + std::to_string(Dk) +
+                         "] (value heads, value head dim, key head dim)");
+  FloatTensor vk = FloatTensor::zeros({Hv, Dv, Dk});
+  f.readFloatElements(stateName, 0, vk.data.size(), vk.data.data());
+  rec.recurrentState = FloatTensor::zeros({Hv, Dk, Dv});
+  for (int64_t h = 0; h < Hv; ++h)
+    for (int64_t v = 0; v < Dv; ++v)
+      for (int64_t k = 0; k < Dk; ++k)
+        rec.recurrentState.data[static_cast<size_t>((h * Dk + k) * Dv + v)] =
+            vk.data[static_cast<size_t>((h * Dv + v) * Dk + k)];
+}
+
+bool isStateClass(const std::string& c) { return c == "ArraysCache" || c == "MambaCache"; }
+
 }  // namespace
 
 bool isMlxPromptCacheFile(const std::string& path) {
@@ -101,10 +149,15 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     throw InputError(path, "1." + std::to_string(classes.size() - 1),
                      std::to_string(classes.size()) + " cache layers; the checkpoint has " +
                          std::to_string(config.numLayers));
+  // The first layer that keeps rows (a Gated DeltaNet layer keeps a state).
+  int64_t rowLayer = 0;
+  while (rowLayer + 1 < static_cast<int64_t>(classes.size()) && isStateClass(classes[static_cast<size_t>(rowLayer)]))
+    ++rowLayer;
   // mlx-lm's DeepSeek V3 caches latent rows and roped key parts; its V2 each head's decompressed
-  // key and value (model.latent_records "heads"), which layer 0's keys tell.
+  // key and value (model.latent_records "heads"), which the keys tell.
   const MlaConfig& mla = config.mla;
-  const auto& firstKeys = f.entry("0.0");
+  const std::string rows = std::to_string(rowLayer);
+  const auto& firstKeys = f.entry(rows + (isStateClass(classes[static_cast<size_t>(rowLayer)]) ? ".0.0" : ".0"));
   const bool heads = mla.enabled() && firstKeys.shape.size() == 4 && firstKeys.shape[1] == config.numHeads &&
                      firstKeys.shape[3] == mla.queryDim();
   const TraceModelInfo shape = TraceModelInfo::ofConfig(config, heads);  // the records the layers hold
@@ -114,8 +167,21 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
   for (size_t l = 0; l < classes.size(); ++l) {
     const std::string i = std::to_string(l);
     const std::string& c = classes[l];
+    const bool recurrent = config.isRecurrentLayer(static_cast<int64_t>(l));
+    if (isStateClass(c) != recurrent)
+      throw InputError(path, "1." + i,
+                       "an mlx-lm " + c + " layer, but the checkpoint's layer " + i + " is " +
+                           (recurrent ? "a Gated DeltaNet layer (an ArraysCache of its state)"
+                                      : "attention (a KVCache of its rows)") + ": a cache of another model");
+    if (recurrent) {  // a state, no rows
+      TraceLayerRecord rec;
+      readLayerState(f, i, config.deltaNet, rec);
+      layers.push_back(std::move(rec));
+      continue;
+    }
     if (c != "KVCache" && c != "RotatingKVCache")
-      throw InputError(path, "1." + i, "an mlx-lm " + c + " layer; KV Scope reads KVCache and RotatingKVCache");
+      throw InputError(path, "1." + i,
+                       "an mlx-lm " + c + " layer; KV Scope reads KVCache, RotatingKVCache and ArraysCache");
     const int64_t layerOffset = scalar(f, i + ".2");
     if (c == "RotatingKVCache") {
       const int64_t maxSize = scalar(f, i + ".4"), index = scalar(f, i + ".5");
@@ -127,7 +193,7 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     }
     if (offset >= 0 && layerOffset != offset)
       throw InputError(path, i + ".2",
-                       "offset " + std::to_string(layerOffset) + "; layer 0's is " + std::to_string(offset));
+                       "offset " + std::to_string(layerOffset) + "; layer " + rows + "'s is " + std::to_string(offset));
     offset = layerOffset;
     TraceLayerRecord rec;
     rec.cacheLength = offset;
@@ -153,10 +219,11 @@ Trace mlxPromptCacheTrace(const std::string& path, const ModelConfig& config, co
     layers.push_back(std::move(rec));
   }
   const std::vector<int64_t> tokens = savedCacheTokens(path, "0.tokens", namedTokens(f), givenTokens);
+  if (offset < 0) offset = static_cast<int64_t>(tokens.size());  // states alone: they keep no count
   if (static_cast<int64_t>(tokens.size()) != offset)
     throw InputError(path, "0.tokens",
                      std::to_string(tokens.size()) + " tokens for a cache of " + std::to_string(offset) + " rows");
-  if (offset == 0) throw InputError(path, "0.2", "the cache is empty (offset 0)");
+  if (offset == 0) throw InputError(path, rows + ".2", "the cache is empty (offset 0)");
   std::vector<int64_t> positions(static_cast<size_t>(offset));
   std::iota(positions.begin(), positions.end(), 0);
   Trace t = savedCacheTrace("mlx-lm prompt cache", path, config, tokens, std::move(positions), std::move(layers),

@@ -30,6 +30,11 @@ Trace savedCacheTrace(const std::string& engine, const std::string& path, const 
     latent.latent = true;
     t.layerKinds.assign(static_cast<size_t>(config.numLayers), latent);
   }
+  if (config.hasRecurrentLayers()) {  // Gated DeltaNet layers: a state, no rows
+    t.layerKinds.resize(static_cast<size_t>(config.numLayers));
+    for (int64_t l = 0; l < config.numLayers; ++l)
+      t.layerKinds[static_cast<size_t>(l)].recurrent = config.isRecurrentLayer(l);
+  }
   TraceRequest r;
   r.promptIds = tokens;
   r.stopReason = "unknown";

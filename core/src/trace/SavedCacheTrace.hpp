@@ -18,7 +18,8 @@ namespace kvscope::detail {
 std::vector<int64_t> savedCacheTokens(const std::string& path, const std::string& field,
                                       const std::vector<int64_t>& named, const std::vector<int64_t>& given);
 
-/// The trace of `config`'s model; `positions` one per token, `layers` one record per layer;
+/// The trace of `config`'s model; `positions` one per token, `layers` one record per layer (a
+/// recurrent layer's: its state after the tokens, no rows);
 /// `latentHeads`: a latent-attention model's rows as each head's decompressed K/V
 /// (TraceModelInfo::ofConfig).
 Trace savedCacheTrace(const std::string& engine, const std::string& path, const ModelConfig& config,

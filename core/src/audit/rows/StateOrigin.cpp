@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "audit/NumberText.hpp"
+#include "audit/RecordedConvState.hpp"
 
 namespace kvscope::detail::rows {
 
@@ -21,8 +22,9 @@ const TraceStep* stepSinceLastState(const Trace& trace, int64_t request, const T
 double stateDistance(const TraceLayerRecord& recorded, const ReferenceRun& run, int64_t layer) {
   const auto L = static_cast<size_t>(layer);
   if (L >= run.recurrentStates.size() || L >= run.convStates.size()) return -1;
-  const FloatTensor &conv = run.convStates[L], &state = run.recurrentStates[L];
-  if (state.shape != recorded.recurrentState.shape || conv.shape != recorded.convState.shape) return -1;
+  const FloatTensor& state = run.recurrentStates[L];
+  const FloatTensor conv = convStateAsRecorded(run.convStates[L], recorded.convState.shape);  // K or K-1 columns
+  if (state.shape != recorded.recurrentState.shape || conv.empty()) return -1;
   return std::max(static_cast<double>(FloatTensor::maxAbsDiff(recorded.recurrentState, state)),
                   static_cast<double>(FloatTensor::maxAbsDiff(recorded.convState, conv)));
 }
