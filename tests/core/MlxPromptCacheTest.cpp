@@ -113,18 +113,18 @@ TEST(MlxPromptCache, GatedDeltaNetStatesAreReadTurnedAndHeldAgainstTheReference)
   ModelConfig swapped = model->config();
   swapped.deltaNet.layers = {false, true, true, false};
   const std::string path = mlxFixture("qwen3_next-states.safetensors");
-  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.0");
+  EXPECT_EQ(fieldOf([&] { kvscope::detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.0");
   swapped.deltaNet.layers = {true, true, true, false};
-  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.1");
+  EXPECT_EQ(fieldOf([&] { kvscope::detail::mlxPromptCacheTrace(path, swapped, {}); }), "1.1");
   // States of another model: 48 conv channels (key head dim 4), then 64 channels with a state of
   // [1, 2, 16, 8] (value heads 2 x 16) against the file's [1, 4, 8, 8].
   swapped = model->config();
   swapped.deltaNet.keyHeadDim = 4;  // also 48 conv channels, not 64: the conv is named first
-  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.0");
+  EXPECT_EQ(fieldOf([&] { kvscope::detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.0");
   swapped = model->config();
   swapped.deltaNet.valueHeads = 2;
   swapped.deltaNet.valueHeadDim = 16;  // the same 64 channels, a state of [2, 16, 8]
-  EXPECT_EQ(fieldOf([&] { detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.1");
+  EXPECT_EQ(fieldOf([&] { kvscope::detail::mlxPromptCacheTrace(path, swapped, {}); }), "0.0.1");
 }
 
 TEST(MlxPromptCache, TokensComeFromTheCallerWhenTheFileNamesNone) {
