@@ -20,6 +20,7 @@
 # ($KVSCOPE_LIVE_VENV-llama-cpp, stamped alike).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/jobs.sh"
 REQ="$ROOT/tests/live/requirements.txt"
 VENV="${KVSCOPE_LIVE_VENV:-$HOME/.cache/kvscope/venv-live}"
 HASH="$(sha256sum "$REQ" | cut -d' ' -f1)"
@@ -71,7 +72,7 @@ if [[ "${1:-}" == --llama-cpp ]]; then
   # kvscope-record --engine llama.cpp drives; a few minutes on 2 cores, once). Portable code
   # (no -march=native): the folder may be restored on another machine.
   if ! CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-       CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PIP" install --disable-pip-version-check -q --no-deps \
+       CMAKE_BUILD_PARALLEL_LEVEL="$KVSCOPE_JOBS" "$PIP" install --disable-pip-version-check -q --no-deps \
        --target "$DIRL/site" "$DIRL"/download/llama_cpp_python-*.tar.gz >&2; then
     echo "live-python: building $SDIST failed (see above)" >&2
     rm -rf "$DIRL"

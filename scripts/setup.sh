@@ -39,7 +39,7 @@ if [[ -n "$blas" && "$blas" != *openblas* ]]; then
   echo "kvscope setup: warning: libblas.so.3 -> $blas (not OpenBLAS); matrix products will be slow" >&2
 fi
 
-JOBS="${KVSCOPE_JOBS:-$(nproc)}"
+source "$ROOT/scripts/jobs.sh"
 # A unity build (CMake batches of 8 sources per translation unit) compiles the shared LibTorch,
 # JSON and GoogleTest templates once per batch instead of once per file: a fresh build takes
 # about half the time (docs/limits.md). KVSCOPE_UNITY_BUILD=OFF builds file by file, which
@@ -47,4 +47,4 @@ JOBS="${KVSCOPE_JOBS:-$(nproc)}"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_UNITY_BUILD="${KVSCOPE_UNITY_BUILD:-ON}" -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 \
   ${KVSCOPE_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD_DIR" -j "$JOBS"
+cmake --build "$BUILD_DIR" -j "$KVSCOPE_JOBS"

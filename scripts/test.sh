@@ -11,6 +11,8 @@ CORE_TESTS=ON
 [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]] && CORE_TESTS=OFF
 KVSCOPE_CMAKE_ARGS="${KVSCOPE_CMAKE_ARGS:--DKVSCOPE_WERROR=ON} -DKVSCOPE_BUILD_CORE_TESTS=$CORE_TESTS" \
   bash "$ROOT/scripts/setup.sh"
+source "$ROOT/scripts/jobs.sh"  # before OMP_NUM_THREADS=1, which plain nproc would honour
+export KVSCOPE_JOBS
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # The real transformers (pinned, tests/live/requirements.txt) in a cached virtualenv, for the
 # live recorder tests (python_live_transformers), and the folders over it (transformers 4, MLX,
@@ -43,7 +45,7 @@ if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
   (
     cd "$ROOT"
     cmake --preset asan >/dev/null
-    cmake --build --preset asan -j "${KVSCOPE_JOBS:-$(nproc)}"
+    cmake --build --preset asan -j "$KVSCOPE_JOBS"
   )
 fi
 
