@@ -46,7 +46,8 @@ _READ = ("KVCache", "ChunkedKVCache", "ArraysCache", "MambaCache")
 _STATE = ("ArraysCache", "MambaCache")
 
 
-def _is_state(c) -> bool:
+def is_state_layer(c) -> bool:
+    """Whether an mlx-lm cache layer keeps a Gated DeltaNet state (no rows)."""
     return type(c).__name__ in _STATE
 
 
@@ -66,14 +67,14 @@ def layer_state(c) -> Optional[Tuple[np.ndarray, np.ndarray]]:
 def _offset(mlx_cache) -> int:
     """Entries the cache has been fed: its first row-keeping layer's offset (a state layer
     keeps none)."""
-    return next((int(c.offset) for c in mlx_cache if not _is_state(c)), 0)
+    return next((int(c.offset) for c in mlx_cache if not is_state_layer(c)), 0)
 
 
 def _held(c):
     """The rows an mlx-lm cache layer holds, [1, h_kv, t, d] float32 mlx arrays (None when
     empty or a state layer): a KVCache's first `offset`, a ChunkedKVCache's since its
     `start_position`."""
-    if _is_state(c) or c.keys is None:
+    if is_state_layer(c) or c.keys is None:
         return None, None
     n = c.offset - getattr(c, "start_position", 0)
     mx = _mx()
@@ -103,7 +104,7 @@ class _CacheView:
         from .hf_trace import APPENDED_ATTR
         self.mlx = mlx_cache
         self.value_order = value_order
-        self.logical_lengths = [0 if _is_state(c) else int(c.offset) for c in mlx_cache]
+        self.logical_lengths = [0 if is_state_layer(c) else int(c.offset) for c in mlx_cache]
         appended = {}
         for i, c in enumerate(mlx_cache):
             k, v = _held(c)
@@ -120,7 +121,7 @@ class _CacheView:
         layer_kinds(self.mlx)  # refuses a layer type it cannot read
         out = []
         for c in self.mlx:
-            if _is_state(c):  # hf_trace reads it as transformers' LinearAttentionLayer
+            if is_state_layer(c):  # hf_trace reads it as transformers' LinearAttentionLayer
                 st = layer_state(c)
                 out.append(SimpleNamespace(conv_states=[None if st is None else st[0]],
                                            recurrent_states=[None if st is None else st[1]]))
@@ -168,7 +169,7 @@ class MlxSession:
             return None
         self.new_cache()
         self.logits([0])
-        heads = int(next(c for c in self.cache if not _is_state(c)).keys.shape[1])
+        heads = int(next(c for c in self.cache if not is_state_layer(c)).keys.shape[1])
         self.cache = None
         return "heads" if heads == int(self.hf_config.num_attention_heads) and heads > 1 else "latent"
 

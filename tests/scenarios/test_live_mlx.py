@@ -254,10 +254,10 @@ class MlxUnderAuditTest(unittest.TestCase):
         after those `keep` tokens (`rebuild_states`: a run of them, as engines that snapshot
         states at block edges keep one) or keep request 0's, after its 12 tokens (modular issue
         6681: a prefix hit reused the attention blocks and never rebuilt the DeltaNet state)."""
-        from kvscope_trace.mlx_trace import layer_state
+        from kvscope_trace.mlx_trace import is_state_layer, layer_state
         s = MlxSession(model)
         w = kvtrace.TraceWriter(s.model_info(), engine=s.engine_name())
-        kinds = ["recurrent" if type(c).__name__ == "ArraysCache" else "full" for c in s.new_cache()]
+        kinds = ["recurrent" if is_state_layer(c) else "full" for c in s.new_cache()]
         if "recurrent" in kinds:
             w.extra["layer_kinds"] = [{"kind": k} for k in kinds]
         policy = {"temperature": 0.0, "generator": "kvscope"}
