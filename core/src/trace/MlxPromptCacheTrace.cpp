@@ -87,7 +87,8 @@ void readLayerState(const SafetensorsFile& f, const std::string& layer, const De
     throw InputError(f.path(), convName,
                      "shape " + shapeString(conv.shape) + "; the checkpoint's conv keeps [1, " +
                          std::to_string(dn.convKernel - 1) + ", " + std::to_string(C) +
-                         "] (its last linear_conv_kernel_dim - 1 inputs, each of the conv's channels)");
+                         "] (its last linear_conv_kernel_dim - 1 inputs, each of the conv's channels; [1, " +
+                         std::to_string(dn.convKernel) + ", " + std::to_string(C) + "] is read too)");
   const int64_t W = conv.shape[1];
   FloatTensor time = FloatTensor::zeros({W, C});
   f.readFloatElements(convName, 0, static_cast<size_t>(W * C), time.data.data());
