@@ -76,11 +76,11 @@ if [[ -n "$LIVE_PID" ]]; then
 fi
 # With the sanitizer suite (below), which runs every core and CLI test instrumented, the main
 # tree runs only what that suite does not: the GUI tests, the MemoryLimit tests (skipped under
-# ASan), the Python-only engine test, the live transformers tests and the .deb
-# packaging test.
+# ASan), the Python-only engine test, the audits of the independent engine's runs (label
+# uninstrumented_only), the live engines' tests and the .deb packaging test.
 MAIN_TESTS=()
 if [[ "${KVSCOPE_SANITIZER_SUITE:-1}" == 1 ]]; then
-  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit$|python_independent_engine$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|python_live_mlx$|engine_table(_reset)?$|package_deb$)')
+  MAIN_TESTS=(-R '^(ui[.]|MemoryLimit$|python_independent_engine$|python_engine_audit$|python_live_transformers(_4)?$|python_live_gguf$|python_live_llama_cpp$|python_live_mlx$|engine_table(_reset)?$|package_deb$)')
 fi
 (
   cd "$BUILD_DIR"

@@ -1,4 +1,4 @@
-"""The foreign-audit rows of prefix caching (issue 14), for test_foreign_audit.py's
+"""The foreign-audit rows of prefix caching (issue 14), for independent_engine_audit_test.py's
 IndependentEngineTest.test_prefix_reuse: the independent engine's prefix cache
 (tests/independent/prefix_cache.py, blocks of 4) on gpt2 and llama, float32 and bfloat16.
 
