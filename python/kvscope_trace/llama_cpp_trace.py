@@ -33,7 +33,12 @@ from . import trace as kvtrace
 
 # GGUF architecture -> the HF model_type it was converted from, and whether the converter
 # permuted q/k into rotary pairs (i, i+1) (LlamaModel.permute): the ones KV Scope audits.
-ARCHITECTURES = {"llama": ("llama", True), "qwen2": ("qwen2", False), "qwen3": ("qwen3", False)}
+# Gemma 2 and 3 run llama.cpp's iswa cache (their sliding layers in a second cache).
+ARCHITECTURES = {"llama": ("llama", True), "qwen2": ("qwen2", False), "qwen3": ("qwen3", False),
+                 "gemma2": ("gemma2", False), "gemma3": ("gemma3_text", False)}
+# llama.cpp's SWA period where the GGUF names none (src/models/gemma2.cpp, gemma3.cpp:
+# load_swa_pattern's default): every n-th layer global.
+SWA_PERIOD = {"gemma2": 2, "gemma3": 6}
 FLOAT_WEIGHTS = {0: "float32", 1: "float16", 32: "bfloat16"}  # general.file_type (LLAMA_FTYPE_*)
 RANK = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -93,7 +98,20 @@ class LlamaCppSession:
         key_length = self.meta(f"{self.arch}.attention.key_length")
         self.head_dim = int(key_length) if key_length else L.llama_model_n_embd(self.model) // heads
         self.heads, self.n_ctx = heads, n_ctx
+        self.swa = self._swa_layers() if L.llama_model_n_swa(self.model) > 0 else None
         self.batch = L.llama_batch_init(n_ctx, 0, 1)
+
+    def _swa_layers(self) -> Optional[List[bool]]:
+        """Which layers llama.cpp runs with the sliding window (its iswa cache's second part): the
+        GGUF's pattern (flags or a period), else the architecture's default period."""
+        raw = self.meta(f"{self.arch}.attention.sliding_window_pattern").strip()
+        layers = self.L.llama_model_n_layer(self.model)
+        if raw.startswith("["):
+            flags = [x.strip().lower() in ("true", "1") for x in raw[1:-1].split(",") if x.strip()]
+            return llama_state.swa_layers(flags, layers)
+        if raw:
+            return llama_state.swa_layers(int(raw), layers)
+        return llama_state.swa_layers(SWA_PERIOD[self.arch], layers) if self.arch in SWA_PERIOD else None
 
     def meta(self, key: str) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -131,7 +149,7 @@ class LlamaCppSession:
     def cache(self, seq: int = 0):
         """The sequence's cache as (k, v) per layer [1, h_kv, cells, d], cells by position."""
         layers, _ = llama_state.as_cache(llama_state.parse(self.state(seq)), self.kv_heads,
-                                         self.head_dim, self.permuted)
+                                         self.head_dim, self.permuted, self.swa)
         return layers
 
     def forward(self, ids: List[int], positions: List[int], cache):

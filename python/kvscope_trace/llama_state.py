@@ -13,14 +13,17 @@ KV Scope's C++ reader (core/src/trace/LlamaSeqState.hpp) reads too:
         v_trans 0: per layer i32 v_type | u64 v_row_bytes | rows[cell_count]
         v_trans 1: per layer i32 v_type | u32 element_bytes | u32 n_embd_v | [n_embd_v][cell_count]
 
-A row is n_kv_heads x head_dim values, head after head, in the cache's ggml type.
+A row is n_kv_heads x head_dim values, head after head, in the cache's ggml type. A model with
+sliding-window layers (Gemma 2 and 3) runs llama.cpp's iswa cache: its memory is two such
+caches, the non-SWA layers' then the SWA layers' (`SeqState.swa`), the second without the cells
+its window masks for the sequence.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import List, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,6 +52,7 @@ class SeqState:
     types: Tuple[str, str] = ("", "")  # K, V cache types
     keys: List[np.ndarray] = field(default_factory=list)  # per layer [cells, n_embd_k] float32
     values: List[np.ndarray] = field(default_factory=list)
+    swa: Optional["SeqState"] = None  # an iswa state's second cache: the SWA layers'
 
 
 def dequantize(type_id: int, raw: memoryview, rows: int, row_bytes: int) -> np.ndarray:
@@ -100,8 +104,40 @@ class _Cursor:
         return struct.unpack("<Q", self.take(8, what))[0]
 
 
+def _cache(c: "_Cursor", s: SeqState, at: str = "") -> None:
+    """One attention cache (n_stream, its streams) into `s`; `at` prefixes the fields."""
+    streams = c.u32(at + "n_stream")
+    if not 1 <= streams <= 256:
+        raise StateError(at + "n_stream", f"{streams} streams")
+    for _ in range(streams):
+        cells = c.u32(at + "cell_count")
+        if cells == 0:
+            continue
+        if s.positions:
+            raise StateError(at + "cell_count", "a second stream holds cells too")
+        for i in range(cells):
+            s.positions.append(c.i32(f"{at}cells[{i}].pos"))
+            c.take(4 * c.u32(f"{at}cells[{i}].n_seq_id"), f"{at}cells[{i}].seq_id")
+        v_trans, layers = c.u32(at + "v_trans"), c.u32(at + "n_layer")
+        kt = vt = -1
+        for l in range(layers):
+            kt = c.i32(f"{at}layer {l} k_type")
+            row = c.u64(f"{at}layer {l} k_row_bytes")
+            s.keys.append(dequantize(kt, c.take(row * cells, f"{at}layer {l} k rows"), cells, row))
+        for l in range(layers):
+            vt = c.i32(f"{at}layer {l} v_type")
+            if not v_trans:
+                row = c.u64(f"{at}layer {l} v_row_bytes")
+                s.values.append(dequantize(vt, c.take(row * cells, f"{at}layer {l} v rows"), cells, row))
+                continue
+            el, width = c.u32(f"{at}layer {l} v_element_bytes"), c.u32(f"{at}layer {l} n_embd_v")
+            cols = dequantize(vt, c.take(el * width * cells, f"{at}layer {l} v columns"), width, el * cells)
+            s.values.append(np.ascontiguousarray(cols.T))
+        s.types = (CACHE_TYPES[kt][0], CACHE_TYPES[vt][0])
+
+
 def parse(data: bytes) -> SeqState:
-    """A whole state file or get_data blob of one attention cache."""
+    """A whole state file or get_data blob: one attention cache, or an iswa state's two."""
     c, s = _Cursor(data), SeqState()
     magic = c.u32("magic")
     if magic == FILE_MAGIC:
@@ -114,37 +150,16 @@ def parse(data: bytes) -> SeqState:
         c.i32("seq_id")
     else:
         raise StateError("magic", f"0x{magic:08x} is not a llama.cpp sequence state")
-    streams = c.u32("n_stream")
-    if not 1 <= streams <= 256:
-        raise StateError("n_stream", f"{streams} streams")
-    for _ in range(streams):
-        cells = c.u32("cell_count")
-        if cells == 0:
-            continue
-        if s.positions:
-            raise StateError("cell_count", "a second stream holds cells too")
-        for i in range(cells):
-            s.positions.append(c.i32(f"cells[{i}].pos"))
-            c.take(4 * c.u32(f"cells[{i}].n_seq_id"), f"cells[{i}].seq_id")
-        v_trans, layers = c.u32("v_trans"), c.u32("n_layer")
-        kt = vt = -1
-        for l in range(layers):
-            kt = c.i32(f"layer {l} k_type")
-            row = c.u64(f"layer {l} k_row_bytes")
-            s.keys.append(dequantize(kt, c.take(row * cells, f"layer {l} k rows"), cells, row))
-        for l in range(layers):
-            vt = c.i32(f"layer {l} v_type")
-            if not v_trans:
-                row = c.u64(f"layer {l} v_row_bytes")
-                s.values.append(dequantize(vt, c.take(row * cells, f"layer {l} v rows"), cells, row))
-                continue
-            el, width = c.u32(f"layer {l} v_element_bytes"), c.u32(f"layer {l} n_embd_v")
-            cols = dequantize(vt, c.take(el * width * cells, f"layer {l} v columns"), width, el * cells)
-            s.values.append(np.ascontiguousarray(cols.T))
-        s.types = (CACHE_TYPES[kt][0], CACHE_TYPES[vt][0])
+    _cache(c, s)
     if c.at != len(c.data):
-        raise StateError("memory", f"{len(c.data) - c.at} bytes follow the first cache (a sliding-window "
-                         "or hybrid model's state, which this reader does not take apart)")
+        left, s.swa = len(c.data) - c.at, SeqState()
+        try:
+            _cache(c, s.swa, "swa ")
+        except StateError as e:
+            raise StateError(e.field, f"{e.detail}: the {left} bytes after the first cache do not read as an "
+                             "iswa state's SWA cache (a hybrid model's recurrent cache is not read)") from None
+    if c.at != len(c.data):
+        raise StateError("memory", f"{len(c.data) - c.at} bytes follow the second cache")
     return s
 
 
@@ -155,9 +170,47 @@ def unpermute_heads(rows: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
     return np.ascontiguousarray(r.transpose(0, 1, 3, 2).reshape(rows.shape[0], heads * head_dim))
 
 
-def as_cache(s: SeqState, heads: int, head_dim: int, permuted: bool):
+def swa_layers(pattern, layers: int) -> List[bool]:
+    """llama.cpp's per-layer SWA flags (llama_hparams::set_swa_pattern): `pattern` a list of
+    flags (the GGUF's `ARCH.attention.sliding_window_pattern` array) or a period n (every n-th
+    layer global, the others sliding)."""
+    if isinstance(pattern, (list, tuple)):
+        if len(pattern) != layers:
+            raise StateError("sliding_window_pattern", f"{len(pattern)} flags for {layers} layers")
+        return [bool(x) for x in pattern]
+    n = int(pattern)
+    return [n == 0 or i % n < n - 1 for i in range(layers)]
+
+
+def in_model_order(s: SeqState, swa: Optional[Sequence[bool]] = None) -> SeqState:
+    """One cache of every layer in model order: an iswa state's two merged (`swa` the model's
+    per-layer SWA flags), which needs its SWA cache to hold every cell of the sequence."""
+    if s.swa is None:
+        return s
+    if swa is None or len(s.keys) != sum(1 for x in swa if not x) or len(s.swa.keys) != sum(swa):
+        raise StateError("swa n_layer", f"an iswa state of {len(s.keys)} + {len(s.swa.keys)} layers; the "
+                         "model's SWA layers are needed to place them")
+    if sorted(s.swa.positions) != sorted(s.positions):
+        raise StateError("swa cell_count", f"the SWA cache holds {len(s.swa.positions)} of the sequence's "
+                         f"{len(s.positions)} cells: llama.cpp saves only what the window still attends, "
+                         "so the earlier rows of the sliding layers are gone (the sequence must fit the window)")
+    order = {p: i for i, p in enumerate(s.swa.positions)}
+    back = [order[p] for p in s.positions]  # the SWA rows in the first cache's cell order
+    full, sliding = iter(zip(s.keys, s.values)), iter(zip(s.swa.keys, s.swa.values))
+    merged = SeqState(tokens=s.tokens, positions=s.positions, types=s.types)
+    for is_swa in swa:
+        k, v = next(sliding) if is_swa else next(full)
+        if is_swa:
+            k, v = k[back], v[back]
+        merged.keys.append(k)
+        merged.values.append(v)
+    return merged
+
+
+def as_cache(s: SeqState, heads: int, head_dim: int, permuted: bool, swa: Optional[Sequence[bool]] = None):
     """The state as a legacy cache ((k, v) per layer, [1, h_kv, cells, d], cells ordered by
-    position) and the sorted positions."""
+    position) and the sorted positions; an iswa state merged in model order (`swa`)."""
+    s = in_model_order(s, swa)
     order = np.argsort(np.asarray(s.positions, dtype=np.int64), kind="stable")
     out = []
     for k, v in zip(s.keys, s.values):

@@ -1,7 +1,8 @@
 // llama.cpp sequence states as traces (tests/fixtures/llama_state, saved by llama.cpp itself
 // through llama-cpp-python: make_llama_state_fixtures.py): every cache layout and type the
 // fixtures hold (f16 with V row-wise and transposed, q8_0, q4_0; Llama's permuted key heads,
-// Qwen3's unpermuted ones) audits clean against the GGUF it was computed from, so the rows are
+// Qwen3's unpermuted ones; Gemma 3's iswa cache, its sliding layers in a second cache) audits
+// clean against the GGUF it was computed from (Gemma 3: against the HF checkpoint converted), so the rows are
 // read, dequantised and un-permuted as llama.cpp wrote them; a prompt-cache reuse off by one
 // token is found at the position it corrupted; damaged files and mismatched models are
 // refused naming the file and the field.
@@ -74,7 +75,7 @@ TEST_P(LlamaStateAudit, AuditsCleanAgainstItsGguf) {
 
 INSTANTIATE_TEST_SUITE_P(Saved, LlamaStateAudit,
                          ::testing::Values("hd32-f16.ggsq", "hd32-f16-vtrans.ggsq", "hd32-q8_0.ggsq",
-                                           "hd32-q4_0.ggsq", "qwen3-f16.ggsq"),
+                                           "hd32-q4_0.ggsq", "qwen3-f16.ggsq", "gemma3-swa-f16.ggsq"),
                          [](const auto& p) {
                            std::string s = p.param.substr(0, p.param.find('.'));
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -222,3 +223,81 @@ TEST(LlamaState, AnotherModelIsRefusedByName) {
 }
 
 }  // namespace
+
+// An iswa state (Gemma 3 in llama.cpp): the first cache holds the global layer (5), the second
+// the five sliding ones, each in layer order; both hold all 7 cells, inside the window of 8.
+TEST(LlamaState, IswaStateHoldsTheSlidingLayersInItsSecondCache) {
+  const auto s = kvscope::detail::readLlamaSeqStateFile(stateFixture("gemma3-swa-f16.ggsq"));
+  ASSERT_TRUE(s.second.has_value());
+  EXPECT_EQ(s.keys.size(), 1u);
+  EXPECT_EQ(s.second->keys.size(), 5u);
+  EXPECT_EQ(s.cells(), 7);
+  EXPECT_EQ(s.second->cells(), 7);
+  EXPECT_EQ(s.second->keys[0].width, 32);  // two kv heads of 16
+
+  // Placed wrongly, the rows show: the global layer's rows read as layer 0's.
+  auto model = Model::load(modelOf("gemma3-swa-f16.ggsq"));
+  auto swapped = s;
+  std::swap(swapped.keys[0], swapped.second->keys[0]);
+  std::swap(swapped.values[0], swapped.second->values[0]);
+  const Trace t = kvscope::detail::traceFromLlamaState(swapped, model->config(), model->checkpoint().storedDtype(),
+                                                       false);
+  const auto r = Auditor::audit(*model, t);
+  ASSERT_FALSE(r.report.clean());
+  EXPECT_EQ(r.report.firstDivergence.layer, 0) << r.report.toText();
+}
+
+TEST(LlamaState, IswaStateBeyondTheWindowIsRefusedWithTheNumbers) {
+  auto model = Model::load(modelOf("gemma3-swa-long.ggsq"));
+  try {
+    readLlamaStateTrace(stateFixture("gemma3-swa-long.ggsq"), model->checkpoint());
+    ADD_FAILURE() << "a state missing the sliding layers' early rows was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "swa cell_count") << e.what();
+    EXPECT_NE(e.detail().find("holds 8 cells (positions 6 to 13) of the sequence's 14"), std::string::npos)
+        << e.what();
+    EXPECT_NE(e.detail().find("window (8)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LlamaState, IswaPromptCacheReuseOffByOneIsFoundWhereItCorrupted) {
+  auto model = Model::load(modelOf("gemma3-swa-reuse-off-by-one.ggsq"));
+  const auto r = Auditor::audit(
+      *model, readLlamaStateTrace(stateFixture("gemma3-swa-reuse-off-by-one.ggsq"), model->checkpoint()));
+  // Sequence 1 shares 3 tokens with sequence 0, but 4 cells were copied into both caches.
+  const Finding* f = r.report.finding("position");
+  ASSERT_NE(f, nullptr) << r.report.toText();
+  EXPECT_EQ(f->position, 3);
+  EXPECT_EQ(f->layer, 0);
+  EXPECT_EQ(f->evidence.at("records_matching_before"), 3.0);
+}
+
+TEST(LlamaState, DamagedOrPartialIswaStatesNameTheField) {
+  auto model = Model::load(modelOf("gemma3-swa-f16.ggsq"));
+  const auto good = bytesOf(stateFixture("gemma3-swa-f16.ggsq"));
+  const auto refused = [&](const std::vector<uint8_t>& bytes, const std::string& name) -> InputError {
+    const std::string path = writeTemp(bytes, name);
+    try {
+      readLlamaStateTrace(path, model->checkpoint());
+    } catch (const InputError& e) {
+      std::filesystem::remove(path);
+      return e;
+    }
+    std::filesystem::remove(path);
+    ADD_FAILURE() << name << " was accepted";
+    return InputError(path, "", "");
+  };
+  auto truncated = good;
+  truncated.resize(good.size() - 5);
+  EXPECT_EQ(refused(truncated, "iswa-truncated").field(), "swa layer 4 v rows");
+  // The SWA cache alone, as LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY saves it: the header, then the
+  // last cache (n_stream, cell_count, 7 cells of 12 bytes, v_trans, n_layer, 5 layers' K and V
+  // of 7 f16 rows of 32 values, each with its type and row size).
+  const size_t header = 12 + 7 * 4;
+  const size_t swaBytes = 8 + 7 * 12 + 8 + 5 * 2 * (4 + 8 + 7 * 32 * 2);
+  std::vector<uint8_t> partial(good.begin(), good.begin() + header);
+  partial.insert(partial.end(), good.end() - static_cast<std::ptrdiff_t>(swaBytes), good.end());
+  const InputError e = refused(partial, "iswa-partial");
+  EXPECT_EQ(e.field(), "n_layer");
+  EXPECT_NE(e.detail().find("PARTIAL_ONLY"), std::string::npos) << e.what();
+}

@@ -16,6 +16,11 @@ logits of every step and the sequence's cache as llama.cpp serialises it
   layer 0, position 6; its saved state (one sequence: no other request to name) is `position`
   (token ownership) at layer 0, position 6. The same reuse with 6 cells is clean.
 
+- Gemma 3 (tests/fixtures/llama_state/gemma3-swa: five sliding layers over 8 tokens, one
+  global), whose cache llama.cpp keeps in two (iswa): a greedy run inside the window and its
+  saved state audit clean against the HF checkpoint; a run past the window is refused by the
+  recorder (llama.cpp's state no longer holds the sliding layers' early rows).
+
 One table: engine x family x run -> expected, got, where. Needs the live virtualenv and
 KVSCOPE_LLAMA_CPP (its site/ on PYTHONPATH); CI runs it as ctest python_live_llama_cpp.
 """
@@ -75,7 +80,8 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
                   "qwen3": os.path.join(REPO, "tests", "fixtures", "families", "models", "qwen3")}
         hd32_checkpoint(cls.hf["llama"])  # head_dim 32: the quantised caches apply
         cls.gguf = {}
-        for family, outtype in (("llama", "f16"), ("llama", "q8_0"), ("qwen3", "f16")):
+        cls.hf["gemma3_text"] = os.path.join(REPO, "tests", "fixtures", "llama_state", "gemma3-swa")
+        for family, outtype in (("llama", "f16"), ("llama", "q8_0"), ("qwen3", "f16"), ("gemma3_text", "f16")):
             cls.gguf[family, outtype] = os.path.join(root, f"{family}-{outtype}.gguf")
             convert(cls.hf[family], outtype, cls.gguf[family, outtype])
 
@@ -94,10 +100,29 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
         self.assertEqual(problems, [], got.report.get("findings", got.error))
         return got
 
-    def record(self, gguf: str, out: str, *extra: str) -> None:
+    def record(self, gguf: str, out: str, *extra: str, prompt=PROMPT, max_new: int = 8) -> None:
         self.assertEqual(hf_trace.main(["--engine", "llama.cpp", "--model", gguf,
-                                        "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new", "8",
+                                        "--prompt-ids", ",".join(map(str, prompt)), "--max-new", str(max_new),
                                         "--ignore-eos", "--out", out, *extra]), 0)
+
+    def test_gemma3_iswa_cache_inside_the_window(self):
+        gguf, hf = self.gguf["gemma3_text", "f16"], self.hf["gemma3_text"]
+        out = os.path.join(self.tmp.name, "gemma3.kvtrace")
+        state = out.replace(".kvtrace", ".ggsq")
+        # 5 prompt tokens and 3 greedy ones: 7 cells fed, inside the sliding window of 8.
+        self.record(gguf, out, "--save-state", state, prompt=PROMPT[:5], max_new=3)
+        w = kvtrace.TraceWriter.from_trace(kvtrace.read_trace(out), dtype="F16")
+        w.model["fingerprint"] = ""  # llama.cpp ran the GGUF; the audit's model is the HF checkpoint
+        w.save(out)
+        self.check("gemma3_text", "greedy inside the window (iswa cache) vs the HF checkpoint", out, hf,
+                   fr.Expectation())
+        self.check("gemma3_text", "  its saved state (.ggsq, two caches)", state, hf, fr.Expectation())
+        # Past the window llama.cpp's state keeps only the sliding layers' last 8 rows.
+        with self.assertRaises(Exception) as refused:
+            self.record(gguf, os.path.join(self.tmp.name, "gemma3-long.kvtrace"), prompt=PROMPT, max_new=2)
+        self.assertIn("swa cell_count", str(refused.exception))
+        TABLE.add(ENGINE, "gemma3_text", "10-token prompt, window 8: recorder", "refused", "refused: swa cell_count",
+                  "-")
 
     def test_clean_runs_audit_clean(self):
         sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]

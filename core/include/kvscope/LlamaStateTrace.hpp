@@ -8,7 +8,10 @@
 // the cache stage of the method for a run whose logits were not kept.
 //
 // Read against the checkpoint's config (the file holds rows of n_kv_heads x head_dim values
-// and no shapes): the layer count and row widths must match it. llama.cpp's llama
+// and no shapes): the layer count and row widths must match it. Gemma 2 and 3 run llama.cpp's
+// iswa cache, whose state holds the full-attention layers, then the sliding ones: they are
+// placed by the config's sliding layers, and read while the second cache holds every cell (a
+// sliding layer's rows outside its window are not saved). llama.cpp's llama
 // architecture (HF llama and mistral) keeps each key head's rotary pairs permuted
 // (convert_hf_to_gguf.py's LlamaModel.permute); that is undone so the rows compare with an
 // HF-ordered reference. A q8_0 / q4_0 cache is declared as such (kv_cache), so the audit

@@ -14,12 +14,15 @@ namespace {
 // (LlamaModel.permute; the Qwen models rotate NeoX-style in llama.cpp and keep HF's order).
 // A GGUF file loads as the first entry of its architecture; the later ones are the HF
 // families the converter writes as an earlier one's architecture (MistralModel is a
-// LlamaModel).
+// LlamaModel). Gemma 2 and 3 (conversion/gemma.py: no permutation; llama.cpp's iswa cache)
+// are read from their sequence states only: their GGUF tensors are not mapped here.
 constexpr LlamaCppArchitecture kGgufArchitectures[] = {
     {"llama", "llama", true},
     {"qwen2", "qwen2", false},
     {"qwen3", "qwen3", false},
     {"llama", "mistral", true},
+    {"gemma2", "gemma2", false, false},
+    {"gemma3", "gemma3_text", false, false},
 };
 
 // GGUF tensor name (after "blk.N.") -> the HF decoder layer's tensor name.
@@ -50,7 +53,7 @@ const std::pair<const char*, const char*> kModelTensors[] = {
 // The entry a GGUF file of architecture `gguf` loads as: its first.
 const LlamaCppArchitecture* llamaCppArchitectureOfGguf(const std::string& gguf) {
   for (const auto& a : kGgufArchitectures)
-    if (gguf == a.gguf) return &a;
+    if (a.weights && gguf == a.gguf) return &a;
   return nullptr;
 }
 
@@ -60,7 +63,7 @@ std::string GgufModelView::supportedArchitectures() {
   std::string s;
   // An architecture once, however many HF families it stands for.
   for (const auto& a : kGgufArchitectures)
-    if (llamaCppArchitectureOfGguf(a.gguf) == &a) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
+    if (a.weights && llamaCppArchitectureOfGguf(a.gguf) == &a) s += (s.empty() ? "" : ", ") + std::string(a.gguf);
   return s;
 }
 

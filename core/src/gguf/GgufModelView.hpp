@@ -20,10 +20,13 @@ namespace kvscope::detail {
 /// How llama.cpp runs a HuggingFace family (convert_hf_to_gguf.py's mapping): its GGUF
 /// architecture, and whether the converter permuted each head's q/k rows into rotary pairs
 /// (i, i + 1), so that llama.cpp's K cache holds every key head in that permuted order too.
+/// `weights`: KV Scope reads the architecture's GGUF checkpoints too; a family it audits from
+/// llama.cpp's cache states only (the reference from its HF checkpoint) has false.
 struct LlamaCppArchitecture {
   const char* gguf;
   const char* modelType;
   bool permutesQk;
+  bool weights = true;
 };
 /// The entry of a `model_type` KV Scope reads from llama.cpp (GGUF files, cache states), or
 /// nullptr.

@@ -81,11 +81,12 @@ LlamaStateRows readRows(Cursor& c, const GgmlType& t, uint64_t rowBytes, int64_t
 }
 
 // One stream's cells and layers (state_write_meta + state_write_data).
-void readStream(Cursor& c, uint32_t cellCount, LlamaSeqState& s) {
+// `at` prefixes the fields ("swa " in an iswa state's second cache).
+void readStream(Cursor& c, uint32_t cellCount, LlamaCacheSection& s, const std::string& at) {
   // each cell's meta is at least 8 bytes: refuse a count the file cannot hold
-  if (cellCount > c.left() / 8) c.fail("cell_count", std::to_string(cellCount) + " cells do not fit in the " + std::to_string(c.left()) + " bytes left");
+  if (cellCount > c.left() / 8) c.fail(at + "cell_count", std::to_string(cellCount) + " cells do not fit in the " + std::to_string(c.left()) + " bytes left");
   for (uint32_t i = 0; i < cellCount; ++i) {
-    const std::string cell = "cells[" + std::to_string(i) + "]";
+    const std::string cell = at + "cells[" + std::to_string(i) + "]";
     s.positions.push_back(c.read<int32_t>(cell + ".pos"));
     const auto n = c.read<uint32_t>(cell + ".n_seq_id");
     if (n > kMaxSequences)
@@ -100,21 +101,21 @@ void readStream(Cursor& c, uint32_t cellCount, LlamaSeqState& s) {
     }
     s.cellSeqIds.push_back(std::move(ids));
   }
-  const auto vTrans = c.read<uint32_t>("v_trans");
-  if (vTrans > 1) c.fail("v_trans", "must be 0 or 1, not " + std::to_string(vTrans));
+  const auto vTrans = c.read<uint32_t>(at + "v_trans");
+  if (vTrans > 1) c.fail(at + "v_trans", "must be 0 or 1, not " + std::to_string(vTrans));
   s.valuesTransposed = vTrans == 1;
-  const auto layers = c.read<uint32_t>("n_layer");
+  const auto layers = c.read<uint32_t>(at + "n_layer");
   if (layers == 0 || layers > kMaxLayers || layers > c.left() / 12)
-    c.fail("n_layer", std::to_string(layers) + " layers (1 to 4096 that fit in the file)");
+    c.fail(at + "n_layer", std::to_string(layers) + " layers (1 to 4096 that fit in the file)");
   const int64_t cells = cellCount;
   for (uint32_t l = 0; l < layers; ++l) {
-    const std::string f = "layer " + std::to_string(l) + " ";
+    const std::string f = at + "layer " + std::to_string(l) + " ";
     const GgmlType& t = cacheType(c, c.read<int32_t>(f + "k_type"), f + "k_type");
     const auto rowBytes = c.read<uint64_t>(f + "k_row_bytes");
     s.keys.push_back(readRows(c, t, rowBytes, cells, f + "k rows"));
   }
   for (uint32_t l = 0; l < layers; ++l) {
-    const std::string f = "layer " + std::to_string(l) + " ";
+    const std::string f = at + "layer " + std::to_string(l) + " ";
     const GgmlType& t = cacheType(c, c.read<int32_t>(f + "v_type"), f + "v_type");
     if (!s.valuesTransposed) {
       const auto rowBytes = c.read<uint64_t>(f + "v_row_bytes");
@@ -143,26 +144,41 @@ void readStream(Cursor& c, uint32_t cellCount, LlamaSeqState& s) {
   }
 }
 
-// The memory section from the cursor on: with the stream count (`streams`) or without it.
-void readMemory(Cursor& c, bool streams, LlamaSeqState& s) {
-  s.streams = streams ? c.read<uint32_t>("n_stream") : 0;
+// One attention cache from the cursor on: with the stream count (`streams`) or without it.
+void readCache(Cursor& c, bool streams, LlamaCacheSection& s, const std::string& at) {
+  s.streams = streams ? c.read<uint32_t>(at + "n_stream") : 0;
   if (streams && (s.streams == 0 || s.streams > kMaxSequences))
-    c.fail("n_stream", std::to_string(s.streams) + " streams (1 to 256)");
+    c.fail(at + "n_stream", std::to_string(s.streams) + " streams (1 to 256)");
   const uint32_t count = streams ? s.streams : 1;
   bool filled = false;
   for (uint32_t k = 0; k < count; ++k) {
-    const auto cellCount = c.read<uint32_t>("cell_count");
+    const auto cellCount = c.read<uint32_t>(at + "cell_count");
     if (cellCount == 0) continue;
     if (filled)
-      c.fail("cell_count", "a second stream holds cells too; KV Scope reads the state of one sequence");
-    readStream(c, cellCount, s);
+      c.fail(at + "cell_count", "a second stream holds cells too; KV Scope reads the state of one sequence");
+    readStream(c, cellCount, s, at);
     filled = true;
+  }
+}
+
+// The memory from the cursor on: one attention cache, or an iswa cache's two.
+void readMemory(Cursor& c, bool streams, LlamaSeqState& s) {
+  readCache(c, streams, s, "");
+  if (c.left() == 0) return;
+  const size_t left = c.left();
+  LlamaCacheSection second;
+  try {
+    readCache(c, streams, second, "swa ");
+  } catch (const InputError& e) {
+    c.fail(e.field(), e.detail() + ": the " + std::to_string(left) +
+                          " bytes after the first cache do not read as a second attention cache (an iswa "
+                          "state's SWA layers); a damaged file, or a hybrid model's recurrent cache, which "
+                          "KV Scope does not read from llama.cpp yet");
   }
   if (c.left() != 0)
     c.fail("memory", std::to_string(c.left()) +
-                         " bytes follow the first cache: the state of a model with more than one "
-                         "cache (a sliding-window iswa or a hybrid recurrent cache), which KV Scope "
-                         "does not read from llama.cpp yet");
+                         " bytes follow the second cache: llama.cpp's iswa memory holds two caches");
+  s.second = std::move(second);
 }
 
 }  // namespace

@@ -15,13 +15,19 @@
 //                             [n_embd_v][cell_count] elements
 //   A row is ggml's: n_embd = n_kv_heads x head_dim values, head after head, in the cache's
 //   type (F32, F16, BF16, Q8_0, Q4_0, ...), dequantised here as ggml does.
+//   A model with sliding-window layers (Gemma 2 and 3, ...) runs an iswa cache
+//   (src/llama-kv-cache-iswa.cpp): its memory is two such caches, the non-SWA layers' then
+//   the SWA layers', each with its own cells; the SWA one leaves out the cells its window
+//   masks for the sequence (pos_max - pos >= n_swa). Saved with
+//   LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY (llama-server's context checkpoints) only the second.
 // Untrusted input: every count is checked against the bytes left before anything is sized by
 // it; errors name the file and the field. Models whose cells carry llama.cpp's extension
-// (M-RoPE's 2-D positions, per-layer-embedding token ids) and states of more than one cache
-// (sliding-window iswa, hybrid recurrent) are refused by name.
+// (M-RoPE's 2-D positions, per-layer-embedding token ids) and memory that is not one or two
+// attention caches (a hybrid model's recurrent cache) are refused by name.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,18 +42,25 @@ struct LlamaStateRows {
   std::vector<float> rows;  // [cells, width], dequantised
 };
 
-struct LlamaSeqState {
+/// One attention cache's part of the state: its cells and its layers' rows.
+struct LlamaCacheSection {
+  uint32_t streams = 0;             // the cache's streams (0: a layout without them)
+  std::vector<int32_t> positions;   // per cell, in the cache's physical order
+  std::vector<std::vector<int32_t>> cellSeqIds;
+  bool valuesTransposed = false;
+  std::vector<LlamaStateRows> keys, values;  // per layer of this cache
+  int64_t cells() const { return static_cast<int64_t>(positions.size()); }
+};
+
+/// The state: its header and its first cache (the only one, or an iswa cache's non-SWA part),
+/// then `second`, an iswa cache's SWA part, when the memory holds two caches.
+struct LlamaSeqState : LlamaCacheSection {
   std::string source;               // the file, for messages
   uint32_t version = 0;             // the file's format version; 0 for a get_data blob
   bool hasTokens = false;           // a file lists the tokens it was saved with
   std::vector<int32_t> tokens;
   int32_t seqId = -1;               // a blob's sequence id (-1: a file, not recorded)
-  uint32_t streams = 0;             // the cache's streams (0: a layout without them)
-  std::vector<int32_t> positions;   // per cell, in the cache's physical order
-  std::vector<std::vector<int32_t>> cellSeqIds;
-  bool valuesTransposed = false;
-  std::vector<LlamaStateRows> keys, values;  // per layer
-  int64_t cells() const { return static_cast<int64_t>(positions.size()); }
+  std::optional<LlamaCacheSection> second;
 };
 
 /// True when `bytes` start as a llama.cpp sequence state file ('ggsq', any version) or a

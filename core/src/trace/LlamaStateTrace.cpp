@@ -14,6 +14,7 @@ namespace kvscope {
 
 namespace {
 
+using detail::LlamaCacheSection;
 using detail::LlamaSeqState;
 using detail::LlamaStateRows;
 
@@ -44,13 +45,17 @@ FloatTensor records(const LlamaStateRows& r, const std::vector<size_t>& order, i
 // The trace's cache declaration for the state's cache type (one type for K and V).
 void declareCacheType(Trace& t, const LlamaSeqState& s, const ModelConfig& config) {
   const uint32_t type = s.keys.front().type;
-  for (size_t l = 0; l < s.keys.size(); ++l)
-    if (s.keys[l].type != type || s.values[l].type != type)
-      throw InputError(s.source, "layer " + std::to_string(l) + " v_type",
-                       "K is " + detail::ggmlTypeName(type) + " and V " +
-                           detail::ggmlTypeName(s.values[l].type) +
-                           ": KV Scope audits a cache whose keys and values have one type "
-                           "(llama.cpp's -ctk and -ctv the same)");
+  const auto sameType = [&](const LlamaCacheSection& c, const std::string& at) {
+    for (size_t l = 0; l < c.keys.size(); ++l)
+      if (c.keys[l].type != type || c.values[l].type != type)
+        throw InputError(s.source, at + "layer " + std::to_string(l) + " v_type",
+                         "K is " + detail::ggmlTypeName(type) + " and V " +
+                             detail::ggmlTypeName(c.values[l].type) +
+                             ": KV Scope audits a cache whose keys and values have one type "
+                             "(llama.cpp's -ctk and -ctv the same)");
+  };
+  sameType(s, "");
+  if (s.second) sameType(*s.second, "swa ");
   const std::string name = detail::ggmlTypeName(type);
   if (name == "F32" || name == "F16" || name == "BF16") {
     t.tensorDtype = name;  // the audit's storage floor
@@ -71,6 +76,84 @@ void declareCacheType(Trace& t, const LlamaSeqState& s, const ModelConfig& confi
                          ": its 32-element blocks span two heads, which the audit cannot budget for");
   q.scale = "per_block";
   t.kvCache = q;
+}
+
+// Where a model layer's rows are: which cache of the state, which of its layers.
+struct LayerRows {
+  const LlamaCacheSection* cache = nullptr;
+  size_t index = 0;
+};
+
+// The state's layers in model order. One cache holds every layer; llama.cpp's iswa memory
+// holds the full-attention layers in its first cache and the sliding ones in its second
+// (src/llama-kv-cache-iswa.cpp), each in layer order.
+std::vector<LayerRows> layerRows(const LlamaSeqState& s, const ModelConfig& config) {
+  const std::string& path = s.source;
+  int64_t sliding = 0;
+  for (int64_t l = 0; l < config.numLayers; ++l) sliding += config.isSlidingLayer(l) ? 1 : 0;
+  const auto layers = [](const LlamaCacheSection& c) { return static_cast<int64_t>(c.keys.size()); };
+  std::vector<LayerRows> where;
+  if (!s.second) {
+    if (layers(s) == config.numLayers) {
+      for (int64_t l = 0; l < config.numLayers; ++l) where.push_back({&s, static_cast<size_t>(l)});
+      return where;
+    }
+    if (sliding > 0 && layers(s) == sliding)
+      throw InputError(path, "n_layer",
+                       std::to_string(layers(s)) + " layers, the checkpoint's " + std::to_string(sliding) +
+                           " sliding ones only: the SWA half of an iswa cache, saved without the other "
+                           "(LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, as llama-server's context checkpoints are); "
+                           "save the whole sequence state");
+    throw InputError(path, "n_layer",
+                     std::to_string(layers(s)) + " layers; the checkpoint has " + std::to_string(config.numLayers));
+  }
+  const int64_t full = config.numLayers - sliding;
+  if (sliding == 0)
+    throw InputError(path, "swa n_layer",
+                     "the state holds two caches (llama.cpp's iswa memory of a sliding-window model), but the "
+                     "checkpoint has no sliding layers");
+  if (layers(s) != full)
+    throw InputError(path, "n_layer",
+                     "the iswa state's non-SWA cache holds " + std::to_string(layers(s)) +
+                         " layers; the checkpoint has " + std::to_string(full) + " full-attention layers (of " +
+                         std::to_string(config.numLayers) + ")");
+  if (layers(*s.second) != sliding)
+    throw InputError(path, "swa n_layer",
+                     "the iswa state's SWA cache holds " + std::to_string(layers(*s.second)) +
+                         " layers; the checkpoint has " + std::to_string(sliding) + " sliding layers (of " +
+                         std::to_string(config.numLayers) + ")");
+  size_t first = 0, second = 0;
+  for (int64_t l = 0; l < config.numLayers; ++l)
+    where.push_back(config.isSlidingLayer(l) ? LayerRows{&*s.second, second++} : LayerRows{&s, first++});
+  return where;
+}
+
+// The cells in the order of their positions: the i-th token sits in the i-th smallest.
+std::vector<size_t> byPosition(const LlamaCacheSection& c) {
+  std::vector<size_t> order(static_cast<size_t>(c.cells()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return c.positions[a] < c.positions[b]; });
+  return order;
+}
+
+// llama.cpp leaves out of an iswa state's SWA cache the cells its window masks for the
+// sequence (pos_max - pos >= n_swa): those layers' earlier rows are not in the file. The trace
+// of a saved state holds every layer's row for every token, so it is read while the sequence
+// fits in the window, and refused with the numbers otherwise.
+void requireEveryCell(const LlamaSeqState& s, const std::vector<int64_t>& positions, const ModelConfig& config) {
+  std::vector<int64_t> held(s.second->positions.begin(), s.second->positions.end());
+  std::sort(held.begin(), held.end());
+  if (held == positions) return;
+  const std::string span = held.empty() ? std::string("none")
+                                        : "positions " + std::to_string(held.front()) + " to " +
+                                              std::to_string(held.back());
+  throw InputError(s.source, "swa cell_count",
+                   "the sliding layers' cache holds " + std::to_string(held.size()) + " cells (" + span +
+                       ") of the sequence's " + std::to_string(positions.size()) +
+                       ": llama.cpp saves only the cells a sliding layer's window (" +
+                       std::to_string(config.slidingWindow) +
+                       ") still attends, so the earlier rows of those layers are not in the file; KV Scope "
+                       "reads an iswa state whose sequence fits in the window");
 }
 
 // The header's rule: the coarsest rounding llama.cpp's CPU path gives the activations.
@@ -111,7 +194,7 @@ Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, con
   if (!arch)
     throw InputError(path, "model",
                      "the checkpoint is a " + modelType + " model; KV Scope reads llama.cpp states of " +
-                         detail::llamaCppModelTypes() + " models (one attention cache, a known row order)");
+                         detail::llamaCppModelTypes() + " models (their caches' layouts and row orders known)");
   if (!s.hasTokens)
     throw InputError(path, "tokens",
                      "llama_state_seq_get_data bytes carry no token list; save the sequence with "
@@ -123,31 +206,31 @@ Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, con
     throw InputError(path, "n_token_count",
                      "the file lists " + std::to_string(s.tokens.size()) + " tokens but the cache holds " +
                          std::to_string(s.cells()) + " cells for the sequence");
-  if (static_cast<int64_t>(s.keys.size()) != config.numLayers)
-    throw InputError(path, "n_layer",
-                     std::to_string(s.keys.size()) + " layers; the checkpoint has " +
-                         std::to_string(config.numLayers));
+  const std::vector<LayerRows> where = layerRows(s, config);
   const int64_t width = config.numKvHeads * config.headDim;
-  for (size_t l = 0; l < s.keys.size(); ++l)
-    for (const auto* r : {&s.keys[l], &s.values[l]})
-      if (r->width != width)
-        throw InputError(path, "layer " + std::to_string(l) + (r == &s.keys[l] ? " k_row_bytes" : " v_row_bytes"),
-                         "rows of " + std::to_string(r->width) + " values; the checkpoint's " +
-                             std::to_string(config.numKvHeads) + " kv heads of " +
-                             std::to_string(config.headDim) + " make " + std::to_string(width));
+  for (const auto& [cache, at] : {std::pair{static_cast<const LlamaCacheSection*>(&s), std::string()},
+                                  std::pair{s.second ? &*s.second : nullptr, std::string("swa ")}})
+    for (size_t l = 0; cache && l < cache->keys.size(); ++l)
+      for (const auto* r : {&cache->keys[l], &cache->values[l]})
+        if (r->width != width)
+          throw InputError(path, at + "layer " + std::to_string(l) + (r == &cache->keys[l] ? " k_row_bytes" : " v_row_bytes"),
+                           "rows of " + std::to_string(r->width) + " values; the checkpoint's " +
+                               std::to_string(config.numKvHeads) + " kv heads of " +
+                               std::to_string(config.headDim) + " make " + std::to_string(width));
 
-  // The i-th token sits in the cell of the i-th smallest position.
-  std::vector<size_t> order(static_cast<size_t>(s.cells()));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.positions[a] < s.positions[b]; });
+  const std::vector<size_t> order = byPosition(s);
   std::vector<int64_t> positions;
   for (size_t i : order) positions.push_back(s.positions[i]);
+  if (s.second) requireEveryCell(s, positions, config);
+  const std::vector<size_t> secondOrder = s.second ? byPosition(*s.second) : std::vector<size_t>();
   std::vector<TraceLayerRecord> layers;
   for (int64_t l = 0; l < config.numLayers; ++l) {
+    const LayerRows& w = where[static_cast<size_t>(l)];
+    const auto& o = w.cache == &s ? order : secondOrder;
     TraceLayerRecord rec;
     rec.cacheLength = s.cells();
-    rec.keys = records(s.keys[static_cast<size_t>(l)], order, config.numKvHeads, config.headDim, arch->permutesQk);
-    rec.values = records(s.values[static_cast<size_t>(l)], order, config.numKvHeads, config.headDim, false);
+    rec.keys = records(w.cache->keys[w.index], o, config.numKvHeads, config.headDim, arch->permutesQk);
+    rec.values = records(w.cache->values[w.index], o, config.numKvHeads, config.headDim, false);
     layers.push_back(std::move(rec));
   }
   Trace t = savedCacheTrace(
