@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -153,11 +154,16 @@ class LlamaCppSession:
         return layers
 
     def forward(self, ids: List[int], positions: List[int], cache):
-        """hf_trace.decode's forward: a new request (cache None) starts from an empty cache."""
+        """hf_trace.decode's forward: a new request (cache None) starts from an empty cache. An
+        iswa model's cache comes as the rows each layer holds (_HeldRows)."""
         if cache is None:
             self.L.llama_memory_clear(self.memory(), True)
         logits = self.decode(ids, positions)
-        return logits, self.cache()
+        if self.swa is None:
+            return logits, self.cache()
+        layers = llama_state.held_layers(llama_state.parse(self.state()), self.kv_heads, self.head_dim,
+                                         self.permuted, self.swa)
+        return logits, _HeldRows(layers, positions, self.L.llama_model_n_swa(self.model))
 
     def save_state(self, path: str, tokens: Sequence[int], seq: int = 0) -> None:
         arr = (self.L.llama_token * len(tokens))(*[int(t) for t in tokens])
@@ -202,6 +208,29 @@ class LlamaCppSession:
                 f"{__version__}, cache {self.cache_types[0]}/{self.cache_types[1]})")
 
 
+class _HeldRows:
+    """An iswa model's cache after a step as hf_trace's recorder reads it: `layers[i].keys /
+    .values` the rows each layer holds ([1, h_kv, t, d], by position: a sliding layer only its
+    window's), `logical_lengths` the entries fed, and the step's own rows (the last of each
+    layer's), which llama.cpp still holds as long as one step feeds no more than the window."""
+
+    def __init__(self, layers, fed_positions: Sequence[int], window: int):
+        from .hf_trace import APPENDED_ATTR
+        n = len(fed_positions)
+        appended = {}
+        for i, (k, v, held) in enumerate(layers):
+            if held[len(held) - n:] != list(fed_positions):
+                raise llama_state.StateError(
+                    "swa cell_count", f"the step fed {n} tokens (positions {fed_positions[0]} to "
+                    f"{fed_positions[-1]}) but layer {i}'s cache holds {len(held)} cells: llama.cpp keeps only the "
+                    f"sliding window's ({window}) rows, so a prompt longer than the window leaves no record of "
+                    "its first tokens on the sliding layers")
+            appended[i] = (k[:, :, len(held) - n:], v[:, :, len(held) - n:])
+        setattr(self, APPENDED_ATTR, appended)
+        self.logical_lengths = [max(len(h) for _, _, h in layers)] * len(layers)
+        self.layers = [SimpleNamespace(keys=k, values=v) for k, v, _ in layers]
+
+
 def _coarseness(cache_type: str) -> int:
     return {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 3, "q4_0": 4}[cache_type]
 
@@ -233,7 +262,12 @@ def record(args, policy: Dict[str, Any]) -> int:
     prompts = [(s.tokenize(t), t) for t in args.prompt] + prompts
     info = s.model_info(args.model, fingerprint=not args.no_fingerprint)
     store = "F16" if s.cache_types == ("f16", "f16") else args.store
-    rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=store)
+    if s.swa is not None and args.snapshots:
+        raise SystemExit("kvscope-record: --snapshots needs every row of each layer; llama.cpp's sliding "
+                         f"layers ({args.model}: an iswa cache) keep only their window's")
+    # a sliding layer's checksum would cover the rows its window kept, not the whole cache
+    rec = TraceRecorder(info, engine=s.engine_name(), snapshots=args.snapshots, dtype=store,
+                        checksums=s.swa is None)
     s.declare_cache(rec.writer)
     last: List[int] = []
     for rid, (ids, text) in enumerate(prompts):

@@ -207,6 +207,30 @@ def in_model_order(s: SeqState, swa: Optional[Sequence[bool]] = None) -> SeqStat
     return merged
 
 
+def held_layers(s: SeqState, heads: int, head_dim: int, permuted: bool, swa: Optional[Sequence[bool]] = None):
+    """Per layer in model order, the rows its cache holds: (k, v [1, h_kv, t, d], positions),
+    cells ordered by position. An iswa state's sliding layers hold the cells their window
+    still attends, fewer than the others once the sequence is longer than the window."""
+    if s.swa is None:
+        caches = [s] * len(s.keys)
+        index = list(range(len(s.keys)))
+    else:
+        if swa is None or len(s.keys) != sum(1 for x in swa if not x) or len(s.swa.keys) != sum(swa):
+            raise StateError("swa n_layer", f"an iswa state of {len(s.keys)} + {len(s.swa.keys)} layers; the "
+                             "model's SWA layers are needed to place them")
+        caches, index, counts = [], [], [0, 0]
+        for is_swa in swa:
+            caches.append(s.swa if is_swa else s)
+            index.append(counts[is_swa])
+            counts[is_swa] += 1
+    out = []
+    for c, i in zip(caches, index):
+        (k, v), = as_cache(SeqState(positions=c.positions, keys=[c.keys[i]], values=[c.values[i]]),
+                           heads, head_dim, permuted)[0]
+        out.append((k, v, sorted(int(p) for p in c.positions)))
+    return out
+
+
 def as_cache(s: SeqState, heads: int, head_dim: int, permuted: bool, swa: Optional[Sequence[bool]] = None):
     """The state as a legacy cache ((k, v) per layer, [1, h_kv, cells, d], cells ordered by
     position) and the sorted positions; an iswa state merged in model order (`swa`)."""

@@ -59,6 +59,14 @@ class LlamaStateTest(unittest.TestCase):
             llama_state.in_model_order(s, GEMMA_SWA)
         self.assertEqual(e.exception.field, "swa cell_count")
 
+    def test_held_layers_give_each_layer_the_rows_it_holds(self):
+        s = llama_state.parse(read("gemma3-swa-long.ggsq"))
+        layers = llama_state.held_layers(s, 2, 16, False, GEMMA_SWA)
+        self.assertEqual([len(p) for _, _, p in layers], [8] * 5 + [14])
+        self.assertEqual(layers[0][2], list(range(6, 14)))
+        self.assertEqual(layers[5][0].shape, (1, 2, 14, 16))
+        np.testing.assert_array_equal(layers[5][0][0, 0, 3], s.keys[0][s.positions.index(3), :16])
+
     def test_truncated_iswa_state_names_the_second_cache(self):
         with self.assertRaises(llama_state.StateError) as e:
             llama_state.parse(read("gemma3-swa-f16.ggsq")[:-5])

@@ -18,8 +18,9 @@ logits of every step and the sequence's cache as llama.cpp serialises it
 
 - Gemma 3 (tests/fixtures/llama_state/gemma3-swa: five sliding layers over 8 tokens, one
   global), whose cache llama.cpp keeps in two (iswa): a greedy run inside the window and its
-  saved state audit clean against the HF checkpoint; a run past the window is refused by the
-  recorder (llama.cpp's state no longer holds the sliding layers' early rows).
+  saved state, and a run twice as long as the window, audit clean against the HF checkpoint; a
+  prompt longer than the window is refused by the recorder (llama.cpp's state no longer holds
+  the sliding layers' rows of its first tokens).
 
 One table: engine x family x run -> expected, got, where. Needs the live virtualenv and
 KVSCOPE_LLAMA_CPP (its site/ on PYTHONPATH); CI runs it as ctest python_live_llama_cpp.
@@ -105,21 +106,31 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
                                         "--prompt-ids", ",".join(map(str, prompt)), "--max-new", str(max_new),
                                         "--ignore-eos", "--out", out, *extra]), 0)
 
-    def test_gemma3_iswa_cache_inside_the_window(self):
-        gguf, hf = self.gguf["gemma3_text", "f16"], self.hf["gemma3_text"]
-        out = os.path.join(self.tmp.name, "gemma3.kvtrace")
-        state = out.replace(".kvtrace", ".ggsq")
-        # 5 prompt tokens and 3 greedy ones: 7 cells fed, inside the sliding window of 8.
-        self.record(gguf, out, "--save-state", state, prompt=PROMPT[:5], max_new=3)
+    def gemma3_record(self, name: str, max_new: int, *extra: str, prompt=PROMPT[:5]) -> str:
+        out = os.path.join(self.tmp.name, name + ".kvtrace")
+        self.record(self.gguf["gemma3_text", "f16"], out, *extra, prompt=prompt, max_new=max_new)
         w = kvtrace.TraceWriter.from_trace(kvtrace.read_trace(out), dtype="F16")
         w.model["fingerprint"] = ""  # llama.cpp ran the GGUF; the audit's model is the HF checkpoint
         w.save(out)
+        return out
+
+    def test_gemma3_iswa_cache(self):
+        hf = self.hf["gemma3_text"]
+        # 5 prompt tokens and 3 greedy ones: 7 cells, inside the sliding window of 8; the state
+        # saved at the end holds every cell in both caches.
+        state = os.path.join(self.tmp.name, "gemma3-short.ggsq")
+        out = self.gemma3_record("gemma3-short", 3, "--save-state", state)
         self.check("gemma3_text", "greedy inside the window (iswa cache) vs the HF checkpoint", out, hf,
                    fr.Expectation())
         self.check("gemma3_text", "  its saved state (.ggsq, two caches)", state, hf, fr.Expectation())
-        # Past the window llama.cpp's state keeps only the sliding layers' last 8 rows.
+        # 12 greedy tokens: 16 cells, twice the window. Every step's own rows are still in the
+        # sliding layers' cache when the recorder reads it; the earlier ones are gone.
+        out = self.gemma3_record("gemma3-long", 12)
+        self.assertEqual(sum(len(s.fed_ids) for s in kvtrace.read_trace(out).steps), 16)
+        self.check("gemma3_text", "greedy past the window (16 cells, window 8)", out, hf, fr.Expectation())
+        # A prompt longer than the window leaves no record of its first tokens there.
         with self.assertRaises(Exception) as refused:
-            self.record(gguf, os.path.join(self.tmp.name, "gemma3-long.kvtrace"), prompt=PROMPT, max_new=2)
+            self.gemma3_record("gemma3-long-prompt", 2, prompt=PROMPT)
         self.assertIn("swa cell_count", str(refused.exception))
         TABLE.add(ENGINE, "gemma3_text", "10-token prompt, window 8: recorder", "refused", "refused: swa cell_count",
                   "-")
