@@ -17,7 +17,8 @@ logits of every step and the sequence's cache as llama.cpp serialises it
   (token ownership) at layer 0, position 6. The same reuse with 6 cells is clean.
 
 - Gemma 3 (tests/fixtures/llama_state/gemma3-swa: five sliding layers over 8 tokens, one
-  global), whose cache llama.cpp keeps in two (iswa): a greedy run inside the window and its
+  global) and Gemma 2 (made here: alternating layers, soft-capped, a SentencePiece vocabulary),
+  whose caches llama.cpp keeps in two (iswa): a greedy run inside the window and its
   saved state, and a run twice as long as the window, audit clean against the HF checkpoint; a
   prompt longer than the window is refused by the recorder (llama.cpp's state no longer holds
   the sliding layers' rows of its first tokens).
@@ -47,8 +48,8 @@ import gguf_convert  # noqa: E402
 LLAMA_CPP = os.environ.get("KVSCOPE_LLAMA_CPP", "")
 try:
     import llama_cpp  # noqa: F401
-    import torch  # noqa: F401  (the checkpoints are written by transformers)
-    import transformers  # noqa: F401
+    import torch  # the checkpoints are written by transformers
+    import transformers
     from kvscope_trace import hf_trace
     from kvscope_trace import trace as kvtrace
     from kvscope_trace.llama_cpp_trace import LlamaCppSession
@@ -72,6 +73,40 @@ def convert(model: str, outtype: str, out: str) -> None:
     gguf_convert.convert(os.path.join(LLAMA_CPP, "llama.cpp"), model, outtype, out)
 
 
+def gemma2_checkpoint(out: str) -> None:
+    """A tiny Gemma 2 (transformers, seeded): 4 layers alternating sliding (window 8) and global,
+    both soft-caps, query_pre_attn_scalar = head_dim (as llama.cpp scales queries), with a
+    SentencePiece tokenizer.model trained here (llama.cpp's converter reads Gemma 2's vocabulary
+    from one; KV Scope reads it too)."""
+    import random
+    import sentencepiece as spm
+
+    os.makedirs(out, exist_ok=True)
+    words = ("the cache of a model holds keys and values for every layer and position the audit "
+             "compares them with a reference computed without any cache sliding window").split()
+    rng = random.Random(3)
+    corpus = os.path.join(out, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        f.writelines(" ".join(rng.choice(words) for _ in range(12)) + "\n" for _ in range(2000))
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(out, "tokenizer"), vocab_size=400,
+                                   model_type="bpe", byte_fallback=True, character_coverage=1.0, pad_id=0,
+                                   eos_id=1, bos_id=2, unk_id=3, minloglevel=2)
+    for f in ("corpus.txt", "tokenizer.vocab"):
+        os.remove(os.path.join(out, f))
+    torch.manual_seed(34)
+    cfg = transformers.Gemma2Config(
+        vocab_size=400, hidden_size=64, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8, max_position_embeddings=128,
+        rms_norm_eps=1e-6, initializer_range=0.2, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    model = transformers.Gemma2ForCausalLM(cfg)
+    with torch.no_grad():  # norms away from Gemma's (1 + w) zero, so a skipped one shows
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(0.5 * torch.randn_like(p))
+    model.save_pretrained(out)
+
+
 class LlamaCppUnderAuditTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -82,7 +117,10 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
         hd32_checkpoint(cls.hf["llama"])  # head_dim 32: the quantised caches apply
         cls.gguf = {}
         cls.hf["gemma3_text"] = os.path.join(REPO, "tests", "fixtures", "llama_state", "gemma3-swa")
-        for family, outtype in (("llama", "f16"), ("llama", "q8_0"), ("qwen3", "f16"), ("gemma3_text", "f16")):
+        cls.hf["gemma2"] = os.path.join(root, "gemma2-hf")
+        gemma2_checkpoint(cls.hf["gemma2"])
+        for family, outtype in (("llama", "f16"), ("llama", "q8_0"), ("qwen3", "f16"), ("gemma3_text", "f16"),
+                                ("gemma2", "f16")):
             cls.gguf[family, outtype] = os.path.join(root, f"{family}-{outtype}.gguf")
             convert(cls.hf[family], outtype, cls.gguf[family, outtype])
 
@@ -106,34 +144,38 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
                                         "--prompt-ids", ",".join(map(str, prompt)), "--max-new", str(max_new),
                                         "--ignore-eos", "--out", out, *extra]), 0)
 
-    def gemma3_record(self, name: str, max_new: int, *extra: str, prompt=PROMPT[:5]) -> str:
+    def iswa_record(self, family: str, name: str, max_new: int, *extra: str, prompt=PROMPT[:5]) -> str:
         out = os.path.join(self.tmp.name, name + ".kvtrace")
-        self.record(self.gguf["gemma3_text", "f16"], out, *extra, prompt=prompt, max_new=max_new)
+        self.record(self.gguf[family, "f16"], out, *extra, prompt=prompt, max_new=max_new)
         w = kvtrace.TraceWriter.from_trace(kvtrace.read_trace(out), dtype="F16")
         w.model["fingerprint"] = ""  # llama.cpp ran the GGUF; the audit's model is the HF checkpoint
         w.save(out)
         return out
 
-    def test_gemma3_iswa_cache(self):
-        hf = self.hf["gemma3_text"]
-        # 5 prompt tokens and 3 greedy ones: 7 cells, inside the sliding window of 8; the state
-        # saved at the end holds every cell in both caches.
-        state = os.path.join(self.tmp.name, "gemma3-short.ggsq")
-        out = self.gemma3_record("gemma3-short", 3, "--save-state", state)
-        self.check("gemma3_text", "greedy inside the window (iswa cache) vs the HF checkpoint", out, hf,
-                   fr.Expectation())
-        self.check("gemma3_text", "  its saved state (.ggsq, two caches)", state, hf, fr.Expectation())
-        # 12 greedy tokens: 16 cells, twice the window. Every step's own rows are still in the
-        # sliding layers' cache when the recorder reads it; the earlier ones are gone.
-        out = self.gemma3_record("gemma3-long", 12)
-        self.assertEqual(sum(len(s.fed_ids) for s in kvtrace.read_trace(out).steps), 16)
-        self.check("gemma3_text", "greedy past the window (16 cells, window 8)", out, hf, fr.Expectation())
-        # A prompt longer than the window leaves no record of its first tokens there.
-        with self.assertRaises(Exception) as refused:
-            self.gemma3_record("gemma3-long-prompt", 2, prompt=PROMPT)
-        self.assertIn("swa cell_count", str(refused.exception))
-        TABLE.add(ENGINE, "gemma3_text", "10-token prompt, window 8: recorder", "refused", "refused: swa cell_count",
-                  "-")
+    def test_iswa_caches(self):
+        """Gemma 3 (five sliding layers, one global) and Gemma 2 (alternating, soft-capped), both
+        with a window of 8: llama.cpp's iswa cache."""
+        for family in ("gemma3_text", "gemma2"):
+            with self.subTest(family=family):
+                hf = self.hf[family]
+                # 5 prompt tokens and 3 greedy ones: 7 cells, inside the window; the state saved
+                # at the end holds every cell in both caches.
+                state = os.path.join(self.tmp.name, f"{family}-short.ggsq")
+                out = self.iswa_record(family, f"{family}-short", 3, "--save-state", state)
+                self.check(family, "greedy inside the window (iswa cache) vs the HF checkpoint", out, hf,
+                           fr.Expectation())
+                self.check(family, "  its saved state (.ggsq, two caches)", state, hf, fr.Expectation())
+                # 12 greedy tokens: 16 cells, twice the window. Every step's own rows are still in
+                # the sliding layers' cache when the recorder reads it; the earlier ones are gone.
+                out = self.iswa_record(family, f"{family}-long", 12)
+                self.assertEqual(sum(len(s.fed_ids) for s in kvtrace.read_trace(out).steps), 16)
+                self.check(family, "greedy past the window (16 cells, window 8)", out, hf, fr.Expectation())
+                # A prompt longer than the window leaves no record of its first tokens there.
+                with self.assertRaises(Exception) as refused:
+                    self.iswa_record(family, f"{family}-long-prompt", 2, prompt=PROMPT)
+                self.assertIn("swa cell_count", str(refused.exception))
+                TABLE.add(ENGINE, family, "10-token prompt, window 8: recorder", "refused",
+                          "refused: swa cell_count", "-")
 
     def test_clean_runs_audit_clean(self):
         sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]

@@ -153,7 +153,8 @@ void requireEveryCell(const LlamaSeqState& s, const std::vector<int64_t>& positi
                        ": llama.cpp saves only the cells a sliding layer's window (" +
                        std::to_string(config.slidingWindow) +
                        ") still attends, so the earlier rows of those layers are not in the file; KV Scope "
-                       "reads an iswa state whose sequence fits in the window");
+                       "reads an iswa state whose sequence fits in the window (kvscope-record --engine "
+                       "llama.cpp records a longer run step by step, each step's rows while the layer holds them)");
 }
 
 // The header's rule: the coarsest rounding llama.cpp's CPU path gives the activations.
