@@ -53,7 +53,7 @@ try:
     from kvscope_trace import hf_trace
     from kvscope_trace import trace as kvtrace
     from kvscope_trace.llama_cpp_trace import LlamaCppSession
-    from make_llama_state_fixtures import hd32_checkpoint
+    from make_llama_state_fixtures import hd32_checkpoint, save_gemma
 except ImportError as e:
     raise unittest.SkipTest(f"needs llama_cpp, torch and transformers ({e})")
 if not os.path.isfile(os.path.join(LLAMA_CPP, "llama.cpp", "convert_hf_to_gguf.py")):
@@ -99,12 +99,7 @@ def gemma2_checkpoint(out: str) -> None:
         num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8, max_position_embeddings=128,
         rms_norm_eps=1e-6, initializer_range=0.2, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
         tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0)
-    model = transformers.Gemma2ForCausalLM(cfg)
-    with torch.no_grad():  # norms away from Gemma's (1 + w) zero, so a skipped one shows
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(0.5 * torch.randn_like(p))
-    model.save_pretrained(out)
+    save_gemma(transformers.Gemma2ForCausalLM(cfg), out)
 
 
 class LlamaCppUnderAuditTest(unittest.TestCase):
