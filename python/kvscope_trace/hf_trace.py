@@ -548,9 +548,11 @@ Forward = Callable[[List[int], List[int], Any], Tuple[Any, Any]]
 def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: Sequence[int],
            max_new_tokens: int, policy: Optional[Dict[str, Any]] = None, eos_ids: Sequence[int] = (),
            stop_at_eos: bool = True, max_positions: int = 0, uncached: bool = False,
-           prompt_text: str = "") -> List[int]:
+           prompt_text: str = "", prefill_chunk: int = 0) -> List[int]:
     """Runs one request. `forward(ids, positions, cache)` returns (logits row of the last fed
-    token, cache after the step); cache None starts a new one. Returns the generated ids."""
+    token, cache after the step); cache None starts a new one. Returns the generated ids.
+    `prefill_chunk` > 0 feeds the prompt that many tokens at a time (chunked prefill: a step
+    per chunk, the chunks before the last choosing nothing)."""
     # This loop draws with KV Scope's generator, so the audit can replay it from the seed.
     policy = dict(kvtrace.normalize_policy(policy), generator="kvscope")
     prompt = [int(t) for t in prompt_ids]
@@ -563,8 +565,20 @@ def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: 
     rng = RequestRng(policy["seed"])
     generated: List[int] = []
     cache, stop = None, "max_new_tokens"
-    fed, positions = prompt, list(range(len(prompt)))
-    for step in range(max_new_tokens):
+    first = 0  # the step of the last (or only) prefill chunk
+    if prefill_chunk > 0 and len(prompt) > prefill_chunk:
+        if uncached:
+            raise ValueError("a chunked prefill is the cached engine's; the uncached reference feeds the whole prefix")
+        # every chunk but the last: it fills the cache and chooses nothing
+        for start in range(0, len(prompt) - prefill_chunk, prefill_chunk):
+            chunk, at = prompt[start:start + prefill_chunk], list(range(start, start + prefill_chunk))
+            _, cache = forward(chunk, at, cache)
+            recorder.record_step(request, first, chunk, at, None, -1, cache=cache, rng_draws_before=rng.draws,
+                                 rng_draws_after=rng.draws, events=["arrival"] if first == 0 else [])
+            first += 1
+    fed, positions = prompt[first * prefill_chunk:], list(range(first * prefill_chunk, len(prompt)))
+    for i in range(max_new_tokens):
+        step = first + i
         if uncached:
             full = prompt + generated
             logits, step_cache = forward(full, list(range(len(full))), None)
@@ -576,7 +590,7 @@ def decode(forward: Forward, recorder: TraceRecorder, request: int, prompt_ids: 
         row = to_numpy(logits).reshape(-1)
         before = rng.draws
         token = choose(row, policy, rng)
-        events = ["arrival"] if step == 0 else []
+        events = ["arrival"] if step == 0 else []  # a chunked prefill's first chunk had it
         generated.append(token)
         next_position = positions[-1] + 1
         done = True

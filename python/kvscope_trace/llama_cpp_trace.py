@@ -223,8 +223,8 @@ class _HeldRows:
                 raise llama_state.StateError(
                     "swa cell_count", f"the step fed {n} tokens (positions {fed_positions[0]} to "
                     f"{fed_positions[-1]}) but layer {i}'s cache holds {len(held)} cells: llama.cpp keeps only the "
-                    f"sliding window's ({window}) rows, so a prompt longer than the window leaves no record of "
-                    "its first tokens on the sliding layers")
+                    f"sliding window's ({window}) rows, so a step feeding more than the window leaves no record "
+                    "of its first tokens on the sliding layers (feed the prompt in chunks of the window)")
             appended[i] = (k[:, :, len(held) - n:], v[:, :, len(held) - n:])
         setattr(self, APPENDED_ATTR, appended)
         self.logical_lengths = [max(len(h) for _, _, h in layers)] * len(layers)
@@ -270,10 +270,13 @@ def record(args, policy: Dict[str, Any]) -> int:
                         checksums=s.swa is None)
     s.declare_cache(rec.writer)
     last: List[int] = []
+    # An iswa model's sliding layers hold only their window's rows after a step: a longer prompt
+    # is fed a window at a time (chunked prefill), so each chunk's rows are read while held.
+    chunk = s.L.llama_model_n_swa(s.model) if s.swa is not None else 0
     for rid, (ids, text) in enumerate(prompts):
         out = decode(s.forward, rec, rid, ids, args.max_new, policy, eos_ids=s.eos_ids(),
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],
-                     prompt_text=text)
+                     prompt_text=text, prefill_chunk=chunk)
         last = ids + out[:-1]  # what the cache holds: the last chosen token was never fed
         print(f"request {rid}: {len(ids)} prompt tokens -> {out}")
     rec.save(args.out)

@@ -297,6 +297,29 @@ class FakeDecode(TempDir, unittest.TestCase):
         self.assertEqual(rec.writer.requests[0]["stop_reason"], "eos")
         self.assertEqual(rec.writer.steps[-1].events, ["arrival", "eos"])
 
+    def test_chunked_prefill_feeds_the_prompt_a_chunk_at_a_time(self):
+        lm, prompt = FakeLM(), [3, 14, 15, 9, 2, 6, 5]
+        runs = {}
+        for chunk in (0, 3):
+            rec = hf_trace.TraceRecorder(lm.info(), engine="fake")
+            out = hf_trace.decode(lm.forward("v5"), rec, 0, prompt, 4, None, prefill_chunk=chunk)
+            path = self.path(f"chunk{chunk}.kvtrace")
+            rec.save(path)
+            runs[chunk] = (out, kvtrace.read_trace(path))
+        (whole, t), (chunked, c) = runs[0], runs[3]
+        self.assertEqual(chunked, whole)
+        self.assertEqual([s.fed_ids for s in c.steps[:3]], [prompt[:3], prompt[3:6], prompt[6:]])
+        self.assertEqual([s.chosen for s in c.steps[:2]], [-1, -1])
+        self.assertEqual([s.events for s in c.steps[:3]], [["arrival"], [], []])
+        self.assertIsNone(c.steps[0].logits)
+        self.assertEqual(len(c.steps), len(t.steps) + 2)
+        for layer in range(lm.L):  # the chunks' records are the whole prefill's
+            rows = np.concatenate([s.layers[layer].keys for s in c.steps[:3]], axis=1)
+            np.testing.assert_allclose(rows, t.steps[0].layers[layer].keys, atol=1e-5)
+        with self.assertRaises(ValueError):  # the reference feeds the whole prefix
+            hf_trace.decode(lm.forward("v5"), hf_trace.TraceRecorder(lm.info(), engine="fake", mode="uncached"),
+                            0, prompt, 2, None, uncached=True, prefill_chunk=3)
+
     def test_shrunk_cache_is_recorded_as_reset(self):
         lm = FakeLM()
         rec = hf_trace.TraceRecorder(lm.info(), engine="fake")

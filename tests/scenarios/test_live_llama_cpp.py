@@ -19,9 +19,10 @@ logits of every step and the sequence's cache as llama.cpp serialises it
 - Gemma 3 (tests/fixtures/llama_state/gemma3-swa: five sliding layers over 8 tokens, one
   global) and Gemma 2 (made here: alternating layers, soft-capped, a SentencePiece vocabulary),
   whose caches llama.cpp keeps in two (iswa): a greedy run inside the window and its
-  saved state, and a run twice as long as the window, audit clean against the HF checkpoint; a
-  prompt longer than the window is refused by the recorder (llama.cpp's state no longer holds
-  the sliding layers' rows of its first tokens).
+  saved state, a run twice as long as the window, and a prompt longer than the window (fed a
+  window at a time: chunked prefill) audit clean against the HF checkpoint; a saved state
+  longer than the window is refused naming the numbers (llama.cpp no longer holds the sliding
+  layers' first rows).
 
 One table: engine x family x run -> expected, got, where. Needs the live virtualenv and
 KVSCOPE_LLAMA_CPP (its site/ on PYTHONPATH); CI runs it as ctest python_live_llama_cpp.
@@ -165,12 +166,23 @@ class LlamaCppUnderAuditTest(unittest.TestCase):
                 out = self.iswa_record(family, f"{family}-long", 12)
                 self.assertEqual(sum(len(s.fed_ids) for s in kvtrace.read_trace(out).steps), 16)
                 self.check(family, "greedy past the window (16 cells, window 8)", out, hf, fr.Expectation())
-                # A prompt longer than the window leaves no record of its first tokens there.
-                with self.assertRaises(Exception) as refused:
-                    self.iswa_record(family, f"{family}-long-prompt", 2, prompt=PROMPT)
-                self.assertIn("swa cell_count", str(refused.exception))
-                TABLE.add(ENGINE, family, "10-token prompt, window 8: recorder", "refused",
-                          "refused: swa cell_count", "-")
+                # A prompt longer than the window: fed in chunks of the window (chunked prefill),
+                # each chunk's rows read while the sliding layers still hold them.
+                out = self.iswa_record(family, f"{family}-long-prompt", 4, prompt=PROMPT + OTHER[6:])
+                steps = kvtrace.read_trace(out).steps
+                self.assertEqual([len(s.fed_ids) for s in steps[:2]], [8, 6])
+                self.assertEqual(steps[0].chosen, -1)
+                self.check(family, "14-token prompt fed 8 at a time, 4 greedy", out, hf, fr.Expectation())
+                # Fed at once, the state llama.cpp saves lacks the sliding layers' first rows.
+                s = LlamaCppSession(self.gguf[family, "f16"], 32)
+                tokens = PROMPT + OTHER[6:]
+                s.decode(tokens, list(range(len(tokens))))
+                state = os.path.join(self.tmp.name, f"{family}-long-prompt.ggsq")
+                s.save_state(state, tokens)
+                got = fr.audit(state, model=hf)
+                self.assertIn("swa cell_count", got.error)
+                TABLE.add(ENGINE, family, "  a 14-cell state (.ggsq), window 8", "refused", "refused: swa cell_count",
+                          "-")
 
     def test_clean_runs_audit_clean(self):
         sampled = ["--temperature", "0.8", "--top-k", "40", "--seed", "5"]
