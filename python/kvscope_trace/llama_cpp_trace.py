@@ -99,7 +99,8 @@ class LlamaCppSession:
         key_length = self.meta(f"{self.arch}.attention.key_length")
         self.head_dim = int(key_length) if key_length else L.llama_model_n_embd(self.model) // heads
         self.heads, self.n_ctx = heads, n_ctx
-        self.swa = self._swa_layers() if L.llama_model_n_swa(self.model) > 0 else None
+        self.n_swa = L.llama_model_n_swa(self.model)  # the sliding window, 0 without one
+        self.swa = self._swa_layers() if self.n_swa > 0 else None
         self.batch = L.llama_batch_init(n_ctx, 0, 1)
 
     def _swa_layers(self) -> Optional[List[bool]]:
@@ -163,7 +164,7 @@ class LlamaCppSession:
             return logits, self.cache()
         layers = llama_state.held_layers(llama_state.parse(self.state()), self.kv_heads, self.head_dim,
                                          self.permuted, self.swa)
-        return logits, _HeldRows(layers, positions, self.L.llama_model_n_swa(self.model))
+        return logits, _HeldRows(layers, positions, self.n_swa)
 
     def save_state(self, path: str, tokens: Sequence[int], seq: int = 0) -> None:
         arr = (self.L.llama_token * len(tokens))(*[int(t) for t in tokens])
@@ -272,7 +273,7 @@ def record(args, policy: Dict[str, Any]) -> int:
     last: List[int] = []
     # An iswa model's sliding layers hold only their window's rows after a step: a longer prompt
     # is fed a window at a time (chunked prefill), so each chunk's rows are read while held.
-    chunk = s.L.llama_model_n_swa(s.model) if s.swa is not None else 0
+    chunk = s.n_swa if s.swa is not None else 0
     for rid, (ids, text) in enumerate(prompts):
         out = decode(s.forward, rec, rid, ids, args.max_new, policy, eos_ids=s.eos_ids(),
                      stop_at_eos=not args.ignore_eos, max_positions=info["max_positions"],

@@ -182,25 +182,38 @@ def swa_layers(pattern, layers: int) -> List[bool]:
     return [n == 0 or i % n < n - 1 for i in range(layers)]
 
 
+def _placed(s: SeqState, swa: Optional[Sequence[bool]]) -> List[Tuple[SeqState, int]]:
+    """Per layer in model order, the cache that holds it and its index there: one cache holds
+    every layer; an iswa state's first the non-SWA layers, its second the SWA ones (`swa` the
+    model's per-layer SWA flags), each in layer order."""
+    if s.swa is None:
+        return [(s, i) for i in range(len(s.keys))]
+    if swa is None or len(s.keys) != sum(1 for x in swa if not x) or len(s.swa.keys) != sum(swa):
+        raise StateError("swa n_layer", f"an iswa state of {len(s.keys)} + {len(s.swa.keys)} layers; the "
+                         "model's SWA layers are needed to place them")
+    placed, counts = [], [0, 0]
+    for is_swa in swa:
+        placed.append((s.swa if is_swa else s, counts[is_swa]))
+        counts[is_swa] += 1
+    return placed
+
+
 def in_model_order(s: SeqState, swa: Optional[Sequence[bool]] = None) -> SeqState:
     """One cache of every layer in model order: an iswa state's two merged (`swa` the model's
     per-layer SWA flags), which needs its SWA cache to hold every cell of the sequence."""
     if s.swa is None:
         return s
-    if swa is None or len(s.keys) != sum(1 for x in swa if not x) or len(s.swa.keys) != sum(swa):
-        raise StateError("swa n_layer", f"an iswa state of {len(s.keys)} + {len(s.swa.keys)} layers; the "
-                         "model's SWA layers are needed to place them")
+    placed = _placed(s, swa)
     if sorted(s.swa.positions) != sorted(s.positions):
         raise StateError("swa cell_count", f"the SWA cache holds {len(s.swa.positions)} of the sequence's "
                          f"{len(s.positions)} cells: llama.cpp saves only what the window still attends, "
                          "so the earlier rows of the sliding layers are gone (the sequence must fit the window)")
     order = {p: i for i, p in enumerate(s.swa.positions)}
     back = [order[p] for p in s.positions]  # the SWA rows in the first cache's cell order
-    full, sliding = iter(zip(s.keys, s.values)), iter(zip(s.swa.keys, s.swa.values))
     merged = SeqState(tokens=s.tokens, positions=s.positions, types=s.types)
-    for is_swa in swa:
-        k, v = next(sliding) if is_swa else next(full)
-        if is_swa:
+    for c, i in placed:
+        k, v = c.keys[i], c.values[i]
+        if c is s.swa:
             k, v = k[back], v[back]
         merged.keys.append(k)
         merged.values.append(v)
@@ -211,20 +224,8 @@ def held_layers(s: SeqState, heads: int, head_dim: int, permuted: bool, swa: Opt
     """Per layer in model order, the rows its cache holds: (k, v [1, h_kv, t, d], positions),
     cells ordered by position. An iswa state's sliding layers hold the cells their window
     still attends, fewer than the others once the sequence is longer than the window."""
-    if s.swa is None:
-        caches = [s] * len(s.keys)
-        index = list(range(len(s.keys)))
-    else:
-        if swa is None or len(s.keys) != sum(1 for x in swa if not x) or len(s.swa.keys) != sum(swa):
-            raise StateError("swa n_layer", f"an iswa state of {len(s.keys)} + {len(s.swa.keys)} layers; the "
-                             "model's SWA layers are needed to place them")
-        caches, index, counts = [], [], [0, 0]
-        for is_swa in swa:
-            caches.append(s.swa if is_swa else s)
-            index.append(counts[is_swa])
-            counts[is_swa] += 1
     out = []
-    for c, i in zip(caches, index):
+    for c, i in _placed(s, swa):
         (k, v), = as_cache(SeqState(positions=c.positions, keys=[c.keys[i]], values=[c.values[i]]),
                            heads, head_dim, permuted)[0]
         out.append((k, v, sorted(int(p) for p in c.positions)))

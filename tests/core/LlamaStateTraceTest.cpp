@@ -51,6 +51,22 @@ std::string writeTemp(const std::vector<uint8_t>& bytes, const std::string& name
   return p.string();
 }
 
+// `bytes` written to a scratch file and read against `checkpoint`: the refusal, which must name
+// that file (a failure, and an empty error, when it is accepted).
+InputError stateRefusal(const std::vector<uint8_t>& bytes, const std::string& name, const Checkpoint& checkpoint) {
+  const std::string path = writeTemp(bytes, name);
+  InputError refused(path, "", "");
+  try {
+    readLlamaStateTrace(path, checkpoint);
+    ADD_FAILURE() << name << " was accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.file(), path);
+    refused = e;
+  }
+  std::filesystem::remove(path);
+  return refused;
+}
+
 class LlamaStateAudit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaStateAudit, AuditsCleanAgainstItsGguf) {
@@ -122,15 +138,8 @@ TEST(LlamaState, DamagedFilesNameTheField) {
   const auto expectField = [&](std::vector<uint8_t> bytes, const std::string& name,
                                const std::string& field) {
     SCOPED_TRACE(name);
-    const std::string path = writeTemp(bytes, name);
-    try {
-      readLlamaStateTrace(path, model->checkpoint());
-      ADD_FAILURE() << "accepted";
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.file(), path);
-      EXPECT_NE(e.field().find(field), std::string::npos) << e.what();
-    }
-    std::filesystem::remove(path);
+    const InputError e = stateRefusal(bytes, name, model->checkpoint());
+    EXPECT_NE(e.field().find(field), std::string::npos) << e.what();
   };
   auto truncated = good;
   truncated.resize(good.size() - 7);
@@ -275,17 +284,8 @@ TEST(LlamaState, IswaPromptCacheReuseOffByOneIsFoundWhereItCorrupted) {
 TEST(LlamaState, DamagedOrPartialIswaStatesNameTheField) {
   auto model = Model::load(modelOf("gemma3-swa-f16.ggsq"));
   const auto good = bytesOf(stateFixture("gemma3-swa-f16.ggsq"));
-  const auto refused = [&](const std::vector<uint8_t>& bytes, const std::string& name) -> InputError {
-    const std::string path = writeTemp(bytes, name);
-    try {
-      readLlamaStateTrace(path, model->checkpoint());
-    } catch (const InputError& e) {
-      std::filesystem::remove(path);
-      return e;
-    }
-    std::filesystem::remove(path);
-    ADD_FAILURE() << name << " was accepted";
-    return InputError(path, "", "");
+  const auto refused = [&](const std::vector<uint8_t>& bytes, const std::string& name) {
+    return stateRefusal(bytes, name, model->checkpoint());
   };
   auto truncated = good;
   truncated.resize(good.size() - 5);

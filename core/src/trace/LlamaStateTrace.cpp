@@ -209,15 +209,15 @@ Trace traceFromLlamaState(const LlamaSeqState& s, const ModelConfig& config, con
                          std::to_string(s.cells()) + " cells for the sequence");
   const std::vector<LayerRows> where = layerRows(s, config);
   const int64_t width = config.numKvHeads * config.headDim;
-  for (const auto& [cache, at] : {std::pair{static_cast<const LlamaCacheSection*>(&s), std::string()},
-                                  std::pair{s.second ? &*s.second : nullptr, std::string("swa ")}})
-    for (size_t l = 0; cache && l < cache->keys.size(); ++l)
-      for (const auto* r : {&cache->keys[l], &cache->values[l]})
-        if (r->width != width)
-          throw InputError(path, at + "layer " + std::to_string(l) + (r == &cache->keys[l] ? " k_row_bytes" : " v_row_bytes"),
-                           "rows of " + std::to_string(r->width) + " values; the checkpoint's " +
-                               std::to_string(config.numKvHeads) + " kv heads of " +
-                               std::to_string(config.headDim) + " make " + std::to_string(width));
+  for (const LayerRows& w : where) {
+    const std::string layer = (w.cache == &s ? "layer " : "swa layer ") + std::to_string(w.index);
+    for (const auto* r : {&w.cache->keys[w.index], &w.cache->values[w.index]})
+      if (r->width != width)
+        throw InputError(path, layer + (r == &w.cache->keys[w.index] ? " k_row_bytes" : " v_row_bytes"),
+                         "rows of " + std::to_string(r->width) + " values; the checkpoint's " +
+                             std::to_string(config.numKvHeads) + " kv heads of " +
+                             std::to_string(config.headDim) + " make " + std::to_string(width));
+  }
 
   const std::vector<size_t> order = byPosition(s);
   std::vector<int64_t> positions;
