@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "PythonTools.hpp"
 #include "TestSupport.hpp"
@@ -154,6 +155,56 @@ TEST(AuditTraceInput, ReferenceFromTraceMatchesTheAuditsReferences) {
   ASSERT_EQ(missing.keys.size(), size_t(reference.model.numLayers));
   EXPECT_EQ(missing.keys[0].shape,
             (std::vector<int64_t>{reference.model.numKvHeads, 0, reference.model.headDim}));
+}
+
+TEST(AuditTraceInput, ReferenceTraceRecordsMoveIntoTheReferencesNotCopied) {
+  Trace reference = engineTrace("llama", {}, false, /*uncached=*/true);
+  const Trace given = reference;
+  Trace cached = engineTrace("llama", {}, false);
+  AuditResult result = Auditor::auditTraces(reference, cached);
+  EXPECT_EQ(result.report.verdict, "clean") << result.report.toText();
+  EXPECT_EQ(reference, given);  // the caller's traces are copied in, never changed
+  ASSERT_TRUE(result.referenceTrace);
+  ASSERT_EQ(result.references.size(), cached.requests.size());
+  for (const RequestReference& ref : result.references) {
+    // The audit's own reference trace gave its records up to the reference ...
+    for (const TraceStep* s : result.referenceTrace->stepsOf(ref.request))
+      for (const TraceLayerRecord& rec : s->layers) EXPECT_TRUE(rec.keys.empty() && rec.values.empty());
+    // ... which holds exactly what the given trace recorded, logits included.
+    const RequestReference full = referenceFromTrace(given, ref.request);
+    EXPECT_EQ(ref.ids, full.ids);
+    for (size_t l = 0; l < full.keys.size(); ++l) {
+      EXPECT_TRUE(closeTo(ref.keys[l], full.keys[l], 0.0f)) << "layer " << l;
+      EXPECT_TRUE(closeTo(ref.values[l], full.values[l], 0.0f)) << "layer " << l;
+    }
+    ASSERT_EQ(ref.logits.shape, full.logits.shape);
+    for (size_t i = 0; i < full.logits.data.size(); ++i)
+      ASSERT_TRUE(ref.logits.data[i] == full.logits.data[i] ||
+                  (std::isnan(ref.logits.data[i]) && std::isnan(full.logits.data[i])))
+          << "logit " << i;
+  }
+  // The cached trace moved into the result is the one audited.
+  EXPECT_EQ(result.trace, cached);
+}
+
+TEST(AuditTraceInput, ModelReferenceComputesOnlyTheRowsTheStepsChoseFrom) {
+  auto m = Model::load(hfModel("llama"));
+  const Trace t = engineTrace("llama", {}, false);
+  const AuditResult result = Auditor::audit(*m, t);
+  EXPECT_EQ(result.report.verdict, "clean") << result.report.toText();
+  ASSERT_EQ(result.references.size(), t.requests.size());
+  for (const RequestReference& ref : result.references) {
+    const auto prompt = static_cast<int64_t>(t.findRequest(ref.request)->promptIds.size());
+    EXPECT_EQ(ref.logitsFrom, prompt - 2);  // the prefill's row, and one row of slack
+    EXPECT_EQ(ref.logitsAt(prompt - 3), nullptr);
+    const ReferenceRun full = m->reference(ref.ids);
+    const int64_t V = full.logits.shape[1];
+    for (int64_t p = prompt - 2; p < static_cast<int64_t>(ref.ids.size()); ++p) {
+      ASSERT_NE(ref.logitsAt(p), nullptr) << "position " << p;
+      const FloatTensor row({1, V}, std::vector<float>(ref.logitsAt(p), ref.logitsAt(p) + V));
+      EXPECT_TRUE(closeTo(row, rows(full.logits, p, 1), 1e-5f)) << "position " << p;
+    }
+  }
 }
 
 TEST(AuditTraceInput, ReferenceSideStaysVisibleWhenStageOneFails) {

@@ -83,6 +83,33 @@ TEST(ModelReference, RejectsPromptLongerThanContextBeforeReadingPositions) {
   }
 }
 
+TEST(ModelReference, KeepsTheLogitsRowsAskedForAndSkipsHiddenStates) {
+  auto model = Model::load(test::hfModel("llama"));
+  const std::vector<int64_t> ids{0, 5, 9, 12, 3, 7, 7, 1};
+  const ReferenceRun all = model->reference(ids);
+  ReferenceKeep keep;
+  keep.logitsFrom = 5;
+  keep.hiddenStates = false;
+  const ReferenceRun some = model->reference(ids, {}, {}, -1, nullptr, {}, keep);
+  EXPECT_EQ(some.logitsFrom, 5);
+  ASSERT_EQ(some.logits.shape, (std::vector<int64_t>{3, all.logits.shape[1]}));
+  EXPECT_TRUE(closeTo(some.logits, test::rows(all.logits, 5, 3), 1e-5f));
+  EXPECT_TRUE(some.hiddenStates.empty());
+  ASSERT_EQ(some.keys.size(), all.keys.size());  // the records are all there
+  for (size_t l = 0; l < all.keys.size(); ++l) EXPECT_TRUE(closeTo(some.keys[l], all.keys[l], 0.0f));
+  // Past the end: the last row (a pass always gives the row that chooses the next token).
+  keep.logitsFrom = 100;
+  const ReferenceRun last = model->reference(ids, {}, {}, -1, nullptr, {}, keep);
+  EXPECT_EQ(last.logitsFrom, 7);
+  EXPECT_TRUE(closeTo(last.logits, test::rows(all.logits, 7, 1), 1e-5f));
+  // The memory estimate counts the rows kept, not the stream's.
+  const int64_t T = 8192;
+  keep.logitsFrom = T - 64;
+  const uint64_t rowBytes = static_cast<uint64_t>(model->config().vocabSize) * sizeof(float);
+  EXPECT_EQ(model->referenceMemory(T).kept - model->referenceMemory(T, keep).kept,
+            (T - 64) * rowBytes + static_cast<uint64_t>((model->config().numLayers + 2) * T * model->config().hiddenSize) * sizeof(float));
+}
+
 TEST(ModelReference, WeightUpdateChangesLogitsAndBumpsVersion) {
   auto model = Model::load(test::hfModel("llama"));
   auto before = model->reference({0, 5, 9}).logits;

@@ -20,7 +20,8 @@ namespace kvscope {
 struct RequestReference {
   int64_t request = 0;
   std::vector<int64_t> ids;          // real tokens, no padding
-  FloatTensor logits;                // [T, V]
+  FloatTensor logits;                // [T - logitsFrom, V]: positions logitsFrom..T-1
+  int64_t logitsFrom = 0;            // rows before it were never computed (a long prompt's)
   std::vector<FloatTensor> keys;     // per layer [h_kv, T, d]
   std::vector<FloatTensor> values;   // per layer [h_kv, T, d]
   // A quantised cache's reference rounds its K/V; per position, how far that rounding moves
@@ -35,6 +36,9 @@ struct RequestReference {
   // which a step recorded them, the reference's states after the first n tokens. Empty
   // otherwise, and in trace+trace mode.
   std::map<int64_t, RecurrentStates> statesAt;
+  /// The logits row of stream position `position` (V values), or nullptr where the reference
+  /// holds none (before logitsFrom, or past its end).
+  const float* logitsAt(int64_t position) const;
 };
 
 enum class KvKind { Keys, Values };
@@ -43,7 +47,9 @@ struct AuditResult {
   AuditReport report;
   Trace trace;                              // the audited (cached) trace
   std::vector<RequestReference> references; // one per request (may be empty: trace+trace)
-  std::shared_ptr<const Trace> referenceTrace;  // trace+trace mode: the uncached trace
+  // Trace+trace mode: the uncached trace. The K/V records of the requests the audit walked
+  // moved into `references` (their steps' layers are empty here); logits and the rest stay.
+  std::shared_ptr<const Trace> referenceTrace;
 
   const RequestReference* referenceFor(int64_t request) const;
   /// The cached path's cache for (request, step, layer) after that step: [h_kv, t, d],

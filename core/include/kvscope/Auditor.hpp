@@ -32,11 +32,13 @@ class Auditor {
  public:
   /// Modes 1 and 2: a model plus a cached trace (the built-in engine's or another
   /// engine's). The reference is one teacher-forced uncached pass over each request's own
-  /// token stream (per weights version).
-  static AuditResult audit(const Model& model, const Trace& cached, const AuditOptions& options = {});
+  /// token stream (per weights version). The result holds the trace: move it in
+  /// (std::move) where the caller is done with it, or it is copied.
+  static AuditResult audit(const Model& model, Trace cached, const AuditOptions& options = {});
   /// Mode 3: two traces, no model: `reference` (e.g. an uncached run) against `cached`.
   /// The result holds a reference for every request the reference trace has.
-  static AuditResult auditTraces(const Trace& reference, const Trace& cached,
+  /// Both traces are kept in the result (moved in, or copied).
+  static AuditResult auditTraces(Trace reference, Trace cached,
                                  const AuditOptions& options = {});
 };
 

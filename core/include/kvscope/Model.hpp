@@ -23,7 +23,8 @@ namespace kvscope {
 /// The uncached reference over one token stream (audit stage 1).
 struct ReferenceRun {
   std::vector<int64_t> ids;
-  FloatTensor logits;                     // [T, V] every position
+  FloatTensor logits;                     // [T - logitsFrom, V]: positions logitsFrom..T-1
+  int64_t logitsFrom = 0;                 // the first position with a logits row (ReferenceKeep)
   std::vector<FloatTensor> hiddenStates;  // numLayers + 1 entries of [T, H] (HF hidden_states)
   std::vector<FloatTensor> keys;          // per layer [h_kv, T, d] as a cache would hold them
   std::vector<FloatTensor> values;        // per layer [h_kv, T, d]
@@ -39,6 +40,16 @@ struct ReferenceRun {
   /// from the pass's own top-k, and whether it took them (a near tie).
   std::vector<RoutingDecision> routing;
   int64_t passes = 1;  // forwards it took: 2 where LongRoPE's prefill rows need their own
+};
+
+/// What a reference pass keeps besides its K/V records. An audit compares the logits rows of
+/// the positions that chose tokens: a long prompt's earlier rows are never read, and at
+/// 8,192 positions of a 128k vocabulary all rows are 4.2 GB (and the head's matmul over them
+/// most of a pass's arithmetic), so it asks for the rows from the prompt's last on; nor does it
+/// read the hidden states (what `kvscope-cli reference --out` writes).
+struct ReferenceKeep {
+  int64_t logitsFrom = 0;     // logits rows of positions logitsFrom.. (clamped to the last)
+  bool hiddenStates = true;   // ReferenceRun::hiddenStates
 };
 
 /// What a long pass (the uncached reference of a long stream) does between layers: it
@@ -94,16 +105,17 @@ class Model {
   /// pass's own router cannot tell them from its own (kvscope/ExpertRouting.hpp).
   /// `statesAfter`: a model with recurrent layers: the stream lengths n after which the run
   /// keeps each recurrent layer's state (ReferenceRun::statesAt), ascending, each in 1..T.
+  /// `keep`: which logits rows and whether the hidden states are kept (default: all).
   ReferenceRun reference(const std::vector<int64_t>& ids, const KvQuantization& cache = {},
                          const PassWatch& watch = {}, int64_t prefill = -1,
                          const ExpertGuide* experts = nullptr,
-                         const std::vector<int64_t>& statesAfter = {}) const;
+                         const std::vector<int64_t>& statesAfter = {}, const ReferenceKeep& keep = {}) const;
   /// Same pass, reporting every named tensor to `sink` (batch dimension 1).
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
-  /// What reference() over `tokens` tokens needs in memory.
-  MemoryNeed referenceMemory(int64_t tokens) const;
+  /// What reference() over `tokens` tokens needs in memory, keeping what `keep` says.
+  MemoryNeed referenceMemory(int64_t tokens, const ReferenceKeep& keep = {}) const;
   /// Throws OutOfMemoryError naming the figures when reference() over `tokens` cannot fit.
-  void checkReferenceMemory(int64_t tokens) const;
+  void checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep = {}) const;
 
   ModelImpl& impl() const { return *impl_; }
 
@@ -111,11 +123,11 @@ class Model {
   Model() = default;
   ReferenceRun referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
                                   const PassWatch& watch, int64_t prefill, const ExpertGuide* experts,
-                                  const std::vector<int64_t>& statesAfter) const;
+                                  const std::vector<int64_t>& statesAfter, const ReferenceKeep& keep) const;
   /// One uncached forward over `ids` (referenceUnchecked joins two for LongRoPE).
   ReferenceRun onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
                        const PassWatch& watch, const ExpertGuide* experts,
-                       const std::vector<int64_t>& statesAfter = {}) const;
+                       const std::vector<int64_t>& statesAfter = {}, const ReferenceKeep& keep = {}) const;
   FloatTensor referenceWithTapsUnchecked(const std::vector<int64_t>& ids, TensorSink& sink) const;
   std::unique_ptr<ModelImpl> impl_;
 };

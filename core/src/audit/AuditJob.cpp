@@ -59,9 +59,9 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
                          "(the checkpoint that made it) with it");
     Trace reference = TraceFile::read(spec.referenceTraceFile);
     Trace cached = TraceFile::read(spec.traceFile);
-    out.result = Auditor::auditTraces(reference, cached, spec.options);
+    out.result = Auditor::auditTraces(std::move(reference), std::move(cached), spec.options);
     fillText(out, nullptr);
-    out.layerKinds = traceLayerKinds(cached);
+    out.layerKinds = traceLayerKinds(out.result.trace);
     return out;
   }
   // Between the pieces of loading, say what comes next and let Cancel stop it.
@@ -138,7 +138,7 @@ AuditJobOutput runAuditJob(const AuditJobSpec& spec) {
     auto outer = options.progress;
     options.progress = [outer](double f, const std::string& what) { outer(0.5 + 0.5 * f, what); };
   }
-  out.result = Auditor::audit(*model, trace, options);
+  out.result = Auditor::audit(*model, std::move(trace), options);
   fillText(out, tokenizer.get());
   for (int64_t l = 0; l < model->config().numLayers; ++l) out.layerKinds.push_back(model->config().layerDescription(l));
   return out;

@@ -1,5 +1,7 @@
 #include "kvscope/AuditResult.hpp"
 
+#include "audit/ReferenceFromTrace.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,69 +39,43 @@ FloatTensor concatRecords(
 
 }  // namespace
 
-RequestReference referenceFromTrace(const Trace& t, int64_t request) {
+RequestReference referenceFromTrace(const Trace& t, int64_t request) { return detail::gatherReference(t, request, false); }
+
+namespace detail {
+
+RequestReference gatherReference(const Trace& t, int64_t request, bool consume) {
   RequestReference ref;
   ref.request = request;
   const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim, dv = t.model.valueDim(),
                 V = t.model.vocabSize;
-  std::vector<int64_t> ids;
-  std::vector<std::vector<float>> logitRows;
-  // Per layer, per head: concatenation of real appended records.
-  std::vector<std::vector<std::vector<float>>> kh(
-      static_cast<size_t>(L), std::vector<std::vector<float>>(static_cast<size_t>(h)));
-  auto vh = kh;
-  for (const TraceStep* s : t.stepsOf(request)) {
-    if (std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end()) {
-      // An uncached engine recomputes the prefix; only the new entries are appended. A
-      // reset restarts the stream.
-      ids.clear();
-      logitRows.clear();
-      for (auto& layer : kh)
-        for (auto& head : layer) head.clear();
-      for (auto& layer : vh)
-        for (auto& head : layer) head.clear();
-    }
-    const std::vector<int64_t> realCols = s->realColumns();
-    // A prefix-cache hit's reused entries are the prompt's first tokens, before the fed ones.
-    const TraceRequest* req = t.findRequest(request);
-    for (int64_t c = 0;
-         c < s->reusedCount && req && c < static_cast<int64_t>(req->promptIds.size()); ++c) {
-      ids.push_back(req->promptIds[static_cast<size_t>(c)]);
-      logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
-    }
-    for (int64_t j : realCols) {
-      ids.push_back(s->fedIds[static_cast<size_t>(j)]);
-      logitRows.emplace_back(static_cast<size_t>(V), std::numeric_limits<float>::quiet_NaN());
-    }
-    if (!s->logits.empty() && !logitRows.empty()) logitRows.back() = s->logits.data;
-    for (int64_t l = 0; l < L && static_cast<size_t>(l) < s->layers.size(); ++l) {
-      if (!t.holdsRows(l)) continue;  // a minimized trace's absent layer: NaN below
-      const auto& rec = s->layers[static_cast<size_t>(l)];
-      if (rec.keys.shape.size() != 3) continue;
-      const int64_t cnt = rec.keys.shape[1];
-      std::vector<int64_t> cols(static_cast<size_t>(std::min(s->reusedCount, cnt)));
-      std::iota(cols.begin(), cols.end(), int64_t{0});  // reused records first
-      for (int64_t j : realCols) cols.push_back(j + s->reusedCount);
-      for (int64_t j : cols) {
-        if (j >= cnt) continue;
-        for (int64_t hh = 0; hh < h; ++hh) {
-          auto* kd = rec.keys.data.data() + (hh * cnt + j) * d;
-          auto* vd = rec.values.data.data() + (hh * cnt + j) * dv;
-          kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
-              kh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), kd, kd + d);
-          vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].insert(
-              vh[static_cast<size_t>(l)][static_cast<size_t>(hh)].end(), vd, vd + dv);
-        }
-      }
-    }
+  std::vector<const TraceStep*> steps = t.stepsOf(request);
+  // An uncached engine recomputes the prefix and appends only the new entries: a
+  // `cache_reset` step restarts the stream, so the reference starts at the last one.
+  const auto reset = std::find_if(steps.rbegin(), steps.rend(), [](const TraceStep* s) {
+    return std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end();
+  });
+  if (reset != steps.rend()) steps.erase(steps.begin(), std::prev(reset.base()));
+  const TraceRequest* req = t.findRequest(request);
+  // A prefix-cache hit's reused entries are the prompt's first tokens, before the fed ones.
+  const auto reusedIds = [req](const TraceStep& s) {
+    return req ? std::min<int64_t>(s.reusedCount, static_cast<int64_t>(req->promptIds.size())) : 0;
+  };
+  // First the stream, so that every tensor is allocated once at its final size (a long run's
+  // reference is gigabytes: no growing per-head buffers, no second copy).
+  for (const TraceStep* s : steps) {
+    for (int64_t c = 0; c < reusedIds(*s); ++c) ref.ids.push_back(req->promptIds[static_cast<size_t>(c)]);
+    for (int64_t j : s->realColumns()) ref.ids.push_back(s->fedIds[static_cast<size_t>(j)]);
   }
-  const auto T = static_cast<int64_t>(ids.size());
-  ref.ids = std::move(ids);
-  ref.logits = FloatTensor::zeros({T, V});
-  for (int64_t p = 0; p < T; ++p) {
-    const auto& row = logitRows[static_cast<size_t>(p)];
-    if (static_cast<int64_t>(row.size()) == V)
-      std::copy(row.begin(), row.end(), ref.logits.data.begin() + p * V);
+  const auto T = static_cast<int64_t>(ref.ids.size());
+  // Each step's logits row sits at its last entry; positions without one are NaN.
+  ref.logits = FloatTensor({T, V}, std::vector<float>(static_cast<size_t>(T * V), std::numeric_limits<float>::quiet_NaN()));
+  int64_t entries = 0;
+  for (const TraceStep* s : steps) {
+    entries += reusedIds(*s) + static_cast<int64_t>(s->realColumns().size());
+    if (s->logits.empty() || entries == 0) continue;
+    float* row = ref.logits.data.data() + (entries - 1) * V;
+    if (s->logits.numel() == V) std::copy_n(s->logits.data.begin(), V, row);
+    else std::fill_n(row, V, 0.0f);
   }
   for (int64_t l = 0; l < L; ++l) {
     FloatTensor k = FloatTensor::zeros({h, T, d}), v = FloatTensor::zeros({h, T, dv});
@@ -107,17 +83,45 @@ RequestReference referenceFromTrace(const Trace& t, int64_t request) {
       std::fill(k.data.begin(), k.data.end(), std::numeric_limits<float>::quiet_NaN());
       std::fill(v.data.begin(), v.data.end(), std::numeric_limits<float>::quiet_NaN());
     }
-    for (int64_t hh = 0; hh < h; ++hh) {
-      const auto& ks = kh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
-      const auto& vs = vh[static_cast<size_t>(l)][static_cast<size_t>(hh)];
-      const int64_t have = d > 0 ? std::min<int64_t>(T, static_cast<int64_t>(ks.size()) / d) : 0;
-      std::copy(ks.begin(), ks.begin() + have * d, k.data.begin() + hh * T * d);
-      std::copy(vs.begin(), vs.begin() + have * dv, v.data.begin() + hh * T * dv);
+    int64_t col = 0;  // the layer's records so far (a step may append fewer than it fed)
+    for (const TraceStep* s : steps) {
+      if (!t.holdsRows(l) || static_cast<size_t>(l) >= s->layers.size()) continue;
+      const auto& rec = s->layers[static_cast<size_t>(l)];
+      if (rec.keys.shape.size() != 3) continue;
+      const int64_t cnt = rec.keys.shape[1];
+      std::vector<int64_t> cols(static_cast<size_t>(std::min(s->reusedCount, cnt)));
+      std::iota(cols.begin(), cols.end(), int64_t{0});  // reused records first
+      for (int64_t j : s->realColumns()) cols.push_back(j + s->reusedCount);
+      for (int64_t j : cols) {
+        if (j >= cnt || col >= T) continue;
+        for (int64_t hh = 0; hh < h; ++hh) {
+          std::copy_n(rec.keys.data.begin() + (hh * cnt + j) * d, d, k.data.begin() + (hh * T + col) * d);
+          std::copy_n(rec.values.data.begin() + (hh * cnt + j) * dv, dv, v.data.begin() + (hh * T + col) * dv);
+        }
+        ++col;
+      }
     }
     ref.keys.push_back(std::move(k));
     ref.values.push_back(std::move(v));
+    // The caller owns the trace and gives its records up: free the layer's as soon as the
+    // reference holds them (a long run's records are gigabytes; no second copy at the peak).
+    for (const TraceStep* s : t.stepsOf(request))
+      if (consume && static_cast<size_t>(l) < s->layers.size()) {
+        auto& rec = const_cast<TraceLayerRecord&>(s->layers[static_cast<size_t>(l)]);
+        rec.keys = {};
+        rec.values = {};
+      }
   }
   return ref;
+}
+
+}  // namespace detail
+
+const float* RequestReference::logitsAt(int64_t position) const {
+  if (logits.shape.size() != 2) return nullptr;
+  const int64_t row = position - logitsFrom;
+  if (position < 0 || row < 0 || row >= logits.shape[0]) return nullptr;
+  return logits.data.data() + row * logits.shape[1];
 }
 
 size_t AuditResult::addReferencesFromTrace() {

@@ -58,8 +58,7 @@ class AuditRun {
   }
 
   AuditResult run(StageResult stage1, std::vector<Finding> stage1Findings, std::string input, std::string mode) {
-    AuditResult out;
-    out.trace = trace_;
+    AuditResult out;  // the audited trace goes in after the run (the caller owns it)
     AuditReport& rep = out.report;
     rep.inputDescription = std::move(input);
     rep.mode = std::move(mode);
@@ -95,8 +94,6 @@ class AuditRun {
       latest[req.id] = refs_.get(req.id, last, stream);
     }
     refs_.watchPasses({opts_.cancelled, {}});  // later passes are short: cancel only
-    for (const auto& [id, ref] : latest)
-      if (ref) out.references.push_back(*ref);
     // Stage 1's last check: a reference that reproduces none of the run's first records was
     // computed with other weights; no cache finding is reported on top of it.
     if (auto misfit = firstRecordsNotReproduced(trace_, analyses, refs_, tol_, referenceTrace_)) {
@@ -343,7 +340,11 @@ class AuditRun {
     pos.summary = posFail ? "positions or request state are wrong (see findings)" : "positions, ownership and weights versions are consistent";
   }
 
-  AuditResult& finish(AuditResult& out, const FindingBuilder& findings) {
+  // The report's verdict and first divergence; the requests' latest references move into
+  // the result (the reference set is done with them: no copy of a long run's rows).
+  AuditResult finish(AuditResult& out, const FindingBuilder& findings) {
+    for (const auto& [id, ref] : latest_)
+      if (ref) out.references.push_back(refs_.release(ref));
     AuditReport& rep = out.report;
     rep.findings = findings.finish();
     if (refs_.hasModel() && !rep.stages.empty())
@@ -393,7 +394,7 @@ class AuditRun {
           break;
         }
     }
-    return out;
+    return std::move(out);
   }
 
   int64_t tickOfStep(int64_t request, int64_t step) const {
@@ -418,13 +419,17 @@ void perStepCrossCheck(const Model& model, AuditResult& result) {
   int steps = 0;
   for (const auto& ref : result.references) {
     for (size_t p = 0; p < ref.ids.size(); ++p) {
+      const float* row = ref.logitsAt(static_cast<int64_t>(p));
+      if (!row) continue;  // a prompt row no step chose from: the reference did not compute it
       std::vector<int64_t> prefix(ref.ids.begin(), ref.ids.begin() + static_cast<std::ptrdiff_t>(p) + 1);
       if (static_cast<int64_t>(prefix.size()) > model.config().maxPositions) break;
-      ReferenceRun one = model.reference(prefix);
+      ReferenceKeep last;
+      last.logitsFrom = static_cast<int64_t>(p);  // the one row compared
+      last.hiddenStates = false;
+      ReferenceRun one = model.reference(prefix, {}, {}, -1, nullptr, {}, last);
       const int64_t V = one.logits.shape[1];
       for (int64_t i = 0; i < V; ++i)
-        worst = std::max(worst, static_cast<double>(std::fabs(one.logits.data[static_cast<size_t>(static_cast<int64_t>(p) * V + i)] -
-                                                             ref.logits.data[static_cast<size_t>(static_cast<int64_t>(p) * V + i)])));
+        worst = std::max(worst, static_cast<double>(std::fabs(one.logits.data[static_cast<size_t>(i)] - row[i])));
       ++steps;
     }
   }
@@ -436,7 +441,7 @@ void perStepCrossCheck(const Model& model, AuditResult& result) {
 
 }  // namespace
 
-AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditOptions& options) {
+AuditResult Auditor::audit(const Model& model, Trace cached, const AuditOptions& options) {
   StageResult s1 = StageResult::of(AuditStage::Reference);
   std::vector<Finding> findings;
   const auto& c = model.config();
@@ -486,12 +491,13 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
     const int64_t prompt = std::min<int64_t>(static_cast<int64_t>(r0.promptIds.size()), c.maxPositions);
     run.watchReference(0, r0.id);
     const RequestReference* ref = prompt > 0 ? refs.get(r0.id, model.weightsVersion(), r0.stream()) : nullptr;
-    if (!ref || ref->logits.shape.size() != 2 || ref->logits.shape[0] < prompt) {
+    const float* last = ref ? ref->logitsAt(prompt - 1) : nullptr;
+    if (!last) {
       s1.checks.push_back("not checked: the reference logits of request " + std::to_string(r0.id) + "'s prompt (" +
-                          (refs.unavailableReason().empty() ? "no reference" : refs.unavailableReason()) + ")");
+                          (ref ? "the run's first step chose from no row at the prompt's last position"
+                           : refs.unavailableReason().empty() ? "no reference" : refs.unavailableReason()) + ")");
     } else {
       const auto V = ref->logits.shape[1];
-      const float* last = ref->logits.data.data() + (prompt - 1) * V;
       const bool finite = std::all_of(last, last + V, [](float x) { return std::isfinite(x); });
       if (!finite)
         fail("the reference logits of request " + std::to_string(r0.id) + "'s prompt are not finite");
@@ -511,11 +517,15 @@ AuditResult Auditor::audit(const Model& model, const Trace& cached, const AuditO
                                // The built-in engine names itself "kvscope <version>"; kvscope-record's
                                // traces are another engine's.
                                cached.engine.rfind("kvscope ", 0) == 0 ? "model+engine" : "model+trace");
+  result.trace = std::move(cached);
   if (options.perStepReference && s1.status == StageStatus::Pass) perStepCrossCheck(model, result);
   return result;
 }
 
-AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, const AuditOptions& options) {
+AuditResult Auditor::auditTraces(Trace referenceTrace, Trace cached, const AuditOptions& options) {
+  // Owned here: the reference set takes its records into the references (no second copy).
+  const auto shared = std::make_shared<Trace>(std::move(referenceTrace));
+  const Trace& reference = *shared;
   StageResult s1 = StageResult::of(AuditStage::Reference);
   std::vector<Finding> findings;
   const auto& a = reference.model;
@@ -564,7 +574,6 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
   if (reference.mode != "uncached") s1.checks.push_back("note: the reference trace is not marked uncached");
   s1.status = findings.empty() ? StageStatus::Pass : StageStatus::Fail;
   s1.summary = findings.empty() ? "reference trace by " + reference.engine + " fits" : "the reference trace does not fit the audited one";
-  auto shared = std::make_shared<const Trace>(reference);
   ReferenceSet refs(shared);
   // Both traces' storage rounding bounds how exactly they can agree: take the coarser.
   const std::string storage = detail::Tolerance::unitRoundoff(reference.tensorDtype) >
@@ -578,6 +587,7 @@ AuditResult Auditor::auditTraces(const Trace& reference, const Trace& cached, co
   AuditRun run(cached, refs, options, 0, storage, attentionFactor, shared.get(),
                reference.kvCache == cached.kvCache);
   AuditResult out = run.run(s1, findings, "reference trace by " + reference.engine + "; cached trace by " + cached.engine, "trace+trace");
+  out.trace = std::move(cached);
   out.referenceTrace = shared;
   // Views show a reference side for every request, also where stage 1 stopped the audit
   // before any reference was compared.

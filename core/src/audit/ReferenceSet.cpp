@@ -1,5 +1,7 @@
 #include "audit/ReferenceSet.hpp"
 
+#include "audit/ReferenceFromTrace.hpp"
+
 #include <algorithm>
 #include <set>
 #include <cmath>
@@ -13,19 +15,37 @@
 namespace kvscope::detail {
 
 namespace {
-// Per position: max |rounded - unrounded logits|, what the cache's rounding alone does.
+// Per position: max |rounded - unrounded logits|, what the cache's rounding alone does (0
+// before the rows the passes kept).
 std::vector<float> roundingEffect(const ReferenceRun& rounded, const ReferenceRun& exact) {
   std::vector<float> out;
-  if (rounded.logits.shape != exact.logits.shape || rounded.logits.shape.size() != 2) return out;
-  const int64_t T = rounded.logits.shape[0], V = rounded.logits.shape[1];
-  out.assign(static_cast<size_t>(T), 0.0f);
-  for (int64_t p = 0; p < T; ++p)
+  if (rounded.logits.shape != exact.logits.shape || rounded.logits.shape.size() != 2 ||
+      rounded.logitsFrom != exact.logitsFrom)
+    return out;
+  const int64_t rows = rounded.logits.shape[0], V = rounded.logits.shape[1], from = rounded.logitsFrom;
+  out.assign(static_cast<size_t>(from + rows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t v = 0; v < V; ++v) {
-      const auto i = static_cast<size_t>(p * V + v);
-      out[static_cast<size_t>(p)] = std::max(
-          out[static_cast<size_t>(p)], std::fabs(rounded.logits.data[i] - exact.logits.data[i]));
+      const auto i = static_cast<size_t>(r * V + v);
+      auto& effect = out[static_cast<size_t>(from + r)];
+      effect = std::max(effect, std::fabs(rounded.logits.data[i] - exact.logits.data[i]));
     }
   return out;
+}
+
+// The first stream position whose logits row a step of `request` chose from: a prompt's
+// earlier rows are compared by nothing, so the reference does not compute them. One row of
+// slack for a previous token fed again (the walk's index then lags the entries by one); 0
+// where the run restarts its stream (cache_reset).
+int64_t firstLogitsRow(const Trace& trace, int64_t request) {
+  const std::vector<const TraceStep*> steps = trace.stepsOf(request);
+  const std::vector<int64_t> held = trace.streamHeldAfter(request);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& events = steps[i]->events;
+    if (std::find(events.begin(), events.end(), "cache_reset") != events.end()) return 0;
+    if (!steps[i]->logits.empty()) return std::max<int64_t>(held[i] - 2, 0);
+  }
+  return 0;
 }
 }  // namespace
 
@@ -50,7 +70,7 @@ void ReferenceSet::inTraceLayout(const Model& m, ReferenceRun& run) const {
   }
 }
 
-ReferenceSet::ReferenceSet(std::shared_ptr<const Trace> reference) : referenceTrace_(std::move(reference)) {}
+ReferenceSet::ReferenceSet(std::shared_ptr<Trace> reference) : referenceTrace_(std::move(reference)) {}
 
 const Model* ReferenceSet::modelFor(uint64_t version) {
   if (version == model_->weightsVersion()) return model_;
@@ -116,13 +136,17 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     if (req && m->config().moe.numExperts > 0) guide = expertGuideOf(*trace_, *req, ids);
     guide.margin = expertMargin_;
     const ExpertGuide* experts = guide.choices.empty() ? nullptr : &guide;
-    ReferenceRun run = m->reference(ids, trace_->kvCache, watch_, prefill, experts, stateLengths(*trace_, request));
+    ReferenceKeep keep;  // the rows the steps chose from; no hidden states
+    keep.logitsFrom = firstLogitsRow(*trace_, request);
+    keep.hiddenStates = false;
+    ReferenceRun run =
+        m->reference(ids, trace_->kvCache, watch_, prefill, experts, stateLengths(*trace_, request), keep);
     inTraceLayout(*m, run);
     passes_.references += run.passes;
     passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
     ref.request = request;
     if (trace_->kvCache.quantized()) {
-      const ReferenceRun exact = m->reference(ids, {}, watch_, prefill, experts);
+      const ReferenceRun exact = m->reference(ids, {}, watch_, prefill, experts, {}, keep);
       passes_.references += exact.passes;
       passes_.referenceTokens += exact.passes * static_cast<int64_t>(ids.size());
       ref.roundingEffect = roundingEffect(run, exact);
@@ -136,12 +160,24 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
                                       [](int64_t id) { return id >= 0; });
     ref.ids = std::move(run.ids);
     ref.logits = std::move(run.logits);
+    ref.logitsFrom = run.logitsFrom;
     ref.keys = std::move(run.keys);
     ref.values = std::move(run.values);
     ref.statesAt = std::move(run.statesAt);
   }
   cache_[key] = std::move(ref);
   return &cache_[key];
+}
+
+RequestReference ReferenceSet::release(const RequestReference* ref) {
+  for (auto it = cache_.begin(); it != cache_.end(); ++it)
+    if (&it->second == ref) {
+      RequestReference out = std::move(it->second);
+      requested_.erase(it->first);
+      cache_.erase(it);
+      return out;
+    }
+  return *ref;  // not one of this set's (cannot happen): a copy
 }
 
 std::vector<int64_t> stateLengths(const Trace& trace, int64_t request) {
@@ -189,14 +225,15 @@ ExpertGuide expertGuideOf(const Trace& trace, const TraceRequest& request,
   return guide;
 }
 
-RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int64_t>& stream) const {
-  RequestReference full = referenceFromTrace(*referenceTrace_, request);
+RequestReference ReferenceSet::fromTrace(int64_t request, const std::vector<int64_t>& stream) {
+  RequestReference full = gatherReference(*referenceTrace_, request, true);
   // Keep the prefix on which the reference's stream agrees with the audited stream.
   size_t agree = 0;
   while (agree < full.ids.size() && agree < stream.size() && full.ids[agree] == stream[agree])
     ++agree;
   const auto T = static_cast<int64_t>(agree);
   const auto Tfull = static_cast<int64_t>(full.ids.size());
+  if (T == Tfull) return full;  // the whole reference: no second copy of a long run's rows
   RequestReference ref;
   ref.request = request;
   ref.ids.assign(full.ids.begin(), full.ids.begin() + T);

@@ -44,13 +44,19 @@ class ReferenceSet {
   /// directory), or are replayed from the trace's weight-update events.
   ReferenceSet(const Model& model, const Trace& trace,
                std::map<uint64_t, std::string> weightsDirectories = {});
-  /// Trace mode: `reference` is an uncached (or trusted) trace of the same requests.
-  explicit ReferenceSet(std::shared_ptr<const Trace> reference);
+  /// Trace mode: `reference` is an uncached (or trusted) trace of the same requests. Its K/V
+  /// records move into the references get() builds (a request's records are freed once its
+  /// reference holds them): nothing else may read them afterwards.
+  explicit ReferenceSet(std::shared_ptr<Trace> reference);
 
   /// The reference for `request` at `version` covering at least `tokens` stream tokens;
   /// nullptr when it cannot be computed (the reason is in `unavailableReason`).
   const RequestReference* get(int64_t request, uint64_t version, const std::vector<int64_t>& stream);
   const std::string& unavailableReason() const { return reason_; }
+  /// Moves a reference get() returned out of the set (the audit's result keeps it; a long
+  /// run's reference is gigabytes, never copied). `ref` is not valid afterwards, and a later
+  /// get() for it computes it again.
+  RequestReference release(const RequestReference* ref);
   /// Model mode: what the uncached passes get() computes report and poll (Model::reference).
   void watchPasses(PassWatch watch) { watch_ = std::move(watch); }
   /// Model mode, a mixture of experts whose trace records expert choices: get()'s passes take
@@ -98,11 +104,11 @@ class ReferenceSet {
   /// The reference's records in the layout the trace holds them: with model.latent_records
   /// "heads", each latent layer's rows decompressed per head (ModelImpl::decompressedHeads).
   void inTraceLayout(const Model& m, ReferenceRun& run) const;
-  RequestReference fromTrace(int64_t request, const std::vector<int64_t>& stream) const;
+  RequestReference fromTrace(int64_t request, const std::vector<int64_t>& stream);
 
   const Model* model_ = nullptr;
   const Trace* trace_ = nullptr;
-  std::shared_ptr<const Trace> referenceTrace_;
+  std::shared_ptr<Trace> referenceTrace_;
   std::map<uint64_t, std::shared_ptr<Model>> updated_;  // weights versions > 0
   std::map<uint64_t, std::string> directories_;         // version -> checkpoint given by the user
   std::map<std::pair<int64_t, uint64_t>, RequestReference> cache_;

@@ -34,8 +34,7 @@ RequestWalk::RequestWalk(const Trace& trace, const TraceRequest& request,
       whyMissing_(std::move(whyMissing)) {
   stream_ = request.stream();
   const auto L = static_cast<size_t>(trace.model.numLayers), H = static_cast<size_t>(trace.model.numKvHeads);
-  keys_.assign(L, std::vector<std::vector<float>>(H));
-  values_ = keys_;
+  rows_.assign(L, RebuiltCacheRow(static_cast<int64_t>(H), trace.model.headDim, trace.model.valueDim()));
   length_.assign(L, 0);
   columnVersion_.assign(L, {});
   columnStream_.assign(L, {});
@@ -54,12 +53,13 @@ std::pair<double, double> RequestWalk::rebuiltColumnDiff(size_t l, int64_t c,
   const int64_t T = ref.keys[l].shape[1];
   double err = 0, mag = 0;
   // Keys, then values (of their own width where the model says so: MLA).
-  for (const auto& [own, theirs, d] :
-       {std::tuple{&keys_[l], &ref.keys[l], trace_.model.headDim},
-        std::tuple{&values_[l], &ref.values[l], trace_.model.valueDim()}})
-    for (size_t h = 0; h < own->size(); ++h)
+  const RebuiltCacheRow& own = rows_[l];
+  for (const auto& [isKey, theirs, d] :
+       {std::tuple{true, &ref.keys[l], trace_.model.headDim},
+        std::tuple{false, &ref.values[l], trace_.model.valueDim()}})
+    for (int64_t h = 0; h < own.heads(); ++h)
       for (int64_t k = 0; k < d; ++k) {
-        const double x = (*own)[h][static_cast<size_t>(c * d + k)];
+        const double x = (isKey ? own.key(h, c) : own.value(h, c))[k];
         const double y = theirs->data[static_cast<size_t>((static_cast<int64_t>(h) * T + p) * d + k)];
         err = std::max(err, std::fabs(x - y));
         if (std::isnan(x) != std::isnan(y)) err = INFINITY;
@@ -143,12 +143,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   // Rebuild the cache from the appended records, keeping each column's stream index and
   // weights version.
   const int64_t H = trace_.model.numKvHeads, d = trace_.model.headDim, dv = trace_.model.valueDim();
-  for (int64_t h = 0; h < H && appended > 0; ++h) {
-    auto* kd = rec.keys.data.data() + h * appended * d;
-    auto* vd = rec.values.data.data() + h * appended * dv;
-    keys_[l][static_cast<size_t>(h)].insert(keys_[l][static_cast<size_t>(h)].end(), kd, kd + appended * d);
-    values_[l][static_cast<size_t>(h)].insert(values_[l][static_cast<size_t>(h)].end(), vd, vd + appended * dv);
-  }
+  if (appended > 0) rows_[l].append(rec.keys, rec.values);
   for (int64_t j = 0; j < appended; ++j) {
     // Reused prefix-cache entries are stream positions 0..reused-1; then the fed entries.
     const int64_t f = j - a.reused;
@@ -166,8 +161,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
   // The rolled-back drafts (appended last) leave the rebuilt cache as they left the engine's.
   const int64_t trim = a.rejected > 0 ? std::clamp<int64_t>(length_[l] - after, 0, a.rejected) : 0;
   if (trim > 0) {
-    for (auto& h : keys_[l]) h.resize(h.size() - static_cast<size_t>(trim * d));
-    for (auto& h : values_[l]) h.resize(h.size() - static_cast<size_t>(trim * dv));
+    rows_[l].trim(trim);
     columnStream_[l].resize(columnStream_[l].size() - static_cast<size_t>(trim));
     columnPosition_[l].resize(columnPosition_[l].size() - static_cast<size_t>(trim));
     columnVersion_[l].resize(columnVersion_[l].size() - static_cast<size_t>(trim));
@@ -186,8 +180,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     return;
   }
   if (rec.keyChecksum && rec.valueChecksum &&
-      (*rec.keyChecksum != traceRowChecksum(keys_[l]) ||
-       *rec.valueChecksum != traceRowChecksum(values_[l])))
+      (*rec.keyChecksum != rows_[l].checksum(true) || *rec.valueChecksum != rows_[l].checksum(false)))
     rewritten = true;
   if (!rec.snapshotKeys.empty() && rec.snapshotKeys.shape[1] == length_[l]) {
     const int64_t t = length_[l];
@@ -196,11 +189,9 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
       bool changed = false;
       for (int64_t h = 0; h < H && !changed; ++h) {
         for (int64_t k = 0; k < d && !changed; ++k)
-          changed = rec.snapshotKeys.data[static_cast<size_t>((h * t + c) * d + k)] !=
-                    keys_[l][static_cast<size_t>(h)][static_cast<size_t>(c * d + k)];
+          changed = rec.snapshotKeys.data[static_cast<size_t>((h * t + c) * d + k)] != rows_[l].key(h, c)[k];
         for (int64_t k = 0; k < dv && !changed; ++k)
-          changed = rec.snapshotValues.data[static_cast<size_t>((h * t + c) * dv + k)] !=
-                    values_[l][static_cast<size_t>(h)][static_cast<size_t>(c * dv + k)];
+          changed = rec.snapshotValues.data[static_cast<size_t>((h * t + c) * dv + k)] != rows_[l].value(h, c)[k];
       }
       if (changed) changedColumns.push_back(c);
     }
@@ -212,12 +203,7 @@ void RequestWalk::checkCache(StepAnalysis& a, size_t l, const TraceLayerRecord& 
     }
     // From here on the cache is what the engine really held: a rewrite is reported at the
     // step it happens, not again at every later step.
-    for (int64_t h = 0; h < H && !changedColumns.empty(); ++h) {
-      keys_[l][static_cast<size_t>(h)].assign(rec.snapshotKeys.data.begin() + h * t * d,
-                                              rec.snapshotKeys.data.begin() + (h + 1) * t * d);
-      values_[l][static_cast<size_t>(h)].assign(rec.snapshotValues.data.begin() + h * t * dv,
-                                                rec.snapshotValues.data.begin() + (h + 1) * t * dv);
-    }
+    if (!changedColumns.empty()) rows_[l].replaceWith(rec.snapshotKeys, rec.snapshotValues);
   }
   if (rewritten) {
     if (a.rewrittenLayer < 0) a.rewrittenLayer = static_cast<int>(l);
@@ -242,24 +228,16 @@ std::optional<bool> RequestWalk::ringChecksumsMatch(size_t l, const TraceLayerRe
   if (!rec.keyChecksum || !rec.valueChecksum ||
       held > static_cast<int64_t>(rec.ringPositions.size()))
     return std::nullopt;
-  const int64_t d = trace_.model.headDim, dv = trace_.model.valueDim();
   const auto& positions = columnPosition_[l];
-  std::vector<std::vector<float>> keys(keys_[l].size()), values(values_[l].size());
+  std::vector<int64_t> slots;  // the rebuilt column each slot holds, in slot order
   for (int64_t s = 0; s < held; ++s) {
     const int64_t p = rec.ringPositions[static_cast<size_t>(s)];
     const auto it = p < 0 ? positions.rend() : std::find(positions.rbegin(), positions.rend(), p);
     if (it == positions.rend()) return std::nullopt;  // padding or unknown: not verifiable
-    const auto c = static_cast<size_t>(positions.rend() - it - 1);
-    for (size_t h = 0; h < keys.size(); ++h) {
-      const auto from = static_cast<std::ptrdiff_t>(c * static_cast<size_t>(d));
-      const auto fromValue = static_cast<std::ptrdiff_t>(c * static_cast<size_t>(dv));
-      keys[h].insert(keys[h].end(), keys_[l][h].begin() + from, keys_[l][h].begin() + from + d);
-      values[h].insert(values[h].end(), values_[l][h].begin() + fromValue,
-                       values_[l][h].begin() + fromValue + dv);
-    }
+    slots.push_back(static_cast<int64_t>(positions.rend() - it - 1));
   }
-  return *rec.keyChecksum == traceRowChecksum(keys) &&
-         *rec.valueChecksum == traceRowChecksum(values);
+  return *rec.keyChecksum == rows_[l].checksum(true, slots) &&
+         *rec.valueChecksum == rows_[l].checksum(false, slots);
 }
 
 void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* current) {
@@ -272,7 +250,7 @@ void RequestWalk::checkStaleValues(StepAnalysis& a, const RequestReference* curr
     return;
   }
   double tolerance = 0;
-  for (size_t l = 0; l < keys_.size(); ++l) {
+  for (size_t l = 0; l < rows_.size(); ++l) {
     const auto& streams = columnStream_[l];
     for (size_t c = 0; c < streams.size(); ++c) {
       const int64_t p = streams[c];
@@ -372,10 +350,10 @@ void RequestWalk::compareRecords(StepAnalysis& a, size_t l, const TraceLayerReco
 void RequestWalk::compareLogits(StepAnalysis& a, const RequestReference& ref) {
   const TraceStep& st = *a.step;
   const int64_t p = a.lastRealStreamIndex();
-  if (st.logits.empty() || p < 0 || ref.logits.shape.size() != 2 || p >= ref.logits.shape[0]) return;
+  const float* r = ref.logitsAt(p);
+  if (st.logits.empty() || !r) return;
   const int64_t V = ref.logits.shape[1];
   if (st.logits.numel() != V) return;
-  const float* r = ref.logits.data.data() + p * V;
   if (std::isnan(r[0])) return;  // the reference trace has no row here
   double err = 0, mag = 0, best = -INFINITY, second = -INFINITY;
   int64_t arg = 0;
@@ -411,8 +389,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
     a.version = st->weightsVersion;
     if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) {
       streamPos = cacheReal = 0;
-      for (auto& layer : keys_) for (auto& h : layer) h.clear();
-      for (auto& layer : values_) for (auto& h : layer) h.clear();
+      for (auto& row : rows_) row.trim(row.size());
       std::fill(length_.begin(), length_.end(), 0);
       for (auto& v : columnVersion_) v.clear();
       for (auto& v : columnStream_) v.clear();

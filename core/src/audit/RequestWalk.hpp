@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "audit/StepAnalysis.hpp"
+#include "audit/RebuiltCacheRow.hpp"
 #include "audit/Tolerance.hpp"
 #include "kvscope/AuditResult.hpp"
 #include "kvscope/Trace.hpp"
@@ -51,8 +52,8 @@ class RequestWalk {
   bool rowScaled_;  // a per_token_head quantised cache: each row's absmax is stored exactly
   ReferenceLookup reference_;
   std::vector<int64_t> stream_;
-  // The cache rebuilt from appended records: [layer][head] -> t*d floats.
-  std::vector<std::vector<std::vector<float>>> keys_, values_;
+  // The cache rebuilt from appended records, per layer (columns into the trace's records).
+  std::vector<RebuiltCacheRow> rows_;
   std::vector<int64_t> length_;                 // per layer
   std::vector<std::vector<uint64_t>>
       columnVersion_;  // per layer, per cache column: weights version

@@ -318,6 +318,12 @@ class EngineRun {
       flatPos.insert(flatPos.end(), pos[b].begin(), pos[b].end());
     }
     const auto W = static_cast<int64_t>(width);
+    // The rows a step reads: each request's last entry and the rows verifying its drafts
+    // (a long prompt's other rows are never read: the head's matmul skips them).
+    int64_t logitsFrom = W - 1;
+    for (size_t b = 0; b < B; ++b)
+      logitsFrom = std::min(logitsFrom, W - 1 - static_cast<int64_t>(drafts[b].size()));
+    logitsFrom = std::max<int64_t>(logitsFrom, 0);
     auto idsT = torch::tensor(flatIds, torch::kLong).view({static_cast<int64_t>(B), W});
     auto posT = torch::tensor(flatPos, torch::kLong).view({static_cast<int64_t>(B), W});
     std::vector<std::vector<TraceLayerRecord>> records(B);
@@ -333,7 +339,7 @@ class EngineRun {
               .to(torch::kBool)
               .view({1, W}),
           impl_.layerWindows, &quantizer_);
-      logits = impl_.forward(idsT, posT, attention, &routed);
+      logits = impl_.forward(idsT, posT, attention, &routed, logitsFrom);
       // The prompt, then one token per step.
       records[0] = detail::StepRecorder::uncachedLayers(kvTaps, cfg_.numLayers, W, group[0]->step == 0 ? W : 1);
     } else {
@@ -350,13 +356,13 @@ class EngineRun {
       if (B == 1 && cfg_.hasRecurrentLayers())
         attention.keepStatesAfter(detail::stateCheckpoints(*group[0], W, drafts[0].size(),
                                                             prefilling[0] != 0 && prefix_ ? prefix_->blockSize() : 0));
-      logits = impl_.forward(idsT, posT, attention, &routed);
+      logits = impl_.forward(idsT, posT, attention, &routed, logitsFrom);
       std::vector<std::vector<int64_t>> appendedUntil(B);
       for (size_t b = 0; b < B; ++b) {
         if (drafts[b].empty()) continue;
         appendedUntil[b] = group[b]->lengths;
         accepted[b] = verifyDrafts(*group[b], logits.select(0, static_cast<int64_t>(b)),
-                                   fed[b].size(), drafts[b]);
+                                   fed[b].size() - static_cast<size_t>(logitsFrom), drafts[b]);
         rollBack(*group[b], static_cast<int64_t>(drafts[b].size()) - accepted[b], attention);
       }
       if (options_.recordCache) {
@@ -415,7 +421,7 @@ class EngineRun {
       st.draftCount = static_cast<int64_t>(drafts[b].size());
       st.acceptedCount = accepted[b];
       r.generated.insert(r.generated.end(), drafts[b].begin(), drafts[b].begin() + accepted[b]);
-      auto row = logits.select(0, static_cast<int64_t>(b)).select(0, W - 1 - rejected).contiguous();
+      auto row = logits.select(0, static_cast<int64_t>(b)).select(0, W - 1 - rejected - logitsFrom).contiguous();
       std::vector<float> lr(row.data_ptr<float>(), row.data_ptr<float>() + cfg_.vocabSize);
       st.logits = FloatTensor({cfg_.vocabSize}, lr);
       choose(r, st, lr);

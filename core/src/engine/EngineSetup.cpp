@@ -266,8 +266,10 @@ void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& sp
     if (options.recordSnapshots) kept += f(s.maxNewTokens * run * perToken);
   }
   const auto B = static_cast<int64_t>(std::max<size_t>(1, specs.size()));
-  MemoryNeed need = options.uncached ? impl.forwardMemory(1, longestRun, longestRun)
-                                     : impl.forwardMemory(B, longestPrompt, capacity);
+  // A forward computes the logits rows of each request's last entry and its drafts only.
+  const int64_t logitRows = 1 + std::max<int64_t>(options.speculativeDrafts, 0);
+  MemoryNeed need = options.uncached ? impl.forwardMemory(1, longestRun, longestRun, logitRows)
+                                     : impl.forwardMemory(B, longestPrompt, capacity, logitRows);
   need.kvCache = options.uncached ? 0 : f(B * capacity * perToken);
   need.kept = kept;
   need.check(MemoryAvailable::now(),

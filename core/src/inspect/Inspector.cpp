@@ -321,13 +321,12 @@ StepView Inspector::view(const InspectionPoint& requested) {
   const RequestReference* ref = result.referenceFor(p.request);
   const TraceStep* stepRecord = place.step;
   const int64_t row = place.step ? place.realBefore + place.step->streamEntries() - 1 : -1;
-  if (ref && stepRecord && row >= 0 && ref->logits.shape.size() == 2 &&
-      row < ref->logits.shape[0] && stepRecord->logits.numel() == ref->logits.shape[1]) {
+  const float* refRow = ref ? ref->logitsAt(row) : nullptr;
+  if (refRow && stepRecord && stepRecord->logits.numel() == ref->logits.shape[1]) {
     const int64_t V = ref->logits.shape[1];
     v.logitDelta.resize(static_cast<size_t>(V));
     for (int64_t x = 0; x < V; ++x) {
-      const float delta = stepRecord->logits.data[static_cast<size_t>(x)] -
-                          ref->logits.data[static_cast<size_t>(row * V + x)];
+      const float delta = stepRecord->logits.data[static_cast<size_t>(x)] - refRow[x];
       v.logitDelta[static_cast<size_t>(x)] = delta;
       v.maxAbsLogitDelta = std::max(v.maxAbsLogitDelta, static_cast<double>(std::abs(delta)));
     }

@@ -50,8 +50,8 @@ void configureThreads(int64_t hiddenSize) {
 class ReferenceCollector : public detail::TorchTapSink {
  public:
   ReferenceCollector(ReferenceRun& run, const PassWatch& watch, int64_t layers,
-                     std::vector<int64_t> checkpoints = {})
-      : run_(run), watch_(watch), layers_(layers), checkpoints_(std::move(checkpoints)) {
+                     std::vector<int64_t> checkpoints = {}, bool keepHidden = true)
+      : run_(run), watch_(watch), layers_(layers), keepHidden_(keepHidden), checkpoints_(std::move(checkpoints)) {
     for (auto* v : {&run_.keys, &run_.values, &run_.convStates, &run_.recurrentStates})
       v->resize(static_cast<size_t>(layers));
   }
@@ -79,6 +79,7 @@ class ReferenceCollector : public detail::TorchTapSink {
       if (v.size() < static_cast<size_t>(layers_)) v.resize(static_cast<size_t>(layers_));
       v[static_cast<size_t>(layer)] = std::move(row);
     }
+    else if (!keepHidden_) {}  // the hidden states are not asked for: [T, H] per layer saved
     else if (name == "final") final_ = std::move(row);
     else layerOutputs_.push_back(std::move(row));  // embed, then each layer's output
     if (name != "hidden") return;
@@ -89,6 +90,7 @@ class ReferenceCollector : public detail::TorchTapSink {
   // transformers' hidden_states: the embeddings, each layer's output except the last,
   // then the final-normed output of the last layer.
   void finish() {
+    if (!keepHidden_) return;
     if (!layerOutputs_.empty()) layerOutputs_.pop_back();
     run_.hiddenStates = std::move(layerOutputs_);
     run_.hiddenStates.push_back(std::move(final_));
@@ -98,6 +100,7 @@ class ReferenceCollector : public detail::TorchTapSink {
   ReferenceRun& run_;
   const PassWatch& watch_;
   const int64_t layers_;
+  const bool keepHidden_;
   int64_t layersDone_ = 0;
   std::vector<FloatTensor> layerOutputs_;
   FloatTensor final_;
@@ -161,18 +164,26 @@ void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64
   ++impl_->weightsVersion;
 }
 
-MemoryNeed Model::referenceMemory(int64_t tokens) const {
+namespace {
+// The logits rows a pass over `tokens` positions computes and keeps (ReferenceKeep).
+int64_t keptLogitRows(int64_t tokens, const ReferenceKeep& keep) {
+  return tokens - std::clamp<int64_t>(keep.logitsFrom, 0, std::max<int64_t>(tokens - 1, 0));
+}
+}  // namespace
+
+MemoryNeed Model::referenceMemory(int64_t tokens, const ReferenceKeep& keep) const {
   const ModelConfig& c = impl_->config;
-  MemoryNeed m = impl_->forwardMemory(1, tokens, tokens);
+  const int64_t rows = keptLogitRows(tokens, keep);
+  MemoryNeed m = impl_->forwardMemory(1, tokens, tokens, rows);
   const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
-  // ReferenceRun keeps every row's logits, the hidden states and each layer's K/V.
-  m.kept = f(tokens * c.vocabSize) + f((c.numLayers + 2) * tokens * c.hiddenSize) +
+  // ReferenceRun keeps the logits rows asked for, the hidden states if asked, each layer's K/V.
+  m.kept = f(rows * c.vocabSize) + (keep.hiddenStates ? f((c.numLayers + 2) * tokens * c.hiddenSize) : 0) +
            f(c.numLayers * c.numKvHeads * tokens * (c.headDim + c.cacheValueDim()));
   return m;
 }
 
-void Model::checkReferenceMemory(int64_t tokens) const {
-  referenceMemory(tokens).check(
+void Model::checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep) const {
+  referenceMemory(tokens, keep).check(
       MemoryAvailable::now(),
       "the uncached reference over " + std::to_string(tokens) + " tokens",
       "use a shorter prompt, audit in trace+trace mode (kvscope-cli audit --reference-trace A "
@@ -181,11 +192,11 @@ void Model::checkReferenceMemory(int64_t tokens) const {
 
 ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
                               const PassWatch& watch, int64_t prefill, const ExpertGuide* experts,
-                              const std::vector<int64_t>& statesAfter) const {
-  checkReferenceMemory(static_cast<int64_t>(ids.size()));
+                              const std::vector<int64_t>& statesAfter, const ReferenceKeep& keep) const {
+  checkReferenceMemory(static_cast<int64_t>(ids.size()), keep);
   return detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
-      [&] { return referenceUnchecked(ids, cache, watch, prefill, experts, statesAfter); });
+      [&] { return referenceUnchecked(ids, cache, watch, prefill, experts, statesAfter, keep); });
 }
 
 namespace {
@@ -202,7 +213,8 @@ void overwriteRows(FloatTensor& to, const FloatTensor& from, size_t axis, int64_
 
 ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const KvQuantization& cache,
                                        const PassWatch& watch, int64_t prefill,
-                                       const ExpertGuide* experts, const std::vector<int64_t>& statesAfter) const {
+                                       const ExpertGuide* experts, const std::vector<int64_t>& statesAfter,
+                                       const ReferenceKeep& keep) const {
   // LongRoPE turns a forward with its long factors once the forward's longest position passes
   // the original context S. When the prefill fit in S, the rows fed before S were turned with
   // the short factors by the forwards that fed them (the prefill, then one step per row): they
@@ -210,11 +222,12 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
   const int64_t switchAt = impl_->rope ? impl_->rope->factorSwitch() : 0;
   const auto T = static_cast<int64_t>(ids.size());
   if (prefill < 0 || prefill > T) prefill = T;
-  ReferenceRun run = onePass(ids, cache, watch, experts, statesAfter);
+  ReferenceRun run = onePass(ids, cache, watch, experts, statesAfter, keep);
   if (switchAt > 0 && T > switchAt && prefill <= switchAt) {
     const ReferenceRun prefix =
-        onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch, experts);
-    overwriteRows(run.logits, prefix.logits, 0, switchAt);
+        onePass(std::vector<int64_t>(ids.begin(), ids.begin() + switchAt), cache, watch, experts, {}, keep);
+    // Both passes' logits begin at the same position where the prefix has rows to give.
+    if (switchAt > run.logitsFrom) overwriteRows(run.logits, prefix.logits, 0, switchAt - run.logitsFrom);
     for (size_t l = 0; l < run.keys.size(); ++l) {
       overwriteRows(run.keys[l], prefix.keys[l], 1, switchAt);
       overwriteRows(run.values[l], prefix.values[l], 1, switchAt);
@@ -235,7 +248,7 @@ ReferenceRun Model::referenceUnchecked(const std::vector<int64_t>& ids, const Kv
 
 ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantization& cache,
                             const PassWatch& watch, const ExpertGuide* experts,
-                            const std::vector<int64_t>& statesAfter) const {
+                            const std::vector<int64_t>& statesAfter, const ReferenceKeep& keep) const {
   ReferenceRun run;
   run.ids = ids;
   run.weightsVersion = impl_->weightsVersion;
@@ -245,16 +258,17 @@ ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantizatio
     for (const int64_t n : statesAfter)
       if (n >= 1 && n <= static_cast<int64_t>(ids.size()) && (checkpoints.empty() || n > checkpoints.back()))
         checkpoints.push_back(n);
-  ReferenceCollector collector(run, watch, impl_->config.numLayers, checkpoints);
+  ReferenceCollector collector(run, watch, impl_->config.numLayers, checkpoints, keep.hiddenStates);
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);
+  run.logitsFrom = T - keptLogitRows(T, keep);
   auto pos = torch::arange(T, torch::kLong).view({1, -1});
   const detail::KvQuantizer rounding(cache);
   detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows,
                                       &rounding);
   if (experts && impl_->config.moe.numExperts > 0) attention.followExperts(experts, &run.routing);
   attention.keepStatesAfter(checkpoints);
-  auto logits = impl_->forward(idT, pos, attention, &collector);
+  auto logits = impl_->forward(idT, pos, attention, &collector, run.logitsFrom);
   collector.finish();
   run.logits = detail::toFloatTensor(logits.select(0, 0));
   return run;

@@ -1,6 +1,7 @@
 // ModelImpl::forward: the decoder block composed from the kit by the family's recipe
 // (ModelConfig::recipe: norm, positions, weight layout, fused or separate q/k/v, MLP kind),
 // eager attention, float32. Nothing here asks which family a model is.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -387,7 +388,7 @@ torch::Tensor ModelImpl::probeLayer0Keys(int64_t token, int64_t count) const {
 
 torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& positions,
                                  detail::AttentionContext& attention,
-                                 detail::TorchTapSink* taps) const {
+                                 detail::TorchTapSink* taps, int64_t logitsFrom) const {
   torch::InferenceMode guard;
   checkInputs(ids, positions);  // before any embedding or position row is read
   attention.setLayerChunks(layerChunks);
@@ -473,6 +474,8 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   }
   h = norm(h, finalW, finalB);
   detail::tapTensor(taps, config.numLayers, "final", h);
+  const int64_t from = std::clamp<int64_t>(logitsFrom, 0, std::max<int64_t>(h.size(1) - 1, 0));
+  if (from > 0) h = h.narrow(1, from, h.size(1) - from);
   auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
   if (config.logitsDivisor != 1.0) logits = logits / config.logitsDivisor;
   if (config.finalLogitSoftcap > 0) {

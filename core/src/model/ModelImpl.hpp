@@ -80,11 +80,14 @@ struct ModelImpl {
   void swapLayerRope(int64_t layer, const torch::Tensor& ids, const torch::Tensor& positions,
                      const detail::AttentionContext& attention, torch::Tensor& cos,
                      torch::Tensor& sin) const;
-  /// The forward pass. ids, positions: [B, s] int64. Returns logits [B, s, V].
+  /// The forward pass. ids, positions: [B, s] int64. Returns logits [B, s - logitsFrom, V]:
+  /// the rows of the fed columns logitsFrom.. only (the head's matmul over a long prompt's
+  /// rows nobody reads is most of the arithmetic of a short model's prefill).
   /// Throws ContextLimitError before reading a position row that does not exist, and
   /// UsageError for ids outside the embedding.
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& positions,
-                        detail::AttentionContext& attention, detail::TorchTapSink* taps) const;
+                        detail::AttentionContext& attention, detail::TorchTapSink* taps,
+                        int64_t logitsFrom = 0) const;
   /// Layer 0's key records of `token` placed at positions 0..count-1: [count, h_kv, d].
   /// Layer 0's keys depend only on the token and its position, so this tells which
   /// position a recorded key was really computed at.
@@ -92,8 +95,9 @@ struct ModelImpl {
   /// Bytes of the weights as stored (the mapped tensors).
   uint64_t weightBytes() const;
   /// Memory one forward allocates for B rows of s fed tokens attending over t keys
-  /// (activations, attention scores, logits), the weights in `weights`.
-  MemoryNeed forwardMemory(int64_t B, int64_t s, int64_t t) const;
+  /// (activations, attention scores, logits), the weights in `weights`. `logitRows`: the
+  /// logits rows per batch row it computes (forward's logitsFrom); -1: all s.
+  MemoryNeed forwardMemory(int64_t B, int64_t s, int64_t t, int64_t logitRows = -1) const;
   /// Validates ids and positions without running anything.
   void checkInputs(const torch::Tensor& ids, const torch::Tensor& positions) const;
   /// A latent layer's rows decompressed per head, as the forward attends them and a

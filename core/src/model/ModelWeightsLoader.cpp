@@ -107,7 +107,7 @@ class TensorLoader {
 
 uint64_t ModelImpl::weightBytes() const { return checkpoint->weightBytes(); }
 
-MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
+MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t, int64_t logitRows) const {
   const ModelConfig& c = config;
   const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
   const int64_t rows = B * s;
@@ -120,7 +120,7 @@ MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t) const {
                   f(2 * B * c.numHeads * t * c.headDim) +
                   f(3 * B * c.numHeads * detail::AttentionContext::queryRows(B, c.numHeads, s, t) * t) +
                   static_cast<uint64_t>(B * s * t) + f(4 * rows * c.intermediateSize) +
-                  f(rows * c.vocabSize) + (16u << 20);
+                  f(B * (logitRows < 0 ? s : logitRows) * c.vocabSize) + (16u << 20);
   return m;
 }
 
