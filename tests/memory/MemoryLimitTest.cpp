@@ -157,5 +157,40 @@ TEST(MemoryLimit, EstimateCoversTheReferencePass) {
   EXPECT_NO_THROW(small.check(MemoryAvailable::now(), "the small pass", ""));
 }
 
+TEST(MemoryLimit, WeightsLargerThanTheMemoryStreamFromTheDiskWhatMustBeResidentIsChecked) {
+  MemoryNeed need;  // a 14B bf16 model's pass: 29.5 GB of weights, its output head the largest
+  need.weights = 29500ull * 1000 * 1000;
+  need.weightsWorkingSet = 1556ull * 1000 * 1000;
+  need.activations = 2000ull * 1000 * 1000;
+  need.kvCache = 1000ull * 1000 * 1000;
+  MemoryAvailable desk;  // a 24 GB machine
+  desk.ram = 22000ull * 1000 * 1000;
+  desk.ramSource = "MemAvailable";
+  desk.addressSpace = UINT64_MAX;
+  // Not refused: the run's own 3 GB and one tensor fit; the weights are read as they are used.
+  const std::string note = need.check(desk, "the 14B pass", "advice");
+  EXPECT_NE(note.find("the 14B pass: the weights (29.50 GB) do not all fit in the 18.70 GB"), std::string::npos)
+      << note;
+  EXPECT_NE(note.find("10.80 GB to all 29.50 GB"), std::string::npos) << note;  // 29.5 - 18.7 at least
+  // Everything fits: nothing to say.
+  MemoryAvailable large = desk;
+  large.ram = 64000ull * 1000 * 1000;
+  EXPECT_EQ(need.check(large, "the 14B pass", "advice"), "");
+  // What must be resident does not fit: refused with the figures, the weights named as mapped.
+  MemoryAvailable small = desk;
+  small.ram = 4000ull * 1000 * 1000;
+  try {
+    need.check(small, "the 14B pass", "use a machine with more memory");
+    FAIL() << "expected a refusal";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("the 14B pass needs about 4.86 GB of memory resident"), std::string::npos) << m;
+    EXPECT_NE(m.find("the largest weight tensor 1.56 GB"), std::string::npos) << m;
+    EXPECT_NE(m.find("29.50 GB mapped"), std::string::npos) << m;
+    EXPECT_NE(m.find("only 4.00 GB is available (MemAvailable)"), std::string::npos) << m;
+    EXPECT_NE(m.find("use a machine with more memory"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace kvscope

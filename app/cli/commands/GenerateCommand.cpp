@@ -211,6 +211,7 @@ void runGenerate(GenerateOptions& o, CliContext& ctx) {
 
   Engine engine(session.model());
   const Trace trace = engine.run(requests, options);
+  if (!engine.memoryNote().empty()) std::cerr << "note: " << engine.memoryNote() << "\n";  // weights from the disk
   if (!o.trace.empty()) TraceFile::write(trace, o.trace, /*overwrite=*/false);
 
   if (!o.json) {

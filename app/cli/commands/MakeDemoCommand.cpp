@@ -78,7 +78,7 @@ void registerMakeDemoCommand(CLI::App& app, CliContext& /*ctx*/) {
   sub->add_option("--preset", opts->preset,
                   "demo (tiny Llama with GQA), gpt2-small, or a real model's shape in bf16 "
                   "with 5 GB shards: llama-3.2-1b (2.5 GB), llama-3.1-8b (16 GB), "
-                  "qwen2.5-7b (15 GB), qwen3-8b (16 GB)")
+                  "qwen2.5-7b (15 GB), qwen3-8b (16 GB), qwen3-14b (29.5 GB), qwen3.5-9b (17 GB)")
       ->check(CLI::IsMember(CheckpointSpec::presetNames()));
   sub->add_option("--arch", opts->arch, "Architecture (model_type): " + supportedModelTypes())
       ->check(CLI::IsMember(supportedModelTypeList()));

@@ -141,6 +141,7 @@ void runReference(const ReferenceOptions& o, CliContext& ctx) {
       if (layer == layers) std::cerr << "\n";
     };
   const ReferenceRun run = model.reference(idList, {}, watch);
+  if (!run.memoryNote.empty()) std::cerr << "note: " << run.memoryNote << "\n";  // weights from the disk
   const int64_t T = run.logits.dim(0), V = run.logits.dim(1);
   const std::vector<float> last(run.logits.data.end() - V, run.logits.data.end());
   const std::vector<Candidate> top = topCandidates(last, o.top);

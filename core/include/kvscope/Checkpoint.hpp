@@ -71,6 +71,8 @@ class Checkpoint {
   StoredWeight stored(const std::string& name) const;
   /// The bytes of every tensor the checkpoint holds.
   uint64_t weightBytes() const;
+  /// Bytes of the largest weight tensor (what one matmul must have resident at once).
+  uint64_t largestTensorBytes() const;
   /// A GGUF file (no safetensors: fileFor and entry throw UsageError).
   bool isGguf() const { return gguf_ != nullptr; }
   /// Safetensors checkpoints: the file that holds `name`, and its entry there.

@@ -75,6 +75,7 @@ struct CheckpointSpec {
   static CheckpointSpec llama31_8b();
   static CheckpointSpec qwen25_7b();
   static CheckpointSpec qwen3_8b();
+  static CheckpointSpec qwen3_14b();  // 29.5 GB: larger than a 24 GB machine
   /// Qwen3.5-9B's text model: 32 layers, every fourth full attention, the others Gated DeltaNets
   /// (16 key / 32 value heads of 128), head_dim 256, vocab 248320 (18 GB bf16).
   static CheckpointSpec qwen3_5_9b();

@@ -93,9 +93,13 @@ class Engine {
   /// for invalid requests (bad policy, empty prompt, a prompt beyond the context).
   Trace run(const std::vector<RequestSpec>& requests, const EngineOptions& options);
   Model& model() { return *model_; }
+  /// After run(): where the weights did not all fit in the memory beside the run, what each
+  /// forward read from the disk (MemoryNeed::check's note); empty otherwise.
+  const std::string& memoryNote() const { return memoryNote_; }
 
  private:
   std::shared_ptr<Model> model_;
+  std::string memoryNote_;
 };
 
 }  // namespace kvscope

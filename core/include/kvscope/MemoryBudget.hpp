@@ -24,20 +24,27 @@ struct MemoryAvailable {
   static MemoryAvailable now();
 };
 
-/// What one run needs. `weights` are the mapped weight files (they must be resident to run
-/// at memory speed; they are already mapped, so they count against RAM, not against the
-/// address-space limit); everything else is allocated by the run.
+/// What one run needs. `weights` are the mapped weight files: they run at memory speed when
+/// the page cache holds them, but a model larger than the memory still runs, each pass
+/// reading from the disk what the page cache could not keep (as llama.cpp runs a mapped model
+/// larger than RAM). What must be resident is everything the run allocates plus the weights
+/// one matmul reads at once (`weightsWorkingSet`). The weights are already mapped, so they
+/// count against RAM, not against the address-space limit.
 struct MemoryNeed {
   uint64_t weights = 0;
+  uint64_t weightsWorkingSet = 0;  // the largest weight tensor: resident while it is used
   uint64_t activations = 0;  // one forward over the longest fed sequence
   uint64_t kvCache = 0;      // K/V kept for the run
   uint64_t kept = 0;         // logits rows, recorded K/V and hidden states the result keeps
   uint64_t allocated() const { return activations + kvCache + kept; }
+  uint64_t resident() const { return allocated() + weightsWorkingSet; }
   uint64_t total() const { return weights + allocated(); }
 
-  /// Throws OutOfMemoryError naming the figures and `advice` when the run cannot fit.
-  void check(const MemoryAvailable& available, const std::string& what,
-             const std::string& advice) const;
+  /// Throws OutOfMemoryError naming the figures and `advice` when what must be resident
+  /// cannot fit. Returns a note (empty when everything fits) when the weights do not all fit
+  /// beside the run: how much each pass then reads from the disk.
+  std::string check(const MemoryAvailable& available, const std::string& what,
+                    const std::string& advice) const;
 };
 
 /// "1.23 GB", "420 MB" or "12 kB" (decimal units, as the messages quote memory sizes).

@@ -40,6 +40,9 @@ struct ReferenceRun {
   /// from the pass's own top-k, and whether it took them (a near tie).
   std::vector<RoutingDecision> routing;
   int64_t passes = 1;  // forwards it took: 2 where LongRoPE's prefill rows need their own
+  /// Where the weights do not all fit in the memory beside the pass: what it read from the
+  /// disk (MemoryNeed::check's note); empty otherwise.
+  std::string memoryNote;
 };
 
 /// What a reference pass keeps besides its K/V records. An audit compares the logits rows of
@@ -114,8 +117,9 @@ class Model {
   FloatTensor referenceWithTaps(const std::vector<int64_t>& ids, TensorSink& sink) const;
   /// What reference() over `tokens` tokens needs in memory, keeping what `keep` says.
   MemoryNeed referenceMemory(int64_t tokens, const ReferenceKeep& keep = {}) const;
-  /// Throws OutOfMemoryError naming the figures when reference() over `tokens` cannot fit.
-  void checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep = {}) const;
+  /// Throws OutOfMemoryError naming the figures when reference() over `tokens` cannot fit;
+  /// returns MemoryNeed::check's note (the weights streamed from the disk), empty otherwise.
+  std::string checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep = {}) const;
 
   ModelImpl& impl() const { return *impl_; }
 

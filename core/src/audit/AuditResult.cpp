@@ -2,6 +2,8 @@
 
 #include "audit/ReferenceFromTrace.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -111,6 +113,9 @@ RequestReference gatherReference(const Trace& t, int64_t request, bool consume) 
         rec.keys = {};
         rec.values = {};
       }
+    // A step's records are small heap blocks: hand the freed pages back to the system, or the
+    // process keeps them as well as the reference built from them.
+    if (consume) malloc_trim(0);
   }
   return ref;
 }

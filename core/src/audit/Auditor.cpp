@@ -349,6 +349,8 @@ class AuditRun {
     rep.findings = findings.finish();
     if (refs_.hasModel() && !rep.stages.empty())
       rep.stages.front().checks.push_back(referencePassLine(refs_.passes(), trace_));
+    if (!refs_.memoryNote().empty() && !rep.stages.empty())
+      rep.stages.front().checks.push_back("note: " + refs_.memoryNote());
     auto divergent = [](const Finding& f) { return RowRegistry::row(f.id).spec().divergent; };
     const bool realFinding = std::any_of(rep.findings.begin(), rep.findings.end(), divergent);
     bool failed = false;

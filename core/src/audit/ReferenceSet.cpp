@@ -142,6 +142,7 @@ const RequestReference* ReferenceSet::get(int64_t request, uint64_t version, con
     ReferenceRun run =
         m->reference(ids, trace_->kvCache, watch_, prefill, experts, stateLengths(*trace_, request), keep);
     inTraceLayout(*m, run);
+    if (memoryNote_.empty()) memoryNote_ = run.memoryNote;
     passes_.references += run.passes;
     passes_.referenceTokens += run.passes * static_cast<int64_t>(ids.size());
     ref.request = request;

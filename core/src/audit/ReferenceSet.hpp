@@ -80,6 +80,9 @@ class ReferenceSet {
     int64_t rederivations = 0;
   };
   const PassCount& passes() const { return passes_; }
+  /// Model mode: where the weights did not all fit beside a reference pass, what it read
+  /// from the disk (the first such pass's MemoryNeed note); empty otherwise.
+  const std::string& memoryNote() const { return memoryNote_; }
   /// The checkpoint's configuration (its RoPE scaling, ...); nullptr in trace+trace mode.
   const ModelConfig* modelConfig() const { return model_ ? &model_->config() : nullptr; }
   /// Model mode only: an uncached pass over `ids` (e.g. a stream prefix followed by a
@@ -118,6 +121,7 @@ class ReferenceSet {
   PassWatch watch_;
   std::function<double(int64_t, int64_t, double)> expertMargin_;
   PassCount passes_;
+  std::string memoryNote_;
 };
 
 /// The engine's expert choices for `request`'s stream tokens as a guide for its reference

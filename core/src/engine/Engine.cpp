@@ -98,7 +98,7 @@ class EngineRun {
     // rollback keeps them all).
     const int64_t capacity =
         std::min(longest, cfg_.maxPositions) * 2 + 8 + specDrafts_ * (longestNew + 1);
-    detail::checkEngineMemory(impl_, specs, options, capacity);
+    memoryNote_ = detail::checkEngineMemory(impl_, specs, options, capacity);
     cache_ = detail::KvCache::forModel(cfg_, std::max<int64_t>(1, static_cast<int64_t>(requests_.size())), capacity);
     updates_ = options.weightUpdates;
     if (auto stale = faults_.staleCache()) {
@@ -108,6 +108,8 @@ class EngineRun {
     }
     padId_ = cfg_.padTokenId.value_or(cfg_.eosTokenIds.empty() ? 0 : cfg_.eosTokenIds.front());
   }
+
+  const std::string& memoryNote() const { return memoryNote_; }
 
   Trace run() {
     Trace trace;
@@ -562,6 +564,7 @@ class EngineRun {
   const ModelConfig& cfg_;
   const EngineOptions& options_;
   detail::FaultPlan faults_;
+  std::string memoryNote_;  // the weights streamed from the disk (MemoryNeed::check)
   std::vector<RequestState> requests_;
   std::unique_ptr<detail::KvCache> cache_;
   std::vector<WeightUpdateSpec> updates_;
@@ -585,6 +588,7 @@ Trace Engine::run(const std::vector<RequestSpec>& requests, const EngineOptions&
   torch::InferenceMode guard;
   return detail::guardAllocations("generation", [&] {
     EngineRun run(*model_, requests, options);
+    memoryNote_ = run.memoryNote();
     return run.run();
   });
 }

@@ -249,7 +249,7 @@ std::vector<TraceLayerKind> traceLayerKinds(const std::vector<int64_t>& layerWin
   return out;
 }
 
-void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
+std::string checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
                        int64_t capacity) {
   const ModelConfig& cfg = impl.config;
   const auto f = [](int64_t n) { return static_cast<uint64_t>(n) * sizeof(float); };
@@ -272,7 +272,7 @@ void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& sp
                                      : impl.forwardMemory(B, longestPrompt, capacity, logitRows);
   need.kvCache = options.uncached ? 0 : f(B * capacity * perToken);
   need.kept = kept;
-  need.check(MemoryAvailable::now(),
+  return need.check(MemoryAvailable::now(),
              std::string(options.uncached ? "uncached" : "cached") + " generation of " +
                  std::to_string(specs.size()) + " request(s) up to " + std::to_string(longestRun) +
                  " tokens",

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cache/RingSlots.hpp"
@@ -24,7 +25,8 @@ void checkEngineRequest(const ModelConfig& cfg, const std::vector<int64_t>& laye
 
 /// Refuses (OutOfMemoryError naming the figures) a run of `specs` whose cache holds `capacity`
 /// entries per slot when it cannot fit, before the cache or any activation is allocated.
-void checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
+/// Returns MemoryNeed::check's note where the weights do not all fit beside the run.
+std::string checkEngineMemory(const ModelImpl& impl, const std::vector<RequestSpec>& specs, const EngineOptions& options,
                        int64_t capacity);
 
 /// Per layer its ring (as many slots as its window) when `ring`, else none (0 slots).

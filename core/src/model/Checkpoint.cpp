@@ -268,6 +268,17 @@ uint64_t Checkpoint::weightBytes() const {
   return n;
 }
 
+uint64_t Checkpoint::largestTensorBytes() const {
+  uint64_t n = 0;
+  if (gguf_)
+    for (const auto& [name, w] : gguf_->weights()) n = std::max<uint64_t>(n, w.tensor->size);
+  for (const auto& [name, i] : tensorFile_) {
+    const SafetensorsEntry& e = entry(name);
+    n = std::max<uint64_t>(n, e.end - e.begin);
+  }
+  return n;
+}
+
 const SafetensorsFile& Checkpoint::fileFor(const std::string& name) const {
   if (gguf_) throw UsageError("'" + gguf_->file().path() + "' is a GGUF file, not safetensors (use stored())");
   auto it = tensorFile_.find(name);

@@ -132,6 +132,17 @@ CheckpointSpec CheckpointSpec::qwen3_8b() {
   return s;
 }
 
+CheckpointSpec CheckpointSpec::qwen3_14b() {
+  // Qwen/Qwen3-14B's config: 40 layers of 5120, 40 heads (8 KV) of 128, untied; 29.5 GB in
+  // bf16, larger than a 24 GB machine's memory (docs/performance.md).
+  CheckpointSpec s = qwen3_8b();
+  s.hiddenSize = 5120;
+  s.numLayers = 40;
+  s.numHeads = 40;
+  s.intermediateSize = 17408;
+  return s;
+}
+
 CheckpointSpec CheckpointSpec::qwen3_5_9b() {
   // Qwen/Qwen3.5-9B's text_config: gated attention with partial rotary 0.25 every fourth layer.
   CheckpointSpec s = realSize();
@@ -155,7 +166,7 @@ CheckpointSpec CheckpointSpec::qwen3_5_9b() {
 }
 
 std::vector<std::string> CheckpointSpec::presetNames() {
-  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "qwen3.5-9b"};
+  return {"demo", "gpt2-small", "llama-3.2-1b", "llama-3.1-8b", "qwen2.5-7b", "qwen3-8b", "qwen3-14b", "qwen3.5-9b"};
 }
 
 CheckpointSpec CheckpointSpec::preset(const std::string& name) {
@@ -165,6 +176,7 @@ CheckpointSpec CheckpointSpec::preset(const std::string& name) {
   if (name == "llama-3.1-8b") return llama31_8b();
   if (name == "qwen2.5-7b") return qwen25_7b();
   if (name == "qwen3-8b") return qwen3_8b();
+  if (name == "qwen3-14b") return qwen3_14b();
   if (name == "qwen3.5-9b") return qwen3_5_9b();
   std::string names;
   for (const auto& n : presetNames()) names += (names.empty() ? "" : ", ") + n;

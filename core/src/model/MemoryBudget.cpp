@@ -90,21 +90,30 @@ MemoryAvailable MemoryAvailable::now() {
   return a;
 }
 
-void MemoryNeed::check(const MemoryAvailable& available, const std::string& what,
-                       const std::string& advice) const {
+std::string MemoryNeed::check(const MemoryAvailable& available, const std::string& what,
+                              const std::string& advice) const {
   // Some head-room for the allocator, the libraries and the result's own copies.
   const uint64_t slack = std::max<uint64_t>(allocated() / 10, 16ull << 20);
-  const std::string parts = "weights " + gigabytes(weights) + " (mapped), activations " +
-                            gigabytes(activations) + ", K/V " + gigabytes(kvCache) +
-                            ", kept results " + gigabytes(kept);
-  if (total() + slack > available.ram)
-    throw OutOfMemoryError(what + " needs about " + gigabytes(total() + slack) + " of memory (" +
+  const std::string parts = "activations " + gigabytes(activations) + ", K/V " + gigabytes(kvCache) +
+                            ", kept results " + gigabytes(kept) + ", the largest weight tensor " +
+                            gigabytes(weightsWorkingSet) + "; the weights, " + gigabytes(weights) +
+                            " mapped, can be read from the disk as a pass uses them";
+  if (resident() + slack > available.ram)
+    throw OutOfMemoryError(what + " needs about " + gigabytes(resident() + slack) + " of memory resident (" +
                            parts + ") but only " + gigabytes(available.ram) + " is available (" +
                            available.ramSource + "); " + advice);
   if (allocated() + slack > available.addressSpace)
     throw OutOfMemoryError(what + " needs about " + gigabytes(allocated() + slack) +
                            " more address space (" + parts + ") but the process limit (RLIMIT_AS) "
                            "leaves " + gigabytes(available.addressSpace) + "; " + advice);
+  if (total() + slack <= available.ram) return {};
+  // The page cache keeps what the run leaves of the memory; a pass reads every weight once.
+  const uint64_t cached = available.ram - allocated() - slack;
+  return what + ": the weights (" + gigabytes(weights) + ") do not all fit in the " +
+         gigabytes(available.ram - allocated() - slack) + " of memory the run leaves (" + available.ramSource +
+         "): each pass over them reads from the disk what the page cache could not keep, " +
+         gigabytes(weights - std::min(weights, cached)) + " to all " + gigabytes(weights) +
+         " (a pass reads the weights in order, so the cache may evict each part before the next pass)";
 }
 
 }  // namespace kvscope

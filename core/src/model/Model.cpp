@@ -11,6 +11,7 @@
 #include "model/ModelImpl.hpp"
 #include "model/families/ModelFamily.hpp"
 #include "util/BlasKernels.hpp"
+#include "util/HeapTuning.hpp"
 
 namespace kvscope {
 
@@ -37,6 +38,7 @@ void configureThreads(int64_t hiddenSize) {
   // The BLAS kernels were re-selected for this CPU before main (util/BlasKernels); naming the
   // selection here also links it into every program that runs a model.
   (void)detail::BlasKernels::atStartup();
+  (void)detail::HeapTuning::atStartup();  // likewise the allocator's thresholds (util/HeapTuning)
   if (const char* env = std::getenv("OMP_NUM_THREADS")) {
     const int n = std::atoi(env);  // read now too: it may have changed since start-up
     if (n > 0) torch::set_num_threads(n);
@@ -182,8 +184,8 @@ MemoryNeed Model::referenceMemory(int64_t tokens, const ReferenceKeep& keep) con
   return m;
 }
 
-void Model::checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep) const {
-  referenceMemory(tokens, keep).check(
+std::string Model::checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep) const {
+  return referenceMemory(tokens, keep).check(
       MemoryAvailable::now(),
       "the uncached reference over " + std::to_string(tokens) + " tokens",
       "use a shorter prompt, audit in trace+trace mode (kvscope-cli audit --reference-trace A "
@@ -193,10 +195,12 @@ void Model::checkReferenceMemory(int64_t tokens, const ReferenceKeep& keep) cons
 ReferenceRun Model::reference(const std::vector<int64_t>& ids, const KvQuantization& cache,
                               const PassWatch& watch, int64_t prefill, const ExpertGuide* experts,
                               const std::vector<int64_t>& statesAfter, const ReferenceKeep& keep) const {
-  checkReferenceMemory(static_cast<int64_t>(ids.size()), keep);
-  return detail::guardAllocations(
+  std::string note = checkReferenceMemory(static_cast<int64_t>(ids.size()), keep);
+  ReferenceRun run = detail::guardAllocations(
       "the uncached reference over " + std::to_string(ids.size()) + " tokens",
       [&] { return referenceUnchecked(ids, cache, watch, prefill, experts, statesAfter, keep); });
+  run.memoryNote = std::move(note);
+  return run;
 }
 
 namespace {

@@ -113,6 +113,7 @@ MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t, int64_t log
   const int64_t rows = B * s;
   MemoryNeed m;
   m.weights = weightBytes();
+  m.weightsWorkingSet = checkpoint->largestTensorBytes();
   // Live at once in the widest step: the residual stream and a few [B, s, H] temporaries,
   // q/k/v, repeated K/V, one query chunk's scores + probabilities + mask, the MLP's [B, s, I] temporaries,
   // the logits, and the blocked-upcast buffer.

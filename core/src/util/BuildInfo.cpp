@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "util/BlasKernels.hpp"
+#include "util/HeapTuning.hpp"
 
 namespace kvscope {
 
@@ -44,6 +45,7 @@ BuildInfo BuildInfo::detect() {
                        info.blasLibrary.find("blis") != std::string::npos;
   const auto& kernels = detail::BlasKernels::atStartup();
   info.blasKernels = kernels.inUse.empty() ? "" : kernels.inUse + ": " + kernels.reason;
+  info.heap = detail::HeapTuning::atStartup().why;
   info.torchThreads = torch::get_num_threads();
   return info;
 }
@@ -58,6 +60,7 @@ std::string BuildInfo::describe() const {
                          "install libopenblas0-pthread)")
      << "\n";
   if (!blasKernels.empty()) os << "BLAS kernels: " << blasKernels << "\n";
+  if (!heap.empty()) os << "heap: " << heap << "\n";
   return os.str();
 }
 
