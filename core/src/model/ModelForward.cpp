@@ -216,8 +216,22 @@ torch::Tensor ModelImpl::attendInChunks(int64_t layer, const torch::Tensor& q, c
   std::vector<torch::Tensor> parts;
   for (int64_t first = 0; first < s; first += rows) {
     const int64_t n = std::min(rows, s - first);
-    parts.push_back(attendQueries(layer, q.narrow(2, first, n), keys, values, allowed.narrow(2, first, n),
-                                  attention, first, s));
+    torch::Tensor mask = allowed.narrow(2, first, n), k = keys, v = values;
+    // The keys no query of the chunk may see (a causal chunk's later keys, a window's earlier
+    // ones) stay out of its products: their softmax weights are exactly 0, so only the order
+    // of the sums changes, and a long causal prefill does half the score arithmetic. A chunk
+    // with a fully masked query row (padding) keeps every key: that row's softmax is uniform
+    // over all of them.
+    if (mask.any(-1).all().item<bool>()) {
+      const torch::Tensor seen = mask.any(2).reshape({-1, mask.size(-1)}).any(0).nonzero();  // [m, 1]
+      const int64_t lo = seen[0][0].item<int64_t>(), hi = seen[-1][0].item<int64_t>() + 1;
+      if (lo > 0 || hi < keys.size(2)) {
+        k = keys.narrow(2, lo, hi - lo);
+        v = values.narrow(2, lo, hi - lo);
+        mask = mask.narrow(-1, lo, hi - lo);
+      }
+    }
+    parts.push_back(attendQueries(layer, q.narrow(2, first, n), k, v, mask, attention, first, s));
   }
   return torch::cat(parts, 2);
 }
@@ -336,6 +350,16 @@ torch::Tensor ModelImpl::moeBlock(int64_t layer, const torch::Tensor& x, const d
 torch::Tensor ModelImpl::mlpBlock(int64_t layer, const torch::Tensor& x, const detail::AttentionContext& attention,
                                   detail::TorchTapSink* taps) const {
   if (config.isMoeLayer(layer)) return moeBlock(layer, x, attention, taps);
+  // A long forward's rows in even chunks of at most kMlpRows (each row's MLP is its own):
+  // an 8,128-token prefill of the 1B shape held 1 GB of [tokens, intermediate] temporaries.
+  const int64_t B = x.size(0), s = x.size(1);
+  if (B * s > kMlpRows && s > 1) {
+    const int64_t chunks = std::min(s, (B * s + kMlpRows - 1) / kMlpRows), rows = (s + chunks - 1) / chunks;
+    std::vector<torch::Tensor> parts;
+    for (int64_t first = 0; first < s; first += rows)
+      parts.push_back(mlpBlock(layer, x.narrow(1, first, std::min(rows, s - first)), attention, taps));
+    return torch::cat(parts, 1);
+  }
   const auto& w = layers[static_cast<size_t>(layer)];
   if (config.recipe.fusedGateUp) {  // gate | up in one product, split in halves
     auto parts = project(x, w.gateUpW, torch::Tensor()).chunk(2, -1);

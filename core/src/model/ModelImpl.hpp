@@ -92,6 +92,8 @@ struct ModelImpl {
   /// Layer 0's keys depend only on the token and its position, so this tells which
   /// position a recorded key was really computed at.
   torch::Tensor probeLayer0Keys(int64_t token, int64_t count) const;
+  /// A dense MLP computes a long forward's rows in chunks of at most this many (ModelForward).
+  static constexpr int64_t kMlpRows = 4096;
   /// Bytes of the weights as stored (the mapped tensors).
   uint64_t weightBytes() const;
   /// Memory one forward allocates for B rows of s fed tokens attending over t keys

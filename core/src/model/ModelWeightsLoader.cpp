@@ -120,7 +120,7 @@ MemoryNeed ModelImpl::forwardMemory(int64_t B, int64_t s, int64_t t, int64_t log
   m.activations = f(6 * rows * c.hiddenSize) + f(rows * (c.numHeads + 2 * c.numKvHeads) * c.headDim) +
                   f(2 * B * c.numHeads * t * c.headDim) +
                   f(3 * B * c.numHeads * detail::AttentionContext::queryRows(B, c.numHeads, s, t) * t) +
-                  static_cast<uint64_t>(B * s * t) + f(4 * rows * c.intermediateSize) +
+                  static_cast<uint64_t>(B * s * t) + f(4 * std::min(rows, kMlpRows) * c.intermediateSize) +
                   f(B * (logitRows < 0 ? s : logitRows) * c.vocabSize) + (16u << 20);
   return m;
 }
