@@ -142,6 +142,9 @@ struct TraceStep {
   bool operator==(const TraceStep& o) const;
   /// Fed entries that are rejected draft tokens (draftCount - acceptedCount).
   int64_t rejectedCount() const;
+  /// Whether the step starts its request's cache over (a `cache_reset` event: an uncached
+  /// engine recomputing the prefix, a cache rebuilt): the one test for it.
+  bool resetsCache() const;
   /// The one rule for padding. Fed entry i is a real token unless the mask marks it 0 or it
   /// is one of the trailing rejected draft tokens.
   bool isRealEntry(size_t i) const;

@@ -50,13 +50,13 @@ RequestReference gatherReference(const Trace& t, int64_t request, bool consume) 
   ref.request = request;
   const int64_t L = t.model.numLayers, h = t.model.numKvHeads, d = t.model.headDim, dv = t.model.valueDim(),
                 V = t.model.vocabSize;
-  std::vector<const TraceStep*> steps = t.stepsOf(request);
+  const std::vector<const TraceStep*> all = t.stepsOf(request);
   // An uncached engine recomputes the prefix and appends only the new entries: a
   // `cache_reset` step restarts the stream, so the reference starts at the last one.
-  const auto reset = std::find_if(steps.rbegin(), steps.rend(), [](const TraceStep* s) {
-    return std::find(s->events.begin(), s->events.end(), "cache_reset") != s->events.end();
-  });
-  if (reset != steps.rend()) steps.erase(steps.begin(), std::prev(reset.base()));
+  const auto reset = std::find_if(all.rbegin(), all.rend(), [](const TraceStep* s) { return s->resetsCache(); });
+  const std::vector<const TraceStep*> steps(reset == all.rend() ? all.begin() : std::prev(reset.base()), all.end());
+  std::vector<std::vector<int64_t>> real;  // per step, its real fed entries
+  for (const TraceStep* s : steps) real.push_back(s->realColumns());
   const TraceRequest* req = t.findRequest(request);
   // A prefix-cache hit's reused entries are the prompt's first tokens, before the fed ones.
   const auto reusedIds = [req](const TraceStep& s) {
@@ -64,16 +64,17 @@ RequestReference gatherReference(const Trace& t, int64_t request, bool consume) 
   };
   // First the stream, so that every tensor is allocated once at its final size (a long run's
   // reference is gigabytes: no growing per-head buffers, no second copy).
-  for (const TraceStep* s : steps) {
-    for (int64_t c = 0; c < reusedIds(*s); ++c) ref.ids.push_back(req->promptIds[static_cast<size_t>(c)]);
-    for (int64_t j : s->realColumns()) ref.ids.push_back(s->fedIds[static_cast<size_t>(j)]);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (int64_t c = 0; c < reusedIds(*steps[i]); ++c) ref.ids.push_back(req->promptIds[static_cast<size_t>(c)]);
+    for (int64_t j : real[i]) ref.ids.push_back(steps[i]->fedIds[static_cast<size_t>(j)]);
   }
   const auto T = static_cast<int64_t>(ref.ids.size());
   // Each step's logits row sits at its last entry; positions without one are NaN.
   ref.logits = FloatTensor({T, V}, std::vector<float>(static_cast<size_t>(T * V), std::numeric_limits<float>::quiet_NaN()));
   int64_t entries = 0;
-  for (const TraceStep* s : steps) {
-    entries += reusedIds(*s) + static_cast<int64_t>(s->realColumns().size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const TraceStep* s = steps[i];
+    entries += reusedIds(*s) + static_cast<int64_t>(real[i].size());
     if (s->logits.empty() || entries == 0) continue;
     float* row = ref.logits.data.data() + (entries - 1) * V;
     if (s->logits.numel() == V) std::copy_n(s->logits.data.begin(), V, row);
@@ -86,14 +87,15 @@ RequestReference gatherReference(const Trace& t, int64_t request, bool consume) 
       std::fill(v.data.begin(), v.data.end(), std::numeric_limits<float>::quiet_NaN());
     }
     int64_t col = 0;  // the layer's records so far (a step may append fewer than it fed)
-    for (const TraceStep* s : steps) {
-      if (!t.holdsRows(l) || static_cast<size_t>(l) >= s->layers.size()) continue;
+    for (size_t i = 0; i < steps.size() && t.holdsRows(l); ++i) {
+      const TraceStep* s = steps[i];
+      if (static_cast<size_t>(l) >= s->layers.size()) continue;
       const auto& rec = s->layers[static_cast<size_t>(l)];
       if (rec.keys.shape.size() != 3) continue;
       const int64_t cnt = rec.keys.shape[1];
       std::vector<int64_t> cols(static_cast<size_t>(std::min(s->reusedCount, cnt)));
       std::iota(cols.begin(), cols.end(), int64_t{0});  // reused records first
-      for (int64_t j : s->realColumns()) cols.push_back(j + s->reusedCount);
+      for (int64_t j : real[i]) cols.push_back(j + s->reusedCount);
       for (int64_t j : cols) {
         if (j >= cnt || col >= T) continue;
         for (int64_t hh = 0; hh < h; ++hh) {
@@ -107,15 +109,16 @@ RequestReference gatherReference(const Trace& t, int64_t request, bool consume) 
     ref.values.push_back(std::move(v));
     // The caller owns the trace and gives its records up: free the layer's as soon as the
     // reference holds them (a long run's records are gigabytes; no second copy at the peak).
-    for (const TraceStep* s : t.stepsOf(request))
-      if (consume && static_cast<size_t>(l) < s->layers.size()) {
+    if (!consume) continue;
+    for (const TraceStep* s : all)
+      if (static_cast<size_t>(l) < s->layers.size()) {
         auto& rec = const_cast<TraceLayerRecord&>(s->layers[static_cast<size_t>(l)]);
         rec.keys = {};
         rec.values = {};
       }
     // A step's records are small heap blocks: hand the freed pages back to the system, or the
     // process keeps them as well as the reference built from them.
-    if (consume) malloc_trim(0);
+    malloc_trim(0);
   }
   return ref;
 }

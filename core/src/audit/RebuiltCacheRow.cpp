@@ -7,7 +7,7 @@
 
 namespace kvscope::detail {
 
-void RebuiltCacheRow::appendColumns(const FloatTensor& keys, const FloatTensor& values) {
+void RebuiltCacheRow::append(const FloatTensor& keys, const FloatTensor& values) {
   if (keys.shape.size() != 3 || !keys.sameEntriesAs(values)) return;
   const int64_t n = keys.shape[1];
   for (int64_t j = 0; j < n; ++j)
@@ -15,11 +15,9 @@ void RebuiltCacheRow::appendColumns(const FloatTensor& keys, const FloatTensor& 
                         n * valueWidth_});
 }
 
-void RebuiltCacheRow::append(const FloatTensor& keys, const FloatTensor& values) { appendColumns(keys, values); }
-
 void RebuiltCacheRow::replaceWith(const FloatTensor& keys, const FloatTensor& values) {
   columns_.clear();
-  appendColumns(keys, values);
+  append(keys, values);
 }
 
 void RebuiltCacheRow::trim(int64_t count) {

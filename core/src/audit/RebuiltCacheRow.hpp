@@ -39,8 +39,6 @@ class RebuiltCacheRow {
     int64_t keyStride;
     int64_t valueStride;
   };
-  void appendColumns(const FloatTensor& keys, const FloatTensor& values);
-
   int64_t heads_, keyWidth_, valueWidth_;
   std::vector<Column> columns_;
 };

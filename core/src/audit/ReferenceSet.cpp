@@ -41,8 +41,7 @@ int64_t firstLogitsRow(const Trace& trace, int64_t request) {
   const std::vector<const TraceStep*> steps = trace.stepsOf(request);
   const std::vector<int64_t> held = trace.streamHeldAfter(request);
   for (size_t i = 0; i < steps.size(); ++i) {
-    const auto& events = steps[i]->events;
-    if (std::find(events.begin(), events.end(), "cache_reset") != events.end()) return 0;
+    if (steps[i]->resetsCache()) return 0;
     if (!steps[i]->logits.empty()) return std::max<int64_t>(held[i] - 2, 0);
   }
   return 0;

@@ -387,7 +387,7 @@ std::vector<StepAnalysis> RequestWalk::run() {
     StepAnalysis a;
     a.step = st;
     a.version = st->weightsVersion;
-    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) {
+    if (st->resetsCache()) {
       streamPos = cacheReal = 0;
       for (auto& row : rows_) row.trim(row.size());
       std::fill(length_.begin(), length_.end(), 0);

@@ -92,7 +92,7 @@ RequestTimeline TimelineBuilder::build(const AuditJobOutput& output, int64_t req
   const int64_t ringSlots = rings.empty() ? 0 : result.trace.layerKind(rings.front()).ringSlots;
   bool wrapSeen = false;
   for (const TraceStep* st : steps) {
-    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end())
+    if (st->resetsCache())
       chunk = 0;
     stream += st->reusedCount;  // a prefix-cache hit's entries are the stream's first ones
     const int64_t streamBefore = stream;

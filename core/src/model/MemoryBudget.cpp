@@ -110,7 +110,7 @@ std::string MemoryNeed::check(const MemoryAvailable& available, const std::strin
   // The page cache keeps what the run leaves of the memory; a pass reads every weight once.
   const uint64_t cached = available.ram - allocated() - slack;
   return what + ": the weights (" + gigabytes(weights) + ") do not all fit in the " +
-         gigabytes(available.ram - allocated() - slack) + " of memory the run leaves (" + available.ramSource +
+         gigabytes(cached) + " of memory the run leaves (" + available.ramSource +
          "): each pass over them reads from the disk what the page cache could not keep, " +
          gigabytes(weights - std::min(weights, cached)) + " to all " + gigabytes(weights) +
          " (a pass reads the weights in order, so the cache may evict each part before the next pass)";

@@ -169,7 +169,7 @@ void Model::applyWeightUpdate(const std::string& tensorName, float scale, uint64
 namespace {
 // The logits rows a pass over `tokens` positions computes and keeps (ReferenceKeep).
 int64_t keptLogitRows(int64_t tokens, const ReferenceKeep& keep) {
-  return tokens - std::clamp<int64_t>(keep.logitsFrom, 0, std::max<int64_t>(tokens - 1, 0));
+  return tokens - ModelImpl::firstLogitsColumn(keep.logitsFrom, tokens);
 }
 }  // namespace
 
@@ -265,7 +265,7 @@ ReferenceRun Model::onePass(const std::vector<int64_t>& ids, const KvQuantizatio
   ReferenceCollector collector(run, watch, impl_->config.numLayers, checkpoints, keep.hiddenStates);
   auto idT = torch::tensor(ids, torch::kLong).view({1, -1});
   const int64_t T = idT.size(1);
-  run.logitsFrom = T - keptLogitRows(T, keep);
+  run.logitsFrom = ModelImpl::firstLogitsColumn(keep.logitsFrom, T);
   auto pos = torch::arange(T, torch::kLong).view({1, -1});
   const detail::KvQuantizer rounding(cache);
   detail::UncachedAttention attention(torch::ones({1, T}, torch::kBool), impl_->layerWindows,

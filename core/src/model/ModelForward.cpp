@@ -498,7 +498,7 @@ torch::Tensor ModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& 
   }
   h = norm(h, finalW, finalB);
   detail::tapTensor(taps, config.numLayers, "final", h);
-  const int64_t from = std::clamp<int64_t>(logitsFrom, 0, std::max<int64_t>(h.size(1) - 1, 0));
+  const int64_t from = firstLogitsColumn(logitsFrom, h.size(1));
   if (from > 0) h = h.narrow(1, from, h.size(1) - from);
   auto logits = linear(h, lmHead.narrow(0, 0, config.vocabSize), torch::Tensor());
   if (config.logitsDivisor != 1.0) logits = logits / config.logitsDivisor;

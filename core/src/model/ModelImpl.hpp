@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,11 @@ struct ModelImpl {
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& positions,
                         detail::AttentionContext& attention, detail::TorchTapSink* taps,
                         int64_t logitsFrom = 0) const;
+  /// The first fed column forward() computes logits for, asked `logitsFrom` of s columns:
+  /// clamped to the last (a forward always gives the row that chooses the next token).
+  static int64_t firstLogitsColumn(int64_t logitsFrom, int64_t s) {
+    return std::clamp<int64_t>(logitsFrom, 0, std::max<int64_t>(s - 1, 0));
+  }
   /// Layer 0's key records of `token` placed at positions 0..count-1: [count, h_kv, d].
   /// Layer 0's keys depend only on the token and its position, so this tells which
   /// position a recorded key was really computed at.

@@ -58,6 +58,10 @@ bool TraceStep::operator==(const TraceStep& o) const {
          reusedFrom == o.reusedFrom && reusedBlocks == o.reusedBlocks && experts == o.experts;
 }
 
+bool TraceStep::resetsCache() const {
+  return std::find(events.begin(), events.end(), "cache_reset") != events.end();
+}
+
 int64_t TraceStep::rejectedCount() const {
   return std::max<int64_t>(0, draftCount - acceptedCount);
 }
@@ -138,7 +142,7 @@ std::vector<int64_t> Trace::streamHeldAfter(int64_t request) const {
   std::vector<int64_t> out;
   int64_t held = 0;
   for (const TraceStep* st : stepsOf(request)) {
-    if (std::find(st->events.begin(), st->events.end(), "cache_reset") != st->events.end()) held = 0;
+    if (st->resetsCache()) held = 0;
     held += st->streamEntries();
     out.push_back(held);
   }

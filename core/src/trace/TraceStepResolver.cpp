@@ -43,7 +43,7 @@ void resolveStepTensors(Trace& trace, const TraceTensorSource& source, const std
     if (!source.hasLayerData(i)) continue;
     auto& prev = lastLength[s.request];
     if (prev.empty()) prev.assign(numLayers, 0);
-    if (std::find(s.events.begin(), s.events.end(), "cache_reset") != s.events.end())
+    if (s.resetsCache())
       std::fill(prev.begin(), prev.end(), 0);
     std::vector<int64_t> declared;  // by model layer
     for (const auto& l : s.layers) declared.push_back(l.cacheLength);

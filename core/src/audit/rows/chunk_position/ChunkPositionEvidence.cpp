@@ -10,10 +10,6 @@
 namespace kvscope::detail {
 
 namespace {
-bool resets(const TraceStep& s) {
-  return std::find(s.events.begin(), s.events.end(), "cache_reset") != s.events.end();
-}
-
 // Whether every real entry the step fed is a prompt token of the request's stream.
 bool feedsPrompt(const StepAnalysis& a, int64_t promptLength) {
   bool any = false;
@@ -37,7 +33,7 @@ std::optional<ChunkBoundary> ChunkPositionEvidence::boundaryAt(
   ChunkBoundary b;
   bool open = false, found = false;
   for (const auto& s : steps) {
-    if (&s == &steps.front() || resets(*s.step)) {
+    if (&s == &steps.front() || s.step->resetsCache()) {
       b.chunks.clear();
       open = true;
     }
